@@ -1,0 +1,83 @@
+# sidecache — one Makefile builds the proxy, its unit tests and the bench driver.
+#
+#   make            build ./sidecache (-Wall -Wextra -Werror)
+#   make test       unit + integration + interop tests (installs test deps first)
+#   make run        run the proxy in the foreground; starts a local redis-server
+#                   on a free port when UPSTREAM is not given
+#   make SANITIZE=1 ...   the same with ASan + UBSan (what CI runs)
+#   make bench      the benchmark scripts in bench/ (not part of make test)
+
+CC      ?= cc
+BUILD   ?= build
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
+               -g -O2 -MMD -MP -I.
+ifeq ($(SANITIZE),1)
+  CFLAGS_BASE += -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  LDFLAGS     += -fsanitize=address,undefined
+  BUILD       := build-san
+endif
+CFLAGS  += $(CFLAGS_BASE)
+LIBS    := -levent_openssl -levent -lssl -lcrypto -lm
+
+PROTOCOL_SRC := $(wildcard protocol/*.c)
+CACHE_SRC    := $(wildcard cache/*.c)
+INV_SRC      := $(wildcard invalidation/*.c)
+PROXY_SRC    := $(filter-out proxy/main.c,$(wildcard proxy/*.c))
+LIB_SRC      := $(PROTOCOL_SRC) $(CACHE_SRC) $(INV_SRC) $(PROXY_SRC)
+LIB_OBJ      := $(LIB_SRC:%.c=$(BUILD)/%.o)
+
+UNIT_SRC     := $(wildcard tests/unit/test_*.c)
+UNIT_BIN     := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+BIN := $(BUILD)/sidecache
+
+.PHONY: all test unit integration interop run bench deps test-deps clean fuzz
+all: $(BIN)
+	@ln -sf $(BIN) sidecache
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libsidecache.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(BUILD)/proxy/main.o $(BUILD)/libsidecache.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libsidecache.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libsidecache.a $(LIBS)
+
+# Build dependencies (Debian packages); a no-op when they are present.
+deps:
+	@scripts/install-deps.sh build
+
+test-deps:
+	@scripts/install-deps.sh test
+
+unit: deps $(UNIT_BIN)
+	@scripts/run-unit.sh $(UNIT_BIN)
+
+integration: test-deps $(BIN)
+	SIDECACHE_BIN=$(CURDIR)/$(BIN) python3 -m pytest -q tests/integration
+
+interop: test-deps $(BIN)
+	SIDECACHE_BIN=$(CURDIR)/$(BIN) scripts/run-interop.sh
+
+test: deps test-deps
+	$(MAKE) unit
+	$(MAKE) integration
+	$(MAKE) interop
+
+run: deps $(BIN)
+	@scripts/run.sh $(CURDIR)/$(BIN)
+
+bench: deps $(BIN)
+	@bench/run.sh
+
+clean:
+	rm -rf build build-san $(BIN)
+
+-include $(shell find build build-san -name '*.d' 2>/dev/null)

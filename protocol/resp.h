@@ -1,0 +1,176 @@
+/*
+ * protocol/resp.h — streaming RESP2/RESP3 framers and encoders.
+ *
+ * Pure code: no I/O, no clocks, no globals. The proxy owns the bytes; the
+ * framers only find where one frame ends and where its parts are.
+ *
+ * Data model
+ * ----------
+ * A framer is fed the bytes that start at the first unconsumed byte of the
+ * stream: (buf, len). It answers:
+ *   RESP_OK    one whole frame of frame_len bytes starts at buf[0];
+ *   RESP_AGAIN the frame is not complete yet; `need` says how many bytes in
+ *              total (from buf[0]) must be present before a new call can make
+ *              progress (0 when unknown, e.g. inside a header line);
+ *   RESP_ERR   the bytes are not valid RESP; `err` holds a message in Redis's
+ *              words ("Protocol error: invalid bulk length"). Errors are
+ *              sticky: every later call returns RESP_ERR until reset.
+ *
+ * Invariants
+ * ----------
+ * - Resumable: after RESP_AGAIN the caller calls again with the same stream
+ *   start and more bytes (buf may have moved: the framer keeps offsets, never
+ *   pointers into buf, across calls). Bytes already scanned are not scanned
+ *   again, so a large bulk arriving in many reads costs O(total).
+ * - Zero-copy: results are offsets/pointers into the caller's buffer, valid
+ *   until the caller modifies or drains it. The only exception is inline
+ *   requests, whose unquoted arguments live in the framer's own scratch.
+ * - Bounded: nothing is allocated from a declared length or count; memory
+ *   grows only with bytes actually received, and every length, count, depth
+ *   and line is checked against resp_limits before it is trusted.
+ * - After RESP_OK the next call starts a new frame at the buf the caller
+ *   passes (normally advanced by frame_len).
+ */
+#ifndef SIDECACHE_PROTOCOL_RESP_H
+#define SIDECACHE_PROTOCOL_RESP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { RESP_OK = 0, RESP_AGAIN = 1, RESP_ERR = -1 };
+
+/* Redis's own defaults; the proxy overrides them from its config. */
+#define RESP_DEFAULT_MAX_BULK_LEN (512LL * 1024 * 1024)
+#define RESP_DEFAULT_MAX_MULTIBULK_LEN (1024LL * 1024)
+#define RESP_DEFAULT_MAX_DEPTH 128
+#define RESP_DEFAULT_MAX_INLINE_LEN (64 * 1024)
+
+typedef struct resp_limits {
+    long long max_bulk_len;      /* largest bulk/verbatim/blob payload */
+    long long max_multibulk_len; /* most elements in one request or aggregate */
+    int max_depth;               /* deepest nesting of reply aggregates */
+    size_t max_inline_len;       /* longest inline request or header line */
+} resp_limits;
+
+/* Fills *lim with the defaults above. */
+void resp_limits_default(resp_limits *lim);
+
+/* ------------------------------------------------------------------------ */
+/* Growable byte buffer used by the encoders.                               */
+
+typedef struct resp_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+} resp_buf;
+
+void resp_buf_init(resp_buf *b);
+void resp_buf_deinit(resp_buf *b);
+void resp_buf_reset(resp_buf *b); /* len = 0, keeps the allocation */
+/* Each returns 0, or -1 when memory could not be had (b is left unchanged). */
+int resp_buf_append(resp_buf *b, const void *p, size_t n);
+int resp_buf_printf(resp_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------------ */
+/* Requests: multibulk (*N $len arg ...) and inline ("PING\r\n").          */
+
+typedef struct resp_arg {
+    const char *ptr; /* into the caller's buf, or the framer's inline scratch */
+    size_t len;
+} resp_arg;
+
+typedef struct resp_req_parser {
+    resp_limits lim;
+    /* result of the last RESP_OK */
+    size_t frame_len;  /* bytes to consume */
+    int argc;          /* 0 for an empty frame ("*0", "*-1", blank line) */
+    resp_arg *argv;    /* argc entries */
+    int is_inline;     /* 1 if the frame was an inline command */
+    size_t need;       /* with RESP_AGAIN: bytes needed in total, or 0 */
+    const char *err;   /* with RESP_ERR: static message, no "-ERR " prefix */
+    /* private: resumable state */
+    int state;
+    size_t pos;              /* scan position, relative to frame start */
+    long long expect_args;   /* declared multibulk count */
+    long long bulk_len;      /* declared length of the current bulk */
+    size_t *arg_offs;        /* offsets of args seen so far (grown on demand) */
+    size_t *arg_lens;
+    int args_cap;
+    int args_seen;
+    char *scratch;           /* inline argument storage */
+    size_t scratch_cap;
+} resp_req_parser;
+
+void resp_req_init(resp_req_parser *p, const resp_limits *lim);
+void resp_req_deinit(resp_req_parser *p);
+/* Forgets a partial frame and a sticky error. */
+void resp_req_reset(resp_req_parser *p);
+/*
+ * Frames one request from buf[0..len). See the header comment for the return
+ * values. With RESP_OK, argc/argv/frame_len/is_inline describe the request;
+ * argv is valid until the next call or until buf changes.
+ * An empty frame (argc == 0) must still be consumed; Redis ignores it.
+ */
+int resp_req_parse(resp_req_parser *p, const char *buf, size_t len);
+
+/* ------------------------------------------------------------------------ */
+/* Replies: every RESP2 and RESP3 type, attributes and pushes included.    */
+
+typedef struct resp_reply_parser {
+    resp_limits lim;
+    /* result of the last RESP_OK */
+    size_t frame_len; /* bytes of the whole frame, leading attributes included */
+    char type;        /* first byte of the top-level value after attributes:
+                         '+','-',':','$','*','%','~','>','_',',','#','(','=','!' */
+    int is_null;      /* "$-1", "*-1" or "_" at top level */
+    long long count;  /* top-level aggregate element count (map: pairs), or
+                         bulk length, or integer value for ':'; -1 for null */
+    size_t payload_off;  /* top-level scalar payload: offset into buf ... */
+    size_t payload_len;  /* ... and length (simple string/error/bulk text) */
+    size_t need;      /* with RESP_AGAIN, as for requests */
+    const char *err;  /* with RESP_ERR: static message */
+    /* private: resumable state */
+    int state;
+    size_t pos;
+    int depth;
+    int top_seen;          /* top-level value (non-attribute) started */
+    long long *remaining;  /* per nesting level: elements still expected */
+    unsigned char *is_attr;/* per level: 1 if the level is an attribute map */
+    int stack_cap;
+    long long bulk_len;
+    char cur_type;
+} resp_reply_parser;
+
+void resp_reply_init(resp_reply_parser *p, const resp_limits *lim);
+void resp_reply_deinit(resp_reply_parser *p);
+void resp_reply_reset(resp_reply_parser *p);
+/* Frames one whole reply (one top-level value, with any attributes before
+ * it) from buf[0..len). Return values as for requests. */
+int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len);
+
+/* ------------------------------------------------------------------------ */
+/* Encoders. proto is 2 or 3; where RESP2 has no such type, the RESP2 form
+ * Redis itself uses is written. Each returns 0 or -1 on out-of-memory.     */
+
+int resp_enc_command(resp_buf *b, int argc, const resp_arg *argv);
+/* Like resp_enc_command for C strings, terminated by NULL. */
+int resp_enc_commandv(resp_buf *b, const char *arg0, ...);
+
+int resp_enc_simple(resp_buf *b, const char *s);            /* +s */
+int resp_enc_error(resp_buf *b, const char *s);             /* -s (s has its code: "ERR ...") */
+int resp_enc_int(resp_buf *b, long long v);                 /* :v */
+int resp_enc_bulk(resp_buf *b, const char *p, size_t n);    /* $n p */
+int resp_enc_bulk_str(resp_buf *b, const char *s);
+int resp_enc_null(resp_buf *b, int proto);                  /* $-1 | _ */
+int resp_enc_null_array(resp_buf *b, int proto);            /* *-1 | _ */
+int resp_enc_array(resp_buf *b, long long n);               /* *n */
+int resp_enc_map(resp_buf *b, long long pairs, int proto);  /* %n | *2n */
+int resp_enc_set(resp_buf *b, long long n, int proto);      /* ~n | *n */
+int resp_enc_push(resp_buf *b, long long n, int proto);     /* >n | *n */
+int resp_enc_double(resp_buf *b, double d, int proto);      /* ,d | $ bulk */
+int resp_enc_bool(resp_buf *b, int v, int proto);           /* #t/#f | :1/:0 */
+int resp_enc_verbatim(resp_buf *b, const char *fmt3, const char *p, size_t n,
+                      int proto);                           /* =n+4 fmt:p | $ bulk */
+
+#endif

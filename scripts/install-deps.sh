@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what sidecache needs, from Debian's packages and PyPI. A no-op when
+# everything is present, so `make` and `make test` may call it every time.
+#   install-deps.sh build   compiler-side: libevent, OpenSSL, uthash, hiredis
+#   install-deps.sh test    test-side: redis-server, twemproxy, pytest, redis-py, Go modules
+set -euo pipefail
+want=${1:-build}
+build_pkgs=(libevent-dev libssl-dev uthash-dev libhiredis-dev pkg-config make gcc)
+test_pkgs=(redis-server redis-tools nutcracker python3-pip)
+
+missing=()
+pkgs=("${build_pkgs[@]}")
+[ "$want" = test ] && pkgs=("${test_pkgs[@]}")
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# A redis-server started by the package's service is not ours: tests start their own.
+if [ "$want" = test ]; then
+  python3 -c 'import redis, pytest' 2>/dev/null || \
+    python3 -m pip install -q --disable-pip-version-check -r "$(dirname "$0")/../tests/requirements.txt"
+fi
