@@ -11,10 +11,20 @@
  *   RESP_OK    one whole frame of frame_len bytes starts at buf[0];
  *   RESP_AGAIN the frame is not complete yet; `need` says how many bytes in
  *              total (from buf[0]) must be present before a new call can make
- *              progress (0 when unknown, e.g. inside a header line);
+ *              progress (0 when unknown, e.g. inside a header line). When
+ *              need > 0, a call with len < need is harmless but useless: it
+ *              returns RESP_AGAIN again at O(1) cost. need never exceeds
+ *              the end of the current frame, so reading exactly up to it
+ *              never splits the next frame;
  *   RESP_ERR   the bytes are not valid RESP; `err` holds a message in Redis's
  *              words ("Protocol error: invalid bulk length"). Errors are
- *              sticky: every later call returns RESP_ERR until reset.
+ *              sticky: every later call returns RESP_ERR until reset. `err`
+ *              is static, or (for "expected '$', got 'X'") points into the
+ *              parser; either way it lives until the next reset/deinit and
+ *              holds no CR or LF, so it can be written after "-ERR " as is.
+ *              Out of memory is reported as RESP_ERR with err "out of
+ *              memory" (the only message without the "Protocol error: "
+ *              prefix).
  *
  * Invariants
  * ----------
@@ -92,14 +102,17 @@ typedef struct resp_req_parser {
     /* private: resumable state */
     int state;
     size_t pos;              /* scan position, relative to frame start */
+    size_t scan;             /* header/inline line: first byte not yet searched */
     long long expect_args;   /* declared multibulk count */
     long long bulk_len;      /* declared length of the current bulk */
     size_t *arg_offs;        /* offsets of args seen so far (grown on demand) */
     size_t *arg_lens;
+    resp_arg *arg_vec;       /* storage behind argv (same capacity) */
     int args_cap;
     int args_seen;
     char *scratch;           /* inline argument storage */
     size_t scratch_cap;
+    char err_buf[48];        /* "expected '$', got 'X'" */
 } resp_req_parser;
 
 void resp_req_init(resp_req_parser *p, const resp_limits *lim);
@@ -109,8 +122,26 @@ void resp_req_reset(resp_req_parser *p);
 /*
  * Frames one request from buf[0..len). See the header comment for the return
  * values. With RESP_OK, argc/argv/frame_len/is_inline describe the request;
- * argv is valid until the next call or until buf changes.
+ * argv is valid until the next call or until buf changes (inline arguments
+ * live in the parser's scratch: until the next call, reset or deinit).
  * An empty frame (argc == 0) must still be consumed; Redis ignores it.
+ * With RESP_AGAIN or RESP_ERR, argc is 0 and argv NULL.
+ *
+ * Redis 7's processMultibulkBuffer/processInlineBuffer are followed (error
+ * texts included) with these deliberate differences, all stricter or
+ * independent of how the bytes were split into reads:
+ * - A line limit (max_inline_len) is judged on the line's length, not on
+ *   how many bytes happened to arrive in one read: a '*'/'$' header line
+ *   whose '\r' is more than max_inline_len bytes from its first byte, or an
+ *   inline line whose '\n' is, is refused whether or not its end arrived.
+ *   (Redis refuses it only while the end has not arrived; with Redis's
+ *   16 KB reads the outcome is the same.)
+ * - A NUL byte in a header or inline line: Redis's strchr() stops there, so
+ *   the line never ends and Redis refuses it once the limit is reached. We
+ *   refuse it at once with the same "too big ..." message.
+ * - Redis skips the byte after a header line's '\r' and the two bytes after
+ *   a bulk payload without looking at them. We require "\n" and "\r\n":
+ *   "invalid multibulk length" / "invalid bulk length" otherwise.
  */
 int resp_req_parse(resp_req_parser *p, const char *buf, size_t len);
 
@@ -125,14 +156,20 @@ typedef struct resp_reply_parser {
                          '+','-',':','$','*','%','~','>','_',',','#','(','=','!' */
     int is_null;      /* "$-1", "*-1" or "_" at top level */
     long long count;  /* top-level aggregate element count (map: pairs), or
-                         bulk length, or integer value for ':'; -1 for null */
+                         bulk length, or integer value for ':'; -1 for null;
+                         1/0 for '#' t/f; 0 for + - , ( */
     size_t payload_off;  /* top-level scalar payload: offset into buf ... */
-    size_t payload_len;  /* ... and length (simple string/error/bulk text) */
+    size_t payload_len;  /* ... and length (simple string/error/bulk text).
+                            + - : , # ( _ : the line after the type byte;
+                            $ ! = : the payload ('=' keeps its "txt:");
+                            aggregates: the bytes of all the elements;
+                            nulls: length 0 */
     size_t need;      /* with RESP_AGAIN, as for requests */
     const char *err;  /* with RESP_ERR: static message */
     /* private: resumable state */
     int state;
     size_t pos;
+    size_t scan;           /* current line: first byte not yet searched */
     int depth;
     int top_seen;          /* top-level value (non-attribute) started */
     long long *remaining;  /* per nesting level: elements still expected */
@@ -146,7 +183,13 @@ void resp_reply_init(resp_reply_parser *p, const resp_limits *lim);
 void resp_reply_deinit(resp_reply_parser *p);
 void resp_reply_reset(resp_reply_parser *p);
 /* Frames one whole reply (one top-level value, with any attributes before
- * it) from buf[0..len). Return values as for requests. */
+ * it) from buf[0..len). Return values as for requests.
+ * Limits: a count above max_multibulk_len ("invalid multibulk length"), a
+ * length above max_bulk_len ("invalid bulk length"), more than max_depth
+ * open aggregates (attribute maps included), and a line (type byte to CR)
+ * longer than max_inline_len, e.g. a huge "-ERR ..." from a script, are all
+ * RESP_ERR. Null is "$-1", "*-1" or "_" only; streamed "$?"/"*?" types are
+ * refused. */
 int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len);
 
 /* ------------------------------------------------------------------------ */
@@ -170,7 +213,11 @@ int resp_enc_set(resp_buf *b, long long n, int proto);      /* ~n | *n */
 int resp_enc_push(resp_buf *b, long long n, int proto);     /* >n | *n */
 int resp_enc_double(resp_buf *b, double d, int proto);      /* ,d | $ bulk */
 int resp_enc_bool(resp_buf *b, int v, int proto);           /* #t/#f | :1/:0 */
+/* fmt3 is the 3-byte format ("txt", "mkd"); NULL means "txt". */
 int resp_enc_verbatim(resp_buf *b, const char *fmt3, const char *p, size_t n,
                       int proto);                           /* =n+4 fmt:p | $ bulk */
+/* Encoders write nothing when they fail. The RESP3 double is ",%.17g"
+ * (",inf", ",-inf", ",nan"); RESP2 sends the same text as a bulk string.
+ * resp_enc_simple/resp_enc_error do not check s for CR/LF: the caller must. */
 
 #endif

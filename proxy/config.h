@@ -14,8 +14,16 @@
 #define SIDECACHE_PROXY_CONFIG_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #define PX_MAX_BIND 16
+
+/* px_config_from_args's results other than 0 (run) and -1 (error). */
+enum { PX_ARGS_HELP = 1, PX_ARGS_VERSION = 2 };
+
+/* Flag of px_config_dump and px_upstream_format: print the upstream password
+ * instead of masking it as "****". */
+#define PX_FMT_SECRETS 0x1
 
 enum px_loglevel { PX_LOG_DEBUG, PX_LOG_VERBOSE, PX_LOG_NOTICE, PX_LOG_WARNING };
 
@@ -35,7 +43,8 @@ typedef struct px_upstream_addr {
 typedef struct px_config {
     char upstream[1024];           /* upstream URL as given */
     px_upstream_addr up;           /* ... and parsed */
-    char *bind[PX_MAX_BIND];       /* listen addresses (owned strings) */
+    char *bind[PX_MAX_BIND];       /* listen addresses: numeric IPv4 or IPv6
+                                      (owned by the config, read-only) */
     int nbind;
     int port;                      /* tcp port; 0 = no tcp listener */
     char unixsocket[108];          /* "" = no unix listener */
@@ -43,6 +52,7 @@ typedef struct px_config {
     int maxclients;
     int timeout;                   /* client idle seconds, 0 = never */
     int tcp_keepalive;             /* seconds, 0 = off */
+    int tcp_nodelay;               /* 1: TCP_NODELAY on client and upstream sockets */
     int upstream_connections;      /* shared connections per pool */
     int loglevel;                  /* enum px_loglevel */
     char logfile[1024];            /* "" = stderr */
@@ -77,11 +87,64 @@ int px_config_load_file(px_config *c, const char *path, char *err, size_t errlen
  * [--test-config]`. A directive's arguments are the words up to the next
  * word that starts with "--". Sets *test_only when --test-config is given.
  * Returns 0, or -1 with a reason in err (for a file, as px_config_load_file).
+ *
+ * Details:
+ * - argv[1] is the config file unless it starts with "-"; "-" alone reads
+ *   the file from standard input, as redis-server does.
+ * - The file is loaded first, then the directives apply in order, then
+ *   px_config_check runs. Command-line errors read
+ *   "argument '--port': port must be between 0 and 65535 (got 70000)".
+ * - *test_only (may be NULL) is 0 without --test-config, 1 with it and 2 with
+ *   `--test-config -v` (the caller then prints the config: px_config_dump).
+ * - "-h"/"--help" anywhere returns PX_ARGS_HELP, "-v"/"--version" anywhere
+ *   (except as the argument of --test-config) PX_ARGS_VERSION, before any
+ *   file is read; err is "" and the caller prints px_config_help or its
+ *   version and exits 0.
+ * On -1, c may hold part of the settings; the caller exits.
  */
 int px_config_from_args(px_config *c, int argc, char **argv, int *test_only,
                         char *err, size_t errlen);
 
-/* Parses an upstream URL into *a. Returns 0, or -1 with a reason in err. */
+/*
+ * Checks what no single directive can: that there is a listener (port or
+ * unixsocket), and that the upstream is not the proxy's own listener (same
+ * unix socket path, or same port on a bind address that reaches the upstream
+ * host). px_config_from_args calls it last. Returns 0, or -1 with a reason.
+ */
+int px_config_check(const px_config *c, char *err, size_t errlen);
+
+/*
+ * Writes the effective config to f in config-file syntax, one directive a
+ * line in table order, so that the output loads back to the same config.
+ * Sizes are written with the largest exact unit ("512mb"). The upstream
+ * password is masked unless flags has PX_FMT_SECRETS.
+ * Returns 0, or -1 when writing failed.
+ */
+int px_config_dump(const px_config *c, FILE *f, int flags);
+
+/*
+ * Writes the usage (prog NULL: "sidecache") and every directive with its
+ * argument, default and one-line help to f, for --help.
+ */
+void px_config_help(FILE *f, const char *prog);
+
+/*
+ * Parses an upstream URL into *a. Returns 0, or -1 with a reason in err
+ * (starting "upstream: "); *a is untouched on error. Accepts
+ *   redis://[user[:pass]@]host[:port][/db]   host a name, IPv4 or [IPv6];
+ *                                            port 1..65535, default 6379
+ *   unix://[user[:pass]@]/path[?db=N]  and  unix:/path[?db=N]
+ * user, pass and the unix path are percent-decoded. rediss:// is refused
+ * until TLS lands. Error messages never echo the password.
+ */
 int px_upstream_parse(const char *url, px_upstream_addr *a, char *err, size_t errlen);
+
+/*
+ * Formats *a back as a URL (canonical: port always given, db only when not
+ * 0, user and pass percent-encoded; the password as "****" unless flags has
+ * PX_FMT_SECRETS) for logs and px_config_dump. Returns the length written,
+ * or -1 when it does not fit in buf (buf then holds "").
+ */
+int px_upstream_format(const px_upstream_addr *a, int flags, char *buf, size_t len);
 
 #endif

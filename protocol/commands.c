@@ -1,0 +1,72 @@
+/*
+ * protocol/commands.c — the routing table. Sorted by name so that a lookup is
+ * a binary search; a test checks the order.
+ */
+#include "protocol/commands.h"
+
+#include <strings.h>
+#include <string.h>
+
+static const resp_cmd_info cmd_table[] = {
+    {"AUTH", CMD_AUTH, CMDF_LOCAL},
+    {"BLMOVE", CMD_BLMOVE, CMDF_BLOCKING},
+    {"BLMPOP", CMD_BLMPOP, CMDF_BLOCKING},
+    {"BLPOP", CMD_BLPOP, CMDF_BLOCKING},
+    {"BRPOP", CMD_BRPOP, CMDF_BLOCKING},
+    {"BRPOPLPUSH", CMD_BRPOPLPUSH, CMDF_BLOCKING},
+    {"BZMPOP", CMD_BZMPOP, CMDF_BLOCKING},
+    {"BZPOPMAX", CMD_BZPOPMAX, CMDF_BLOCKING},
+    {"BZPOPMIN", CMD_BZPOPMIN, CMDF_BLOCKING},
+    {"CLIENT", CMD_CLIENT, CMDF_LOCAL},
+    {"DISCARD", CMD_DISCARD, CMDF_TXN},
+    {"ECHO", CMD_ECHO, CMDF_LOCAL},
+    {"EXEC", CMD_EXEC, CMDF_TXN},
+    {"HELLO", CMD_HELLO, CMDF_LOCAL},
+    {"MONITOR", CMD_MONITOR, CMDF_STREAM},
+    {"MULTI", CMD_MULTI, CMDF_TXN},
+    {"PING", CMD_PING, CMDF_LOCAL},
+    {"PSUBSCRIBE", CMD_PSUBSCRIBE, CMDF_STREAM},
+    {"PSYNC", CMD_PSYNC, CMDF_STREAM},
+    {"QUIT", CMD_QUIT, CMDF_LOCAL},
+    {"READONLY", CMD_READONLY, CMDF_STICKY},
+    {"READWRITE", CMD_READWRITE, CMDF_STICKY},
+    {"RESET", CMD_RESET, CMDF_LOCAL},
+    {"SELECT", CMD_SELECT, CMDF_LOCAL},
+    {"SSUBSCRIBE", CMD_SSUBSCRIBE, CMDF_STREAM},
+    {"SUBSCRIBE", CMD_SUBSCRIBE, CMDF_STREAM},
+    {"SYNC", CMD_SYNC, CMDF_STREAM},
+    {"UNWATCH", CMD_UNWATCH, CMDF_TXN},
+    {"WAIT", CMD_WAIT, CMDF_BLOCKING},
+    {"WAITAOF", CMD_WAITAOF, CMDF_BLOCKING},
+    {"WATCH", CMD_WATCH, CMDF_TXN},
+    {"XREAD", CMD_XREAD, 0},      /* blocking only with BLOCK: the router checks */
+    {"XREADGROUP", CMD_XREADGROUP, 0},
+};
+
+/* Compares counted name (any case) with an upper-case table name. */
+static int cmd_cmp(const char *p, size_t n, const char *upper) {
+    size_t i = 0;
+    for (; i < n && upper[i]; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c >= 'a' && c <= 'z') c = (unsigned char)(c - 32);
+        if (c != (unsigned char)upper[i]) return (int)c - (int)(unsigned char)upper[i];
+    }
+    if (i < n) return 1;          /* name is longer */
+    return upper[i] ? -1 : 0;     /* name is a prefix, or equal */
+}
+
+const resp_cmd_info *resp_cmd_lookup(const char *name, size_t len) {
+    size_t lo = 0, hi = sizeof cmd_table / sizeof cmd_table[0];
+    if (len == 0 || len > 16) return NULL;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = cmd_cmp(name, len, cmd_table[mid].name);
+        if (c == 0) return &cmd_table[mid];
+        if (c < 0) hi = mid; else lo = mid + 1;
+    }
+    return NULL;
+}
+
+int resp_arg_is(const char *p, size_t n, const char *word) {
+    return strlen(word) == n && strncasecmp(p, word, n) == 0;
+}

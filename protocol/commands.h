@@ -1,0 +1,46 @@
+/*
+ * protocol/commands.h — what the proxy must know about a command before it
+ * can route it: whether it is answered locally, changes session state, pins
+ * the client to its own upstream connection, blocks, or turns the connection
+ * into a stream (pub/sub, MONITOR).
+ *
+ * Everything not in the table passes through unchanged: the proxy never
+ * needs to know a command to forward it. Pure data, no globals that change.
+ */
+#ifndef SIDECACHE_PROTOCOL_COMMANDS_H
+#define SIDECACHE_PROTOCOL_COMMANDS_H
+
+#include <stddef.h>
+
+enum resp_cmd_id {
+    CMD_OTHER = 0, /* not in the table: pass through */
+    CMD_AUTH, CMD_BLMOVE, CMD_BLMPOP, CMD_BLPOP, CMD_BRPOP, CMD_BRPOPLPUSH,
+    CMD_BZMPOP, CMD_BZPOPMAX, CMD_BZPOPMIN, CMD_CLIENT, CMD_DISCARD, CMD_ECHO,
+    CMD_EXEC, CMD_HELLO, CMD_MONITOR, CMD_MULTI, CMD_PING, CMD_PSUBSCRIBE,
+    CMD_PSYNC, CMD_QUIT, CMD_READONLY, CMD_READWRITE, CMD_RESET, CMD_SELECT,
+    CMD_SSUBSCRIBE, CMD_SUBSCRIBE, CMD_SYNC, CMD_UNWATCH, CMD_WAIT, CMD_WAITAOF,
+    CMD_WATCH, CMD_XREAD, CMD_XREADGROUP,
+};
+
+/* How a command is routed. */
+enum resp_cmd_flag {
+    CMDF_LOCAL    = 1 << 0, /* answered (at least in part) by the proxy */
+    CMDF_BLOCKING = 1 << 1, /* may block: needs a connection of its own while it runs */
+    CMDF_STREAM   = 1 << 2, /* makes the connection a stream: tunnel it for good */
+    CMDF_STICKY   = 1 << 3, /* sets per-connection state: pin for the session */
+    CMDF_TXN      = 1 << 4, /* WATCH/MULTI family: pin while the transaction lives */
+};
+
+typedef struct resp_cmd_info {
+    const char *name; /* upper case */
+    enum resp_cmd_id id;
+    int flags;
+} resp_cmd_info;
+
+/* Finds a command by name (any case). Returns its entry, or NULL. */
+const resp_cmd_info *resp_cmd_lookup(const char *name, size_t len);
+
+/* Case-insensitive comparison of a counted string with a C string. */
+int resp_arg_is(const char *p, size_t n, const char *word);
+
+#endif

@@ -1,0 +1,943 @@
+/*
+ * proxy/client.c — client sessions and the router. See client.h for the
+ * routing modes. What must hold at all times:
+ *
+ * - Replies leave in request order. Every request, forwarded or answered
+ *   here, owns one slot (px_req) in c->slots; a reply is written when its
+ *   slot reaches the head, earlier ones are buffered in their slot.
+ * - A client's requests in flight are all on one connection (inflight_on).
+ *   A request for another connection waits, unparsed, until they are
+ *   answered; so a write is never overtaken by a later read on another
+ *   connection (read-your-writes across SELECT, WATCH, pinning).
+ * - Session state (db, protocol, user) changes only when Redis accepted it.
+ *   While such a change is in flight (barrier), nothing else is sent.
+ * - Transaction and connection state never leaks to another client: a
+ *   client holding it has its own connection, which is reused only when
+ *   that state ended clean, and closed otherwise.
+ */
+#include "proxy/client.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "protocol/commands.h"
+#include "proxy/log.h"
+
+/* Reading stops while this much output waits for a slow reader, and resumes
+ * when it is written down to the low mark. */
+#define PX_OUTPUT_PAUSE_BYTES (4u << 20)
+#define PX_OUTPUT_RESUME_BYTES (1u << 20)
+
+enum dispatch_result { DISPATCH_DONE, DISPATCH_WAIT };
+
+/* What a command asks of the router, whatever the session's mode. */
+enum action {
+    ACT_FORWARD,  /* plain: shared connection, or the client's own */
+    ACT_LOCAL,    /* answered here */
+    ACT_STATE,    /* SELECT / AUTH / HELLO: checked by Redis, then applied */
+    ACT_TXN,      /* WATCH MULTI EXEC DISCARD UNWATCH */
+    ACT_BLOCK,    /* may block: needs its own connection while it runs */
+    ACT_STICKY,   /* per-connection state: own connection for good */
+    ACT_TUNNEL,   /* stream: relay bytes for good */
+};
+
+static void client_process(px_client *c);
+#define client_close px_client_close
+
+/* ------------------------------------------------------------------------ */
+/* output and slots */
+
+static void client_write(px_client *c, const void *data, size_t len) {
+    if (c->bev == NULL) return;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    evbuffer_add(out, data, len);
+    long long limit = c->srv->cfg->client_output_buffer_limit;
+    if (limit > 0 && (long long)evbuffer_get_length(out) > limit) {
+        px_warning("client output buffer limit reached id=%llu addr=%s bytes=%zu limit=%lld",
+                   (unsigned long long)c->id, c->addr, evbuffer_get_length(out), limit);
+        client_close(c, "output buffer limit");
+    }
+}
+
+/* Writes out every slot at the head whose reply is present. */
+static void client_flush_slots(px_client *c) {
+    px_req *r;
+    while ((r = c->slots_head) != NULL && r->done) {
+        c->slots_head = r->next_slot;
+        if (c->slots_head == NULL) c->slots_tail = NULL;
+        if (r->early != NULL && c->bev != NULL)
+            bufferevent_write_buffer(c->bev, r->early);
+        px_req_release(c->srv, r);
+    }
+}
+
+static void slot_append(px_client *c, px_req *r) {
+    r->next_slot = NULL;
+    if (c->slots_tail != NULL)
+        c->slots_tail->next_slot = r;
+    else
+        c->slots_head = r;
+    c->slots_tail = r;
+}
+
+/* A reply made here: written now if nothing is ahead of it, else queued. */
+static void reply_bytes(px_client *c, const char *data, size_t len) {
+    if (c->slots_head == NULL) {
+        client_write(c, data, len);
+        return;
+    }
+    px_req *r = px_req_new(c->srv, c, PX_REQ_CLIENT);
+    if (r == NULL || (r->early = evbuffer_new()) == NULL) {
+        if (r) px_req_release(c->srv, r);
+        client_close(c, "out of memory");
+        return;
+    }
+    evbuffer_add(r->early, data, len);
+    r->done = 1;
+    slot_append(c, r);
+}
+
+static void reply_buf(px_client *c, resp_buf *b) {
+    reply_bytes(c, b->data, b->len);
+    resp_buf_reset(b);
+}
+
+static void reply_simple(px_client *c, const char *s) {
+    resp_buf_reset(&c->scratch);
+    resp_enc_simple(&c->scratch, s);
+    reply_buf(c, &c->scratch);
+}
+
+static void reply_error(px_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void reply_error(px_client *c, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    /* an error line must not contain CR or LF */
+    for (char *p = msg; *p; p++)
+        if (*p == '\r' || *p == '\n') *p = ' ';
+    resp_buf_reset(&c->scratch);
+    resp_enc_error(&c->scratch, msg);
+    reply_buf(c, &c->scratch);
+}
+
+static void reply_arity(px_client *c, const char *cmd) {
+    reply_error(c, "ERR wrong number of arguments for '%s' command", cmd);
+}
+
+/* ------------------------------------------------------------------------ */
+/* input flow control */
+
+static void pause_input(px_client *c) {
+    if (!c->input_paused && c->bev != NULL) bufferevent_disable(c->bev, EV_READ);
+    c->input_paused = 1;
+}
+
+static void resume_input(px_client *c) {
+    if (c->state != PX_CLIENT_ACTIVE || c->bev == NULL) return;
+    if (c->input_paused) {
+        c->input_paused = 0;
+        bufferevent_enable(c->bev, EV_READ);
+        /* bytes already buffered produce no new read event */
+        client_process(c);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* session identity */
+
+static void set_str(char **dst, const char *src, size_t len) {
+    free(*dst);
+    *dst = NULL;
+    if (src != NULL) {
+        *dst = malloc(len + 1);
+        if (*dst != NULL) {
+            memcpy(*dst, src, len);
+            (*dst)[len] = '\0';
+        }
+    }
+}
+
+static void switch_pool(px_client *c, px_pool *p) {
+    if (p == c->pool) {
+        px_pool_unref(p);
+        return;
+    }
+    px_pool_unref(c->pool);
+    c->pool = p;
+}
+
+static void clear_pending_state(px_client *c) {
+    free(c->pend_user), c->pend_user = NULL;
+    free(c->pend_pass), c->pend_pass = NULL;
+    free(c->pend_name), c->pend_name = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* pinning */
+
+static void unpin(px_client *c, int clean) {
+    px_upstream *u = c->pinned;
+    c->pinned = NULL;
+    c->mode = PX_MODE_SHARED;
+    c->watching = c->in_multi = c->blocking = 0;
+    if (u != NULL) px_upstream_unpin(u, clean);
+}
+
+/* A pinned session returns to the shared connection once its transaction
+ * ended and nothing is in flight on its own connection. */
+static void maybe_unpin(px_client *c) {
+    if (c->mode != PX_MODE_PINNED || c->inflight != 0 || c->watching || c->in_multi) return;
+    unpin(c, 1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* replies from upstream */
+
+static int is_error_frame(const char *data, size_t len) {
+    return len > 0 && (data[0] == '-' || data[0] == '!');
+}
+
+static void apply_state_change(px_client *c, px_req *r, int ok) {
+    px_pool *target = NULL;
+    if (ok) {
+        switch (r->kind) {
+        case PX_REQ_SELECT:
+            c->db = c->pend_db;
+            break;
+        case PX_REQ_AUTH:
+            free(c->user), c->user = c->pend_user, c->pend_user = NULL;
+            free(c->pass), c->pass = c->pend_pass, c->pend_pass = NULL;
+            break;
+        case PX_REQ_HELLO:
+            c->proto = c->pend_proto;
+            if (c->pend_pass != NULL) {
+                free(c->user), c->user = c->pend_user, c->pend_user = NULL;
+                free(c->pass), c->pass = c->pend_pass, c->pend_pass = NULL;
+            }
+            if (c->pend_name != NULL) {
+                free(c->name);
+                c->name = c->pend_name[0] ? c->pend_name : NULL;
+                if (c->name == NULL) free(c->pend_name);
+                c->pend_name = NULL;
+            }
+            break;
+        }
+        target = px_pool_ref(c->srv, c->user, c->pass, c->db, c->proto);
+        if (target != NULL) switch_pool(c, target);
+    }
+    clear_pending_state(c);
+    c->barrier = 0;
+}
+
+void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
+    c->inflight--;
+    if (c->inflight == 0) c->inflight_on = NULL;
+    if (c->state == PX_CLIENT_CLOSED) {
+        /* a zombie: the slot list was dropped at close */
+        px_req_release(c->srv, r);
+        if (c->inflight == 0) {
+            c->next_reap = c->srv->reap_clients;
+            c->srv->reap_clients = c;
+            px_server_schedule_reap(c->srv);
+        }
+        return;
+    }
+    if (r->kind != PX_REQ_CLIENT) apply_state_change(c, r, !is_error_frame(data, len));
+
+    if (r == c->slots_head) {
+        c->slots_head = r->next_slot;
+        if (c->slots_head == NULL) c->slots_tail = NULL;
+        px_req_release(c->srv, r);
+        client_write(c, data, len);
+        client_flush_slots(c);
+    } else {
+        r->early = evbuffer_new();
+        if (r->early == NULL) {
+            client_close(c, "out of memory");
+            return;
+        }
+        evbuffer_add(r->early, data, len);
+        r->done = 1;
+    }
+    if (c->state == PX_CLIENT_CLOSED) return;
+    if (c->inflight == 0) c->blocking = 0;
+    maybe_unpin(c);
+
+    if (c->state == PX_CLIENT_CLOSING) {
+        if (c->inflight == 0 && c->slots_head == NULL && c->bev != NULL &&
+            evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+            client_close(c, "closed after reply");
+        return;
+    }
+    resume_input(c);
+}
+
+void px_client_on_tunnel_data(px_client *c, const char *data, size_t len) {
+    if (c->state == PX_CLIENT_CLOSED) return;
+    client_write(c, data, len);
+}
+
+/* Starts closing once what is queued is written. */
+static void close_after_replies(px_client *c) {
+    if (c->state != PX_CLIENT_ACTIVE) return;
+    c->state = PX_CLIENT_CLOSING;
+    if (c->bev != NULL) bufferevent_disable(c->bev, EV_READ);
+    if (c->inflight == 0 && c->slots_head == NULL &&
+        (c->bev == NULL || evbuffer_get_length(bufferevent_get_output(c->bev)) == 0))
+        client_close(c, "closed after reply");
+}
+
+void px_client_on_pinned_lost(px_client *c, px_upstream *u) {
+    if (c->pinned == u) c->pinned = NULL;
+    if (c->state == PX_CLIENT_CLOSED) return;
+    /* Redis dropped the client's own connection, and with it WATCH, MULTI,
+     * subscriptions or whatever state it held: the client must see a lost
+     * connection too, never a silent reset of that state. */
+    px_verbose("client loses its upstream connection id=%llu addr=%s", (unsigned long long)c->id, c->addr);
+    close_after_replies(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* forwarding */
+
+/* The connection a forwarded command goes to, or NULL (then *err says why). */
+static px_upstream *shared_conn(px_client *c) {
+    return px_pool_shared(c->pool, c->id);
+}
+
+static void reply_unavailable(px_client *c, px_pool *p) {
+    reply_error(c, "ERR sidecache: %s", p->last_error[0] ? p->last_error : "upstream unavailable");
+}
+
+/* Bytes of the current request as Redis must receive them: the frame as it
+ * came, or an inline command re-encoded as multibulk. */
+static void request_bytes(px_client *c, const char *frame, const char **out, size_t *outlen) {
+    if (!c->rq.is_inline) {
+        *out = frame;
+        *outlen = c->rq.frame_len;
+        return;
+    }
+    resp_buf_reset(&c->scratch);
+    resp_enc_command(&c->scratch, c->rq.argc, c->rq.argv);
+    *out = c->scratch.data;
+    *outlen = c->scratch.len;
+}
+
+static int forward_to(px_client *c, px_upstream *u, int kind, const char *data, size_t len) {
+    px_req *r = px_req_new(c->srv, c, kind);
+    if (r == NULL) {
+        client_close(c, "out of memory");
+        return -1;
+    }
+    slot_append(c, r);
+    c->inflight++;
+    c->inflight_on = u;
+    px_upstream_send(u, r, data, len);
+    return 0;
+}
+
+static int forward_current(px_client *c, px_upstream *u, const char *frame) {
+    const char *data;
+    size_t len;
+    request_bytes(c, frame, &data, &len);
+    return forward_to(c, u, PX_REQ_CLIENT, data, len);
+}
+
+/* Records what a forwarded command does to the transaction state. */
+static void track_txn(px_client *c, int id) {
+    switch (id) {
+    case CMD_WATCH:
+        if (!c->in_multi) c->watching = 1;
+        break;
+    case CMD_MULTI:
+        c->in_multi = 1;
+        break;
+    case CMD_EXEC:
+    case CMD_DISCARD:
+        if (c->in_multi) c->in_multi = c->watching = 0;
+        break;
+    case CMD_UNWATCH:
+        if (!c->in_multi) c->watching = 0;
+        break;
+    }
+}
+
+/* Takes a connection of the client's own. Returns 0, or -1 after replying
+ * with the reason it could not be had. */
+static int pin_new(px_client *c, int mode) {
+    px_upstream *u = px_pool_pin(c->pool, c, mode == PX_MODE_TUNNEL);
+    if (u == NULL) {
+        reply_unavailable(c, c->pool);
+        return -1;
+    }
+    c->pinned = u;
+    c->mode = mode;
+    if (c->name != NULL) {
+        /* the name the client gave us, so that CLIENT LIST on Redis shows it
+         * on the connection that is really the client's */
+        resp_buf b;
+        resp_buf_init(&b);
+        resp_enc_commandv(&b, "CLIENT", "SETNAME", c->name, NULL);
+        px_req *r = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
+        if (r != NULL) {
+            if (mode == PX_MODE_TUNNEL) {
+                /* a tunnel relays every reply: let Redis skip this one */
+                px_req_release(c->srv, r);
+            } else {
+                px_upstream_send(u, r, b.data, b.len);
+            }
+        }
+        resp_buf_deinit(&b);
+    }
+    return 0;
+}
+
+static void enter_tunnel(px_client *c, const char *frame) {
+    const char *data;
+    size_t len;
+    c->mode = PX_MODE_TUNNEL;
+    c->pinned->tunnel = 1;
+    request_bytes(c, frame, &data, &len);
+    px_upstream_send_raw(c->pinned, data, len);
+}
+
+/* ------------------------------------------------------------------------ */
+/* commands answered here */
+
+static int valid_name(const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < '!' || p[i] > '~') return 0;
+    return 1;
+}
+
+static void cmd_ping(px_client *c) {
+    if (c->rq.argc > 2) return reply_arity(c, "ping");
+    if (c->rq.argc == 1) return reply_simple(c, "PONG");
+    resp_buf_reset(&c->scratch);
+    resp_enc_bulk(&c->scratch, c->rq.argv[1].ptr, c->rq.argv[1].len);
+    reply_buf(c, &c->scratch);
+}
+
+static void cmd_echo(px_client *c) {
+    if (c->rq.argc != 2) return reply_arity(c, "echo");
+    resp_buf_reset(&c->scratch);
+    resp_enc_bulk(&c->scratch, c->rq.argv[1].ptr, c->rq.argv[1].len);
+    reply_buf(c, &c->scratch);
+}
+
+/* CLIENT subcommands that the proxy keeps per session. */
+static void cmd_client_local(px_client *c) {
+    const resp_arg *a = c->rq.argv;
+    if (resp_arg_is(a[1].ptr, a[1].len, "SETNAME")) {
+        if (!valid_name(a[2].ptr, a[2].len))
+            return reply_error(c, "ERR Client names cannot contain spaces, newlines or special characters.");
+        set_str(&c->name, a[2].len ? a[2].ptr : NULL, a[2].len);
+        return reply_simple(c, "OK");
+    }
+    if (resp_arg_is(a[1].ptr, a[1].len, "GETNAME")) {
+        resp_buf_reset(&c->scratch);
+        if (c->name)
+            resp_enc_bulk_str(&c->scratch, c->name);
+        else
+            resp_enc_null(&c->scratch, c->proto);
+        return reply_buf(c, &c->scratch);
+    }
+    /* SETINFO */
+    if (resp_arg_is(a[2].ptr, a[2].len, "LIB-NAME") || resp_arg_is(a[2].ptr, a[2].len, "LIB-VER")) {
+        if (!valid_name(a[3].ptr, a[3].len))
+            return reply_error(c, "ERR %s cannot contain spaces, newlines or special characters.",
+                               resp_arg_is(a[2].ptr, a[2].len, "LIB-NAME") ? "lib-name" : "lib-ver");
+        set_str(resp_arg_is(a[2].ptr, a[2].len, "LIB-NAME") ? &c->lib_name : &c->lib_ver, a[3].ptr,
+                a[3].len);
+        return reply_simple(c, "OK");
+    }
+    reply_error(c, "ERR Unrecognized option '%.*s'", (int)(a[2].len > 64 ? 64 : a[2].len), a[2].ptr);
+}
+
+static int cmd_reset(px_client *c) {
+    if (c->inflight > 0) return DISPATCH_WAIT;
+    unpin(c, 0);
+    c->proto = 2;
+    c->db = c->srv->cfg->up.db;
+    free(c->user), c->user = NULL;
+    free(c->pass), c->pass = NULL;
+    free(c->name), c->name = NULL;
+    px_pool *p = px_pool_ref(c->srv, NULL, NULL, c->db, 2);
+    if (p != NULL) switch_pool(c, p);
+    reply_simple(c, "RESET");
+    return DISPATCH_DONE;
+}
+
+/*
+ * SELECT, AUTH and HELLO: the command goes to a shared connection of the
+ * pool of the identity it asks for, where it is a no-op if Redis accepts it
+ * (the pool's handshake already did the same) and fails with Redis's own
+ * error if not; the session switches only on success.
+ */
+static int cmd_state(px_client *c, int id, const char *frame) {
+    const resp_arg *a = c->rq.argv;
+    int argc = c->rq.argc;
+    int kind, db = c->db, proto = c->proto;
+    const char *user = c->user, *pass = c->pass;
+    resp_buf *b = &c->scratch;
+
+    clear_pending_state(c);
+    if (id == CMD_SELECT) {
+        if (argc != 2) return reply_arity(c, "select"), DISPATCH_DONE;
+        char num[32];
+        char *end;
+        if (a[1].len == 0 || a[1].len >= sizeof num) goto notint;
+        memcpy(num, a[1].ptr, a[1].len);
+        num[a[1].len] = '\0';
+        errno = 0;
+        long v = strtol(num, &end, 10);
+        if (*end != '\0' || errno != 0 || v > INT_MAX || v < INT_MIN) goto notint;
+        if (v < 0) return reply_error(c, "ERR DB index is out of range"), DISPATCH_DONE;
+        db = (int)v;
+        c->pend_db = db;
+        kind = PX_REQ_SELECT;
+        resp_buf_reset(b);
+        resp_enc_commandv(b, "SELECT", num, NULL);
+    } else if (id == CMD_AUTH) {
+        if (argc < 2) return reply_arity(c, "auth"), DISPATCH_DONE;
+        if (argc > 3) return reply_error(c, "ERR syntax error"), DISPATCH_DONE;
+        if (argc == 3) set_str(&c->pend_user, a[1].ptr, a[1].len);
+        set_str(&c->pend_pass, a[argc - 1].ptr, a[argc - 1].len);
+        user = c->pend_user;
+        pass = c->pend_pass;
+        kind = PX_REQ_AUTH;
+        resp_buf_reset(b);
+        resp_enc_command(b, argc, a);
+    } else { /* HELLO [protover [AUTH user pass] [SETNAME name]] */
+        if (argc >= 2) {
+            char num[32];
+            char *end;
+            long v = -1;
+            if (a[1].len > 0 && a[1].len < sizeof num) {
+                memcpy(num, a[1].ptr, a[1].len);
+                num[a[1].len] = '\0';
+                errno = 0;
+                v = strtol(num, &end, 10);
+                if (*end != '\0' || errno != 0) v = -2;
+            } else {
+                v = -2;
+            }
+            if (v == -2) {
+                reply_error(c, "ERR Protocol version is not an integer or out of range");
+                return DISPATCH_DONE;
+            }
+            if (v != 2 && v != 3) {
+                reply_error(c, "NOPROTO unsupported protocol version");
+                return DISPATCH_DONE;
+            }
+            proto = (int)v;
+        }
+        for (int i = 2; i < argc; i++) {
+            int more = argc - i - 1;
+            if (resp_arg_is(a[i].ptr, a[i].len, "AUTH") && more >= 2) {
+                set_str(&c->pend_user, a[i + 1].ptr, a[i + 1].len);
+                set_str(&c->pend_pass, a[i + 2].ptr, a[i + 2].len);
+                i += 2;
+            } else if (resp_arg_is(a[i].ptr, a[i].len, "SETNAME") && more >= 1) {
+                if (!valid_name(a[i + 1].ptr, a[i + 1].len)) {
+                    clear_pending_state(c);
+                    reply_error(c, "ERR Client names cannot contain spaces, newlines or special characters.");
+                    return DISPATCH_DONE;
+                }
+                set_str(&c->pend_name, a[i + 1].ptr, a[i + 1].len);
+                i += 1;
+            } else {
+                clear_pending_state(c);
+                reply_error(c, "ERR Syntax error in HELLO option '%.*s'", (int)(a[i].len > 64 ? 64 : a[i].len),
+                            a[i].ptr);
+                return DISPATCH_DONE;
+            }
+        }
+        if (c->pend_pass != NULL) {
+            /* HELLO AUTH names a user: "default" is Redis's legacy user */
+            user = c->pend_user;
+            pass = c->pend_pass;
+        }
+        c->pend_proto = proto;
+        kind = PX_REQ_HELLO;
+        char pv[4];
+        snprintf(pv, sizeof pv, "%d", proto);
+        resp_buf_reset(b);
+        if (c->pend_pass != NULL)
+            resp_enc_commandv(b, "HELLO", pv, "AUTH", c->pend_user, c->pend_pass, NULL);
+        else
+            resp_enc_commandv(b, "HELLO", pv, NULL);
+    }
+
+    px_pool *target = px_pool_ref(c->srv, user, pass, db, proto);
+    if (target == NULL) {
+        clear_pending_state(c);
+        client_close(c, "out of memory");
+        return DISPATCH_DONE;
+    }
+    px_upstream *u = px_pool_shared(target, c->id);
+    if (u == NULL) {
+        clear_pending_state(c);
+        reply_unavailable(c, target);
+        px_pool_unref(target);
+        return DISPATCH_DONE;
+    }
+    px_pool_unref(target); /* the session takes its reference on success */
+    if (c->inflight > 0 && c->inflight_on != u) {
+        clear_pending_state(c);
+        return DISPATCH_WAIT;
+    }
+    forward_to(c, u, kind, b->data, b->len);
+    c->barrier = 1;
+    return DISPATCH_DONE;
+
+notint:
+    reply_error(c, "ERR value is not an integer or out of range");
+    return DISPATCH_DONE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* the router */
+
+static int classify(px_client *c, const resp_cmd_info *info) {
+    const resp_arg *a = c->rq.argv;
+    int argc = c->rq.argc;
+    if (info == NULL) return ACT_FORWARD;
+    switch (info->id) {
+    case CMD_PING:
+    case CMD_ECHO:
+        return ACT_LOCAL;
+    case CMD_SELECT:
+    case CMD_AUTH:
+    case CMD_HELLO:
+        return ACT_STATE;
+    case CMD_CLIENT:
+        if (argc < 2) return ACT_FORWARD;
+        if ((resp_arg_is(a[1].ptr, a[1].len, "SETNAME") && argc == 3) ||
+            (resp_arg_is(a[1].ptr, a[1].len, "GETNAME") && argc == 2) ||
+            (resp_arg_is(a[1].ptr, a[1].len, "SETINFO") && argc == 4))
+            return ACT_LOCAL;
+        if (resp_arg_is(a[1].ptr, a[1].len, "REPLY") || resp_arg_is(a[1].ptr, a[1].len, "TRACKING") ||
+            resp_arg_is(a[1].ptr, a[1].len, "CACHING"))
+            return ACT_TUNNEL;
+        if (resp_arg_is(a[1].ptr, a[1].len, "ID") || resp_arg_is(a[1].ptr, a[1].len, "NO-EVICT") ||
+            resp_arg_is(a[1].ptr, a[1].len, "NO-TOUCH") || resp_arg_is(a[1].ptr, a[1].len, "GETREDIR"))
+            return ACT_STICKY;
+        return ACT_FORWARD;
+    case CMD_XREAD:
+    case CMD_XREADGROUP:
+        for (int i = 1; i < argc; i++)
+            if (resp_arg_is(a[i].ptr, a[i].len, "BLOCK")) return ACT_BLOCK;
+        return ACT_FORWARD;
+    default:
+        break;
+    }
+    if (info->flags & CMDF_TXN) return ACT_TXN;
+    if (info->flags & CMDF_BLOCKING) return ACT_BLOCK;
+    if (info->flags & CMDF_STREAM) return ACT_TUNNEL;
+    if (info->flags & CMDF_STICKY) return ACT_STICKY;
+    return ACT_FORWARD;
+}
+
+static void answer_local(px_client *c, const resp_cmd_info *info) {
+    if (info->id == CMD_PING)
+        cmd_ping(c);
+    else if (info->id == CMD_ECHO)
+        cmd_echo(c);
+    else
+        cmd_client_local(c);
+}
+
+/* Routes one parsed request. DISPATCH_WAIT leaves it unconsumed, to be
+ * parsed again when the in-flight requests it must follow are answered. */
+static int client_dispatch(px_client *c, const char *frame) {
+    const resp_arg *a = c->rq.argv;
+    if (c->rq.argc == 0) return DISPATCH_DONE;
+
+    if (c->mode == PX_MODE_TUNNEL) {
+        const char *data;
+        size_t len;
+        request_bytes(c, frame, &data, &len);
+        if (c->pinned != NULL) px_upstream_send_raw(c->pinned, data, len);
+        return DISPATCH_DONE;
+    }
+
+    const resp_cmd_info *info = resp_cmd_lookup(a[0].ptr, a[0].len);
+    int id = info ? info->id : CMD_OTHER;
+    if (id == CMD_QUIT) {
+        reply_simple(c, "OK");
+        close_after_replies(c);
+        return DISPATCH_DONE;
+    }
+    if (id == CMD_RESET) return cmd_reset(c);
+
+    int act = classify(c, info);
+
+    /* A session with its own connection forwards there; a transaction in
+     * MULTI queues everything on Redis, so nothing is answered here. */
+    if (c->mode == PX_MODE_STICKY || (c->mode == PX_MODE_PINNED && c->in_multi)) {
+        if (act == ACT_TUNNEL) {
+            if (c->inflight > 0) return DISPATCH_WAIT;
+            enter_tunnel(c, frame);
+            return DISPATCH_DONE;
+        }
+        if (act == ACT_STATE || act == ACT_STICKY || act == ACT_LOCAL) c->mode = PX_MODE_STICKY;
+        track_txn(c, id);
+        forward_current(c, c->pinned, frame);
+        return DISPATCH_DONE;
+    }
+    if (c->mode == PX_MODE_PINNED) {
+        switch (act) {
+        case ACT_LOCAL:
+            answer_local(c, info);
+            return DISPATCH_DONE;
+        case ACT_TUNNEL:
+            if (c->inflight > 0) return DISPATCH_WAIT;
+            enter_tunnel(c, frame);
+            return DISPATCH_DONE;
+        case ACT_STATE:
+        case ACT_STICKY:
+            c->mode = PX_MODE_STICKY;
+            break;
+        case ACT_BLOCK:
+            c->blocking = 1;
+            break;
+        default:
+            break;
+        }
+        track_txn(c, id);
+        forward_current(c, c->pinned, frame);
+        return DISPATCH_DONE;
+    }
+
+    /* SHARED */
+    switch (act) {
+    case ACT_LOCAL:
+        answer_local(c, info);
+        return DISPATCH_DONE;
+    case ACT_STATE:
+        return cmd_state(c, id, frame);
+    case ACT_TXN:
+        if (id != CMD_WATCH && id != CMD_MULTI) break; /* Redis answers the error */
+        /* fall through */
+    case ACT_BLOCK:
+    case ACT_STICKY:
+    case ACT_TUNNEL:
+        if (c->inflight > 0) return DISPATCH_WAIT;
+        if (pin_new(c, act == ACT_STICKY ? PX_MODE_STICKY
+                       : act == ACT_TUNNEL ? PX_MODE_TUNNEL
+                                           : PX_MODE_PINNED) != 0)
+            return DISPATCH_DONE;
+        if (act == ACT_TUNNEL) {
+            enter_tunnel(c, frame);
+            return DISPATCH_DONE;
+        }
+        if (act == ACT_BLOCK) c->blocking = 1;
+        track_txn(c, id);
+        forward_current(c, c->pinned, frame);
+        return DISPATCH_DONE;
+    default:
+        break;
+    }
+    px_upstream *u = shared_conn(c);
+    if (u == NULL) {
+        reply_unavailable(c, c->pool);
+        return DISPATCH_DONE;
+    }
+    if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
+    forward_current(c, u, frame);
+    return DISPATCH_DONE;
+}
+
+static void client_process(px_client *c) {
+    if (c->bev == NULL) return;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    while (c->state == PX_CLIENT_ACTIVE) {
+        if (c->barrier || evbuffer_get_length(out) > PX_OUTPUT_PAUSE_BYTES) {
+            pause_input(c);
+            return;
+        }
+        size_t len = evbuffer_get_length(in);
+        if (len == 0) break;
+        if (c->rq.need != 0 && len < c->rq.need) {
+            if ((long long)len > c->srv->cfg->client_query_buffer_limit) goto too_big;
+            break;
+        }
+        const char *data = (const char *)evbuffer_pullup(in, -1);
+        if (data == NULL) {
+            client_close(c, "out of memory");
+            return;
+        }
+        int rc = resp_req_parse(&c->rq, data, len);
+        if (rc == RESP_AGAIN) {
+            if ((long long)len > c->srv->cfg->client_query_buffer_limit) goto too_big;
+            break;
+        }
+        if (rc == RESP_ERR) {
+            px_verbose("client protocol error id=%llu addr=%s err=\"%s\"", (unsigned long long)c->id, c->addr,
+                       c->rq.err);
+            reply_error(c, "ERR %s", c->rq.err);
+            close_after_replies(c);
+            return;
+        }
+        size_t flen = c->rq.frame_len;
+        if (client_dispatch(c, data) == DISPATCH_WAIT) {
+            pause_input(c);
+            return;
+        }
+        if (c->bev == NULL) return; /* closed while dispatching */
+        evbuffer_drain(in, flen);
+    }
+    return;
+
+too_big:
+    px_warning("client query buffer limit reached id=%llu addr=%s", (unsigned long long)c->id, c->addr);
+    reply_error(c, "ERR Protocol error: query buffer limit reached");
+    close_after_replies(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* libevent callbacks and lifetime */
+
+static void client_read_cb(struct bufferevent *bev, void *arg) {
+    px_client *c = arg;
+    c->last_active_ms = px_now_ms();
+    client_process(c);
+}
+
+static void client_write_cb(struct bufferevent *bev, void *arg) {
+    px_client *c = arg;
+    size_t pending = evbuffer_get_length(bufferevent_get_output(bev));
+    if (c->state == PX_CLIENT_CLOSING) {
+        if (pending == 0 && c->inflight == 0 && c->slots_head == NULL) client_close(c, "closed after reply");
+        return;
+    }
+    if (c->input_paused && !c->barrier && pending <= PX_OUTPUT_RESUME_BYTES) resume_input(c);
+}
+
+static void client_event_cb(struct bufferevent *bev, short what, void *arg) {
+    px_client *c = arg;
+    if (what & BEV_EVENT_EOF)
+        client_close(c, "client closed connection");
+    else if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+        client_close(c, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+}
+
+px_client *px_client_new(px_server *srv, int fd, const char *addr) {
+    px_client *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        evutil_closesocket(fd);
+        return NULL;
+    }
+    c->srv = srv;
+    c->id = ++srv->next_client_id;
+    snprintf(c->addr, sizeof c->addr, "%s", addr);
+    c->proto = 2;
+    c->db = srv->cfg->up.db;
+    c->last_active_ms = px_now_ms();
+    resp_req_init(&c->rq, &srv->req_limits);
+    resp_buf_init(&c->scratch);
+    c->pool = px_pool_ref(srv, NULL, NULL, c->db, 2);
+    c->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (c->pool == NULL || c->bev == NULL) {
+        if (c->bev)
+            bufferevent_free(c->bev);
+        else
+            evutil_closesocket(fd);
+        px_pool_unref(c->pool);
+        resp_req_deinit(&c->rq);
+        resp_buf_deinit(&c->scratch);
+        free(c);
+        return NULL;
+    }
+    bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
+    bufferevent_setwatermark(c->bev, EV_WRITE, PX_OUTPUT_RESUME_BYTES, 0);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    c->next = srv->clients;
+    if (srv->clients) srv->clients->prev = c;
+    srv->clients = c;
+    srv->nclients++;
+    px_verbose("client connected id=%llu addr=%s", (unsigned long long)c->id, c->addr);
+    return c;
+}
+
+void px_client_close(px_client *c, const char *why) {
+    if (c->state == PX_CLIENT_CLOSED) return;
+    px_verbose("client closed id=%llu addr=%s reason=\"%s\"", (unsigned long long)c->id, c->addr, why);
+    c->state = PX_CLIENT_CLOSED;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->srv->clients = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+    c->srv->nclients--;
+    if (c->bev != NULL) {
+        bufferevent_free(c->bev);
+        c->bev = NULL;
+    }
+    /* Written-but-unsent slots go now; slots still awaited stay on their
+     * upstream FIFO and are dropped when their reply comes. */
+    px_req *r = c->slots_head;
+    while (r != NULL) {
+        px_req *next = r->next_slot;
+        if (!r->pending) px_req_release(c->srv, r);
+        r = next;
+    }
+    c->slots_head = c->slots_tail = NULL;
+    /* The client's own connection closes with it: an unfinished WATCH or
+     * MULTI dies on Redis with nothing executed, a blocked command stops. */
+    if (c->pinned != NULL) {
+        px_upstream *u = c->pinned;
+        c->pinned = NULL;
+        u->owner = NULL;
+        px_upstream_close(u, "client closed");
+    }
+    if (c->inflight == 0) {
+        c->next_reap = c->srv->reap_clients;
+        c->srv->reap_clients = c;
+        px_server_schedule_reap(c->srv);
+    }
+}
+
+void px_client_free(px_client *c) {
+    px_pool_unref(c->pool);
+    resp_req_deinit(&c->rq);
+    resp_buf_deinit(&c->scratch);
+    free(c->user);
+    free(c->pass);
+    free(c->name);
+    free(c->lib_name);
+    free(c->lib_ver);
+    clear_pending_state(c);
+    free(c);
+}
+
+void px_client_begin_stop(px_client *c) {
+    if (c->state != PX_CLIENT_ACTIVE) return;
+    if (c->mode == PX_MODE_TUNNEL || c->blocking) {
+        client_close(c, "shutdown");
+        return;
+    }
+    close_after_replies(c);
+}
+
+void px_client_cron(px_client *c, int64_t now_ms) {
+    int timeout = c->srv->cfg->timeout;
+    if (timeout <= 0 || c->state != PX_CLIENT_ACTIVE) return;
+    /* as Redis: subscribers and blocked clients do not time out */
+    if (c->mode == PX_MODE_TUNNEL || c->blocking || c->inflight > 0) return;
+    if (now_ms - c->last_active_ms > (int64_t)timeout * 1000) client_close(c, "idle timeout");
+}

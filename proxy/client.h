@@ -1,0 +1,114 @@
+/*
+ * proxy/client.h — one client session: its RESP input, its session state,
+ * the routing of each command, and its reply slots.
+ *
+ * Routing modes (the session state machine):
+ *
+ *   SHARED  ── WATCH/MULTI, blocking ──► PINNED (own connection) ── ends clean ──► SHARED
+ *     │  └─── state that must not leak (READONLY, CLIENT ID, NO-EVICT…) ──► STICKY
+ *     └────── SUBSCRIBE, MONITOR, CLIENT REPLY/TRACKING ──► TUNNEL
+ *
+ *   SHARED: commands go to the shared connection of the session's pool;
+ *           PING, ECHO, CLIENT SETNAME… are answered locally; SELECT, AUTH
+ *           and HELLO are checked by Redis on the pool of the new identity and
+ *           take effect when Redis accepts them.
+ *   PINNED: every forwarded command goes to the client's own connection.
+ *   STICKY: PINNED for the rest of the session; only QUIT and RESET are local.
+ *   TUNNEL: bytes relayed both ways, for the rest of the session.
+ *
+ * Ordering: a command is not sent on another connection than the one the
+ * client's earlier requests are still in flight on; it waits until they are
+ * answered. Replies leave in request order through the reply slots.
+ *
+ * Lifetime: a closed client whose requests are still in flight stays as a
+ * zombie (no socket) until the last reply arrives and is dropped.
+ */
+#ifndef SIDECACHE_PROXY_CLIENT_H
+#define SIDECACHE_PROXY_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol/resp.h"
+#include "proxy/server.h"
+#include "proxy/upstream.h"
+
+struct bufferevent;
+
+enum px_client_state {
+    PX_CLIENT_ACTIVE,   /* reading and answering */
+    PX_CLIENT_CLOSING,  /* no more input; close once replies are written */
+    PX_CLIENT_CLOSED,   /* socket gone; waiting for in-flight replies */
+};
+
+enum px_client_mode { PX_MODE_SHARED, PX_MODE_PINNED, PX_MODE_STICKY, PX_MODE_TUNNEL };
+
+typedef struct px_client {
+    px_server *srv;
+    struct px_client *prev, *next;   /* srv->clients */
+    struct px_client *next_reap;
+    uint64_t id;
+    struct bufferevent *bev;
+    char addr[64];
+    int state;
+    int mode;
+
+    resp_req_parser rq;
+    resp_buf scratch;          /* local replies and rewritten requests */
+
+    /* session state */
+    int proto;                 /* 2 or 3 */
+    int db;
+    char *user, *pass;         /* NULL: not authenticated */
+    char *name;                /* CLIENT SETNAME, NULL if none */
+    char *lib_name, *lib_ver;  /* CLIENT SETINFO */
+    px_pool *pool;             /* the identity's pool (ref held) */
+
+    px_upstream *pinned;       /* own connection in PINNED/STICKY/TUNNEL */
+    int watching, in_multi;    /* transaction state, as sent to Redis */
+    int blocking;              /* a blocking command is in flight on pinned */
+
+    /* in flight */
+    px_req *slots_head, *slots_tail;
+    int inflight;              /* requests awaiting an upstream reply */
+    px_upstream *inflight_on;  /* the connection they were sent on */
+    int barrier;               /* a state change awaits its reply: read nothing */
+    int input_paused;          /* reading stopped (barrier, switch, or back-pressure) */
+
+    /* pending session change, applied when Redis accepts it */
+    int pend_db, pend_proto;
+    char *pend_user, *pend_pass, *pend_name;
+
+    int64_t last_active_ms;
+} px_client;
+
+/* Takes ownership of an accepted socket. Returns NULL (socket closed) on error. */
+px_client *px_client_new(px_server *srv, int fd, const char *addr);
+
+/* Called by upstream.c when the reply to r arrives (r->pending already 0).
+ * data/len is the whole reply frame. */
+void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len);
+
+/* Tunnel bytes from the client's own connection. */
+void px_client_on_tunnel_data(px_client *c, const char *data, size_t len);
+
+/* The client's own connection is gone: replies written so far are flushed,
+ * then the client is closed, as it would be if Redis had dropped it. */
+void px_client_on_pinned_lost(px_client *c, px_upstream *u);
+
+/* Graceful stop: no more input; close when in-flight replies are written.
+ * Clients that wait on Redis for an unbounded time (blocked, subscribed)
+ * are closed at once. */
+void px_client_begin_stop(px_client *c);
+
+/* Idle-timeout check, from cron. */
+void px_client_cron(px_client *c, int64_t now_ms);
+
+/* Closes the socket now; the client stays as a zombie while replies it
+ * awaits are in flight. */
+void px_client_close(px_client *c, const char *why);
+
+/* Frees a client queued for reaping. */
+void px_client_free(px_client *c);
+
+#endif

@@ -1,0 +1,136 @@
+/*
+ * proxy/listener.c — see listener.h.
+ */
+#include "proxy/listener.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "proxy/client.h"
+#include "proxy/log.h"
+
+static void describe(const struct sockaddr *sa, char *buf, size_t n) {
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        snprintf(buf, n, "%s:%d", host, ntohs(in->sin_port));
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        snprintf(buf, n, "[%s]:%d", host, ntohs(in6->sin6_port));
+    } else {
+        snprintf(buf, n, "unix");
+    }
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                      void *arg) {
+    px_server *srv = arg;
+    char addr[64];
+    describe(sa, addr, sizeof addr);
+    if (srv->stopping) {
+        evutil_closesocket(fd);
+        return;
+    }
+    if (srv->nclients >= srv->cfg->maxclients) {
+        static const char msg[] = "-ERR max number of clients reached\r\n";
+        ssize_t w = write(fd, msg, sizeof msg - 1);
+        (void)w;
+        evutil_closesocket(fd);
+        px_warning("client refused addr=%s reason=maxclients", addr);
+        return;
+    }
+    evutil_make_socket_nonblocking(fd);
+    if (sa->sa_family != AF_UNIX) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        int ka = srv->cfg->tcp_keepalive;
+        if (ka > 0) {
+            setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+#ifdef TCP_KEEPIDLE
+            int intvl = ka / 3 > 0 ? ka / 3 : 1, cnt = 3;
+            setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &ka, sizeof ka);
+            setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+            setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+#endif
+        }
+    }
+    px_client_new(srv, fd, addr);
+}
+
+static int add_listener(px_server *srv, struct evconnlistener *l, const char *what) {
+    if (l == NULL) {
+        px_warning("cannot listen addr=%s err=\"%s\"", what, strerror(errno));
+        return -1;
+    }
+    srv->listeners[srv->nlisteners++] = l;
+    px_notice("listening addr=%s", what);
+    return 0;
+}
+
+int px_listeners_open(px_server *srv) {
+    px_config *cfg = srv->cfg;
+    unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC;
+    if (cfg->port > 0) {
+        for (int i = 0; i < cfg->nbind; i++) {
+            char portstr[8], what[300];
+            struct addrinfo hints, *res = NULL;
+            memset(&hints, 0, sizeof hints);
+            hints.ai_family = AF_UNSPEC;
+            hints.ai_socktype = SOCK_STREAM;
+            hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
+            snprintf(portstr, sizeof portstr, "%d", cfg->port);
+            const char *host = cfg->bind[i];
+            if (host[0] == '*') host = NULL;
+            int rc = getaddrinfo(host, portstr, &hints, &res);
+            if (rc != 0) {
+                px_warning("cannot listen addr=%s:%d err=\"%s\"", cfg->bind[i], cfg->port, gai_strerror(rc));
+                return -1;
+            }
+            snprintf(what, sizeof what, "%s:%d", cfg->bind[i], cfg->port);
+            struct evconnlistener *l =
+                evconnlistener_new_bind(srv->base, on_accept, srv, flags, 511, res->ai_addr, (int)res->ai_addrlen);
+            freeaddrinfo(res);
+            if (add_listener(srv, l, what) != 0) return -1;
+        }
+    }
+    if (cfg->unixsocket[0] != '\0') {
+        struct sockaddr_un sun;
+        memset(&sun, 0, sizeof sun);
+        sun.sun_family = AF_UNIX;
+        snprintf(sun.sun_path, sizeof sun.sun_path, "%s", cfg->unixsocket);
+        unlink(cfg->unixsocket); /* a stale socket from an earlier run */
+        struct evconnlistener *l = evconnlistener_new_bind(srv->base, on_accept, srv,
+                                                           LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 511,
+                                                           (struct sockaddr *)&sun, sizeof sun);
+        if (add_listener(srv, l, cfg->unixsocket) != 0) return -1;
+        if (cfg->unixsocketperm != 0 && chmod(cfg->unixsocket, (mode_t)cfg->unixsocketperm) != 0) {
+            px_warning("cannot chmod unixsocket path=%s err=\"%s\"", cfg->unixsocket, strerror(errno));
+            return -1;
+        }
+    }
+    if (srv->nlisteners == 0) {
+        px_warning("nothing to listen on: set port or unixsocket");
+        return -1;
+    }
+    return 0;
+}
+
+void px_listeners_close(px_server *srv) {
+    for (int i = 0; i < srv->nlisteners; i++) evconnlistener_free(srv->listeners[i]);
+    srv->nlisteners = 0;
+    if (srv->cfg->unixsocket[0] != '\0') unlink(srv->cfg->unixsocket);
+}

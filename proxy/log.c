@@ -1,0 +1,56 @@
+/*
+ * proxy/log.c — see log.h. The only process-wide state of the logger is the
+ * sink and the level: logging is a property of the process, not of a module.
+ */
+#include "proxy/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+static FILE *log_sink;
+static int log_level = PX_LOG_NOTICE;
+
+int px_log_open(const char *path, int level) {
+    log_level = level;
+    if (path == NULL || path[0] == '\0') {
+        log_sink = stderr;
+        return 0;
+    }
+    FILE *f = fopen(path, "a");
+    if (f == NULL) return -1;
+    setvbuf(f, NULL, _IOLBF, 0);
+    log_sink = f;
+    return 0;
+}
+
+void px_log_set_level(int level) { log_level = level; }
+
+void px_log_close(void) {
+    if (log_sink != NULL && log_sink != stderr) fclose(log_sink);
+    log_sink = NULL;
+}
+
+int px_log_enabled(int level) { return level >= log_level; }
+
+void px_log(int level, const char *fmt, ...) {
+    static const char *names[] = {"debug", "verbose", "notice", "warning"};
+    if (level < log_level) return;
+    FILE *out = log_sink ? log_sink : stderr;
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    gmtime_r(&tv.tv_sec, &tm);
+    char ts[32];
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+    fprintf(out, "%s.%03dZ pid=%d level=%s ", ts, (int)(tv.tv_usec / 1000), (int)getpid(),
+            names[level < 0 ? 0 : level > 3 ? 3 : level]);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(out, fmt, ap);
+    va_end(ap);
+    fputc('\n', out);
+    fflush(out);
+}

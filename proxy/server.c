@@ -1,0 +1,149 @@
+/*
+ * proxy/server.c — the event loop around clients and pools: start, the
+ * once-a-second cron, deferred frees, and the graceful stop.
+ *
+ * Graceful stop (SIGTERM, SIGINT): listeners close at once; every client
+ * stops reading and is closed once the replies to what it already sent are
+ * written (blocked and subscribed clients at once: their wait is unbounded);
+ * the process exits 0 when no client is left, or after a deadline.
+ */
+#include "proxy/server.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/dns.h>
+#include <event2/event.h>
+
+#include "proxy/client.h"
+#include "proxy/listener.h"
+#include "proxy/log.h"
+#include "proxy/upstream.h"
+
+#define PX_STOP_DEADLINE_MS 10000
+
+int64_t px_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void px_server_schedule_reap(px_server *srv) {
+    if (srv->reap_ev != NULL) event_active(srv->reap_ev, EV_TIMEOUT, 0);
+}
+
+static void reap_cb(evutil_socket_t fd, short what, void *arg) {
+    px_server *srv = arg;
+    while (srv->reap_clients != NULL) {
+        px_client *c = srv->reap_clients;
+        srv->reap_clients = c->next_reap;
+        px_client_free(c);
+    }
+    while (srv->reap_upstreams != NULL) {
+        px_upstream *u = srv->reap_upstreams;
+        srv->reap_upstreams = u->next_reap;
+        px_upstream_free(u);
+    }
+    if (srv->stopping && srv->nclients == 0) event_base_loopexit(srv->base, NULL);
+}
+
+static void cron_cb(evutil_socket_t fd, short what, void *arg) {
+    px_server *srv = arg;
+    int64_t now = px_now_ms();
+    for (px_client *c = srv->clients, *next; c != NULL; c = next) {
+        next = c->next;
+        px_client_cron(c, now);
+    }
+    px_pools_sweep(srv, now);
+    if (srv->stopping) {
+        if (srv->nclients == 0) {
+            event_base_loopexit(srv->base, NULL);
+        } else if (now > srv->stop_deadline_ms) {
+            px_warning("stop deadline passed, exiting clients=%d", srv->nclients);
+            event_base_loopexit(srv->base, NULL);
+        }
+    }
+}
+
+static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
+    px_server *srv = arg;
+    if (srv->stopping) {
+        px_notice("second stop signal, exiting now");
+        event_base_loopexit(srv->base, NULL);
+        return;
+    }
+    px_notice("stopping signal=%d clients=%d", (int)sig, srv->nclients);
+    srv->stopping = 1;
+    srv->stop_deadline_ms = px_now_ms() + PX_STOP_DEADLINE_MS;
+    px_listeners_close(srv);
+    for (px_client *c = srv->clients, *next; c != NULL; c = next) {
+        next = c->next;
+        px_client_begin_stop(c);
+    }
+    if (srv->nclients == 0) event_base_loopexit(srv->base, NULL);
+}
+
+int px_server_run(px_config *cfg) {
+    px_server srv;
+    memset(&srv, 0, sizeof srv);
+    srv.cfg = cfg;
+    resp_limits_default(&srv.req_limits);
+    srv.req_limits.max_bulk_len = cfg->proto_max_bulk_len;
+    srv.req_limits.max_multibulk_len = cfg->max_multibulk_len;
+    resp_limits_default(&srv.reply_limits);
+    srv.reply_limits.max_bulk_len = cfg->proto_max_bulk_len;
+    /* Redis may answer with more elements than a client may send in one
+     * request (a big LRANGE): the reply side only bounds nesting and lines. */
+    srv.reply_limits.max_multibulk_len = 1LL << 32;
+
+    signal(SIGPIPE, SIG_IGN);
+    srv.base = event_base_new();
+    if (srv.base == NULL) {
+        px_warning("cannot create the event loop");
+        return 1;
+    }
+    srv.dns = evdns_base_new(srv.base, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+    if (srv.dns == NULL) srv.dns = evdns_base_new(srv.base, 0); /* no resolv.conf: numeric hosts still work */
+    srv.reap_ev = event_new(srv.base, -1, 0, reap_cb, &srv);
+    srv.cron_ev = event_new(srv.base, -1, EV_PERSIST, cron_cb, &srv);
+    srv.sig_term = evsignal_new(srv.base, SIGTERM, on_stop_signal, &srv);
+    srv.sig_int = evsignal_new(srv.base, SIGINT, on_stop_signal, &srv);
+    struct timeval second = {1, 0};
+    event_add(srv.cron_ev, &second);
+    event_add(srv.sig_term, NULL);
+    event_add(srv.sig_int, NULL);
+
+    if (px_listeners_open(&srv) != 0) {
+        srv.exit_code = 1;
+        goto out;
+    }
+    px_notice("ready upstream=%s upstream_connections=%d", cfg->upstream, cfg->upstream_connections);
+    event_base_dispatch(srv.base);
+    px_notice("stopped");
+
+out:
+    px_listeners_close(&srv);
+    /* Free what is left, in an order that keeps every pointer valid:
+     * clients close (their requests in flight keep them as zombies), the
+     * connections close (failing those requests, which reaps the zombies),
+     * and the pools go last, when no client refers to them. */
+    while (srv.clients != NULL) px_client_close(srv.clients, "shutdown");
+    px_pools_close_connections(&srv);
+    reap_cb(-1, 0, &srv);
+    px_pools_free_all(&srv);
+    reap_cb(-1, 0, &srv);
+    while (srv.free_reqs != NULL) {
+        px_req *r = srv.free_reqs;
+        srv.free_reqs = r->next_up;
+        free(r);
+    }
+    event_free(srv.reap_ev);
+    event_free(srv.cron_ev);
+    event_free(srv.sig_term);
+    event_free(srv.sig_int);
+    if (srv.dns) evdns_base_free(srv.dns, 0);
+    event_base_free(srv.base);
+    return srv.exit_code;
+}

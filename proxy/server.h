@@ -1,0 +1,70 @@
+/*
+ * proxy/server.h — the process-wide state of one sidecache instance, passed
+ * explicitly to every module (no globals): the event loop, the config, the
+ * lists of clients and upstream pools, and the deferred-free queue.
+ *
+ * Lifetime rule: nothing is freed inside its own libevent callback. A client
+ * or upstream connection that must go is unlinked and marked, queued on the
+ * reap list, and freed by px_server_reap(), which runs as its own event at
+ * the end of the loop iteration.
+ */
+#ifndef SIDECACHE_PROXY_SERVER_H
+#define SIDECACHE_PROXY_SERVER_H
+
+#include <stdint.h>
+
+#include "protocol/resp.h"
+#include "proxy/config.h"
+
+struct event_base;
+struct event;
+struct evdns_base;
+struct evconnlistener;
+struct px_client;
+struct px_pool;
+struct px_upstream;
+struct px_req;
+
+#define PX_MAX_LISTENERS (PX_MAX_BIND + 1)
+
+typedef struct px_server {
+    struct event_base *base;
+    struct evdns_base *dns;
+    px_config *cfg;
+    resp_limits req_limits;   /* what clients may send */
+    resp_limits reply_limits; /* what Redis may answer */
+
+    struct evconnlistener *listeners[PX_MAX_LISTENERS];
+    int nlisteners;
+
+    struct px_client *clients; /* doubly linked, live clients */
+    int nclients;
+    uint64_t next_client_id;
+
+    struct px_pool *pools;     /* singly linked */
+
+    struct px_req *free_reqs;  /* recycled request records */
+    int nfree_reqs;
+
+    struct px_client *reap_clients;
+    struct px_upstream *reap_upstreams;
+    struct event *reap_ev;
+    struct event *cron_ev;
+    struct event *sig_term, *sig_int, *sig_pipe;
+
+    int stopping;              /* SIGTERM seen: finish in-flight work, then exit */
+    int64_t stop_deadline_ms;
+    int exit_code;
+} px_server;
+
+/* Milliseconds on a monotonic clock. */
+int64_t px_now_ms(void);
+
+/* Asks for px_server_reap() at the end of this loop iteration. */
+void px_server_schedule_reap(px_server *srv);
+
+
+
+/* Runs one instance until it is stopped. Returns the process exit code. */
+int px_server_run(px_config *cfg);
+#endif

@@ -1,0 +1,496 @@
+/*
+ * proxy/upstream.c — pools of connections to Redis. See upstream.h for the
+ * data model; the invariants kept here:
+ *
+ * - A request record is on exactly one connection's FIFO while pending, and
+ *   its reply goes to exactly one place: the client (px_client_on_reply) or
+ *   the floor (PX_REQ_DISCARD). When a connection dies every pending record
+ *   gets an error reply: no client ever waits forever.
+ * - px_upstream_close never frees: the bufferevent may be the one whose
+ *   callback is running. Memory goes at reap time.
+ * - A closed connection is unlinked from its pool at once, so nobody picks
+ *   it again; u->pool is NULL from then on.
+ */
+#include "proxy/upstream.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+
+#include "proxy/client.h"
+#include "proxy/log.h"
+
+#define PX_BACKOFF_MIN_MS 100
+#define PX_BACKOFF_MAX_MS 2000
+#define PX_MAX_IDLE_PINNED 32
+#define PX_POOL_IDLE_FREE_MS 60000
+#define PX_MAX_FREE_REQS 4096
+
+static uint64_t next_upstream_id;
+
+/* ------------------------------------------------------------------------ */
+/* request records */
+
+px_req *px_req_new(px_server *srv, px_client *c, int kind) {
+    px_req *r = srv->free_reqs;
+    if (r != NULL) {
+        srv->free_reqs = r->next_up;
+        srv->nfree_reqs--;
+    } else {
+        r = malloc(sizeof *r);
+        if (r == NULL) return NULL;
+    }
+    memset(r, 0, sizeof *r);
+    r->client = c;
+    r->kind = kind;
+    return r;
+}
+
+void px_req_release(px_server *srv, px_req *r) {
+    if (r->early != NULL) evbuffer_free(r->early);
+    if (srv->nfree_reqs < PX_MAX_FREE_REQS) {
+        r->early = NULL;
+        r->next_up = srv->free_reqs;
+        srv->free_reqs = r;
+        srv->nfree_reqs++;
+    } else {
+        free(r);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* pools */
+
+static int str_eq(const char *a, const char *b) {
+    if (a == NULL || b == NULL) return a == b;
+    return strcmp(a, b) == 0;
+}
+
+px_pool *px_pool_ref(px_server *srv, const char *user, const char *pass, int db, int proto) {
+    for (px_pool *p = srv->pools; p != NULL; p = p->next) {
+        if (p->db == db && p->proto == proto && str_eq(p->user, user) && str_eq(p->pass, pass)) {
+            p->refs++;
+            p->last_used_ms = px_now_ms();
+            return p;
+        }
+    }
+    px_pool *p = calloc(1, sizeof *p);
+    if (p == NULL) return NULL;
+    p->srv = srv;
+    p->db = db;
+    p->proto = proto;
+    p->nshared = srv->cfg->upstream_connections;
+    p->shared = calloc((size_t)p->nshared, sizeof *p->shared);
+    p->user = user ? strdup(user) : NULL;
+    p->pass = pass ? strdup(pass) : NULL;
+    if (p->shared == NULL || (user && !p->user) || (pass && !p->pass)) {
+        free(p->shared);
+        free(p->user);
+        free(p->pass);
+        free(p);
+        return NULL;
+    }
+    p->refs = 1;
+    p->last_used_ms = px_now_ms();
+    p->next = srv->pools;
+    srv->pools = p;
+    px_debug("pool created user=%s db=%d proto=%d", user ? user : (pass ? "(legacy)" : "-"), db, proto);
+    return p;
+}
+
+void px_pool_unref(px_pool *p) {
+    if (p == NULL) return;
+    p->refs--;
+    p->last_used_ms = px_now_ms();
+}
+
+static void pool_backoff(px_pool *p, const char *why) {
+    if (p->backoff_ms == 0)
+        p->backoff_ms = PX_BACKOFF_MIN_MS;
+    else if (p->backoff_ms < PX_BACKOFF_MAX_MS)
+        p->backoff_ms *= 2;
+    if (p->backoff_ms > PX_BACKOFF_MAX_MS) p->backoff_ms = PX_BACKOFF_MAX_MS;
+    p->backoff_until_ms = px_now_ms() + p->backoff_ms;
+    snprintf(p->last_error, sizeof p->last_error, "%s", why);
+}
+
+static int pool_in_backoff(px_pool *p) {
+    return p->backoff_until_ms != 0 && px_now_ms() < p->backoff_until_ms;
+}
+
+static void pool_unlink_upstream(px_upstream *u) {
+    px_pool *p = u->pool;
+    if (p == NULL) return;
+    if (u->shared_index >= 0 && u->shared_index < p->nshared && p->shared[u->shared_index] == u)
+        p->shared[u->shared_index] = NULL;
+    for (px_upstream **pp = &p->idle; *pp != NULL; pp = &(*pp)->next_idle) {
+        if (*pp == u) {
+            *pp = u->next_idle;
+            p->nidle--;
+            break;
+        }
+    }
+    u->next_idle = NULL;
+    u->pool = NULL;
+}
+
+static void pool_close_connections(px_pool *p) {
+    for (int i = 0; i < p->nshared; i++)
+        if (p->shared[i] != NULL) px_upstream_close(p->shared[i], "pool closed");
+    while (p->idle != NULL) px_upstream_close(p->idle, "pool closed");
+}
+
+void px_pools_close_connections(px_server *srv) {
+    for (px_pool *p = srv->pools; p != NULL; p = p->next) pool_close_connections(p);
+}
+
+static void pool_free(px_server *srv, px_pool *p) {
+    pool_close_connections(p);
+    free(p->shared);
+    free(p->user);
+    free(p->pass);
+    free(p);
+    (void)srv;
+}
+
+void px_pools_sweep(px_server *srv, int64_t now_ms) {
+    px_pool **pp = &srv->pools;
+    while (*pp != NULL) {
+        px_pool *p = *pp;
+        int busy = 0;
+        for (int i = 0; i < p->nshared && !busy; i++)
+            if (p->shared[i] != NULL && p->shared[i]->npending > 0) busy = 1;
+        if (p->refs == 0 && !busy && now_ms - p->last_used_ms > PX_POOL_IDLE_FREE_MS) {
+            *pp = p->next;
+            pool_free(srv, p);
+        } else {
+            pp = &p->next;
+        }
+    }
+}
+
+void px_pools_free_all(px_server *srv) {
+    while (srv->pools != NULL) {
+        px_pool *p = srv->pools;
+        srv->pools = p->next;
+        pool_free(srv, p);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* one connection */
+
+static void up_read_cb(struct bufferevent *bev, void *arg);
+static void up_event_cb(struct bufferevent *bev, short what, void *arg);
+
+static const char *up_addr(px_server *srv, char *buf, size_t n) {
+    const px_upstream_addr *a = &srv->cfg->up;
+    if (a->is_unix)
+        snprintf(buf, n, "%s", a->path);
+    else
+        snprintf(buf, n, "%s:%d", a->host, a->port);
+    return buf;
+}
+
+/* Writes the handshake that puts a fresh connection in the pool's identity;
+ * returns how many replies it will produce. */
+static int up_write_handshake(px_upstream *u, resp_buf *b) {
+    px_pool *p = u->pool;
+    int n = 0;
+    char portbuf[16];
+    if (p->proto == 3) {
+        if (p->pass != NULL)
+            resp_enc_commandv(b, "HELLO", "3", "AUTH", p->user ? p->user : "default", p->pass, NULL);
+        else
+            resp_enc_commandv(b, "HELLO", "3", NULL);
+        n++;
+    } else if (p->pass != NULL) {
+        if (p->user != NULL)
+            resp_enc_commandv(b, "AUTH", p->user, p->pass, NULL);
+        else
+            resp_enc_commandv(b, "AUTH", p->pass, NULL);
+        n++;
+    }
+    if (p->db != 0) {
+        snprintf(portbuf, sizeof portbuf, "%d", p->db);
+        resp_enc_commandv(b, "SELECT", portbuf, NULL);
+        n++;
+    }
+    return n;
+}
+
+static px_upstream *up_connect(px_pool *p) {
+    px_server *srv = p->srv;
+    const px_upstream_addr *a = &srv->cfg->up;
+    char addr[300];
+    px_upstream *u = calloc(1, sizeof *u);
+    if (u == NULL) {
+        snprintf(p->last_error, sizeof p->last_error, "out of memory");
+        return NULL;
+    }
+    u->srv = srv;
+    u->pool = p;
+    u->shared_index = -1;
+    u->id = ++next_upstream_id;
+    u->state = PX_UP_CONNECTING;
+    resp_reply_init(&u->rp, &srv->reply_limits);
+    u->bev = bufferevent_socket_new(srv->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (u->bev == NULL) goto fail;
+    bufferevent_setcb(u->bev, up_read_cb, NULL, up_event_cb, u);
+    bufferevent_enable(u->bev, EV_READ | EV_WRITE);
+
+    int rc;
+    if (a->is_unix) {
+        struct sockaddr_un sun;
+        memset(&sun, 0, sizeof sun);
+        sun.sun_family = AF_UNIX;
+        snprintf(sun.sun_path, sizeof sun.sun_path, "%s", a->path);
+        rc = bufferevent_socket_connect(u->bev, (struct sockaddr *)&sun, sizeof sun);
+    } else {
+        rc = bufferevent_socket_connect_hostname(u->bev, srv->dns, AF_UNSPEC, a->host, a->port);
+    }
+    if (rc != 0) {
+        char why[400];
+        snprintf(why, sizeof why, "upstream %s unavailable: %s", up_addr(srv, addr, sizeof addr),
+                 errno ? strerror(errno) : "connect failed");
+        pool_backoff(p, why);
+        goto fail;
+    }
+
+    resp_buf hs;
+    resp_buf_init(&hs);
+    u->handshake_left = up_write_handshake(u, &hs);
+    if (hs.len > 0) bufferevent_write(u->bev, hs.data, hs.len);
+    resp_buf_deinit(&hs);
+    px_verbose("upstream connecting id=%llu addr=%s db=%d proto=%d",
+               (unsigned long long)u->id, up_addr(srv, addr, sizeof addr), p->db, p->proto);
+    return u;
+
+fail:
+    if (u->bev != NULL) bufferevent_free(u->bev);
+    resp_reply_deinit(&u->rp);
+    free(u);
+    return NULL;
+}
+
+px_upstream *px_pool_shared(px_pool *p, uint64_t client_id) {
+    int i = (int)(client_id % (uint64_t)p->nshared);
+    px_upstream *u = p->shared[i];
+    p->last_used_ms = px_now_ms();
+    if (u != NULL && u->state != PX_UP_CLOSED) return u;
+    if (pool_in_backoff(p)) return NULL;
+    u = up_connect(p);
+    if (u == NULL) return NULL;
+    u->shared_index = i;
+    p->shared[i] = u;
+    return u;
+}
+
+px_upstream *px_pool_pin(px_pool *p, px_client *owner, int tunnel) {
+    px_upstream *u = p->idle;
+    p->last_used_ms = px_now_ms();
+    if (u != NULL) {
+        p->idle = u->next_idle;
+        u->next_idle = NULL;
+        p->nidle--;
+    } else {
+        if (pool_in_backoff(p)) return NULL;
+        u = up_connect(p);
+        if (u == NULL) return NULL;
+    }
+    u->owner = owner;
+    u->tunnel = tunnel;
+    return u;
+}
+
+void px_upstream_unpin(px_upstream *u, int clean) {
+    u->owner = NULL;
+    if (u->state == PX_UP_CLOSED) return;
+    px_pool *p = u->pool;
+    if (clean && !u->tunnel && u->npending == 0 && p != NULL && p->nidle < PX_MAX_IDLE_PINNED) {
+        u->next_idle = p->idle;
+        p->idle = u;
+        p->nidle++;
+        return;
+    }
+    px_upstream_close(u, "connection released");
+}
+
+void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len) {
+    r->pending = 1;
+    r->next_up = NULL;
+    if (u->tail != NULL)
+        u->tail->next_up = r;
+    else
+        u->head = r;
+    u->tail = r;
+    u->npending++;
+    bufferevent_write(u->bev, data, len);
+}
+
+void px_upstream_send_raw(px_upstream *u, const char *data, size_t len) {
+    bufferevent_write(u->bev, data, len);
+}
+
+/* Hands every pending request the error frame err (whole RESP frame). */
+static void up_fail_pending(px_upstream *u, const char *err, size_t errlen) {
+    px_req *r;
+    while ((r = u->head) != NULL) {
+        u->head = r->next_up;
+        if (u->head == NULL) u->tail = NULL;
+        u->npending--;
+        r->pending = 0;
+        r->next_up = NULL;
+        if (r->kind == PX_REQ_DISCARD)
+            px_req_release(u->srv, r);
+        else
+            px_client_on_reply(r->client, r, err, errlen);
+    }
+}
+
+static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, const char *why) {
+    if (u->state == PX_UP_CLOSED) return;
+    px_verbose("upstream closed id=%llu pending=%d reason=\"%s\"", (unsigned long long)u->id,
+               u->npending, why);
+    u->state = PX_UP_CLOSED;
+    bufferevent_disable(u->bev, EV_READ | EV_WRITE);
+    pool_unlink_upstream(u);
+    /* The owner learns first, so that it does not try to reuse this
+     * connection while the errors below are delivered to it. */
+    px_client *owner = u->owner;
+    u->owner = NULL;
+    if (owner != NULL) px_client_on_pinned_lost(owner, u);
+    up_fail_pending(u, frame, len);
+    u->next_reap = u->srv->reap_upstreams;
+    u->srv->reap_upstreams = u;
+    px_server_schedule_reap(u->srv);
+}
+
+void px_upstream_close(px_upstream *u, const char *why) {
+    char frame[512];
+    int n = snprintf(frame, sizeof frame, "-ERR sidecache: %s\r\n", why);
+    if (n < 0 || (size_t)n >= sizeof frame) n = (int)sizeof frame - 1, frame[n - 2] = '\r', frame[n - 1] = '\n';
+    up_close_with_frame(u, frame, (size_t)n, why);
+}
+
+void px_upstream_free(px_upstream *u) {
+    if (u->bev != NULL) bufferevent_free(u->bev);
+    resp_reply_deinit(&u->rp);
+    free(u);
+}
+
+/* One whole reply frame from Redis. */
+static void up_on_frame(px_upstream *u, const char *data, size_t len) {
+    char type = u->rp.type;
+    if (u->handshake_left > 0) {
+        if (type == '-' || type == '!') {
+            /* Redis refused the identity: every request queued behind gets
+             * that same answer, as a direct client would. Not a reason to
+             * back off: Redis is there. */
+            char why[300];
+            snprintf(why, sizeof why, "handshake refused: %.*s", (int)(len > 200 ? 200 : len - 2), data + 1);
+            up_close_with_frame(u, data, len, why);
+            return;
+        }
+        if (--u->handshake_left == 0) {
+            u->state = PX_UP_READY;
+            u->ever_ready = 1;
+            if (u->pool) u->pool->backoff_ms = 0, u->pool->backoff_until_ms = 0;
+        }
+        return;
+    }
+    if (u->tunnel) {
+        if (u->owner != NULL) px_client_on_tunnel_data(u->owner, data, len);
+        return;
+    }
+    if (type == '>') {
+        /* A push on a matched connection is not a reply: it belongs to the
+         * owner if there is one (RESP3 pub/sub and tracking are tunnelled,
+         * so this is rare), and is dropped on shared connections. */
+        if (u->owner != NULL) px_client_on_tunnel_data(u->owner, data, len);
+        return;
+    }
+    px_req *r = u->head;
+    if (r == NULL) {
+        px_upstream_close(u, "unexpected reply from upstream");
+        return;
+    }
+    u->head = r->next_up;
+    if (u->head == NULL) u->tail = NULL;
+    u->npending--;
+    r->pending = 0;
+    r->next_up = NULL;
+    if (r->kind == PX_REQ_DISCARD)
+        px_req_release(u->srv, r);
+    else
+        px_client_on_reply(r->client, r, data, len);
+}
+
+static void up_read_cb(struct bufferevent *bev, void *arg) {
+    px_upstream *u = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    while (u->state != PX_UP_CLOSED) {
+        size_t len = evbuffer_get_length(in);
+        if (len == 0 || (u->rp.need != 0 && len < u->rp.need)) break;
+        const char *data = (const char *)evbuffer_pullup(in, -1);
+        int rc = resp_reply_parse(&u->rp, data, len);
+        if (rc == RESP_AGAIN) break;
+        if (rc == RESP_ERR) {
+            char why[300];
+            snprintf(why, sizeof why, "malformed reply from upstream (%s)", u->rp.err);
+            px_warning("upstream protocol error id=%llu err=\"%s\"", (unsigned long long)u->id, u->rp.err);
+            px_upstream_close(u, why);
+            return;
+        }
+        size_t flen = u->rp.frame_len;
+        up_on_frame(u, data, flen);
+        evbuffer_drain(in, flen);
+    }
+}
+
+static void up_event_cb(struct bufferevent *bev, short what, void *arg) {
+    px_upstream *u = arg;
+    px_server *srv = u->srv;
+    char addr[300], why[512];
+    if (what & BEV_EVENT_CONNECTED) {
+        evutil_socket_t fd = bufferevent_getfd(bev);
+        int one = 1;
+        if (!srv->cfg->up.is_unix) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (u->state == PX_UP_CONNECTING) {
+            u->state = u->handshake_left ? PX_UP_HANDSHAKE : PX_UP_READY;
+            if (u->state == PX_UP_READY) {
+                u->ever_ready = 1;
+                if (u->pool) u->pool->backoff_ms = 0, u->pool->backoff_until_ms = 0;
+            }
+        }
+        px_verbose("upstream connected id=%llu", (unsigned long long)u->id);
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
+        int dnserr = bufferevent_socket_get_dns_error(bev);
+        const char *cause = dnserr ? evutil_gai_strerror(dnserr)
+                            : (what & BEV_EVENT_EOF) ? "connection closed by upstream"
+                            : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR());
+        if (u->state == PX_UP_CONNECTING) {
+            snprintf(why, sizeof why, "upstream %s unavailable: %s", up_addr(srv, addr, sizeof addr), cause);
+            if (u->pool) pool_backoff(u->pool, why);
+            px_warning("upstream connect failed addr=%s err=\"%s\"", addr, cause);
+        } else {
+            snprintf(why, sizeof why, "upstream connection lost: %s", cause);
+            if (u->ever_ready || u->state == PX_UP_HANDSHAKE)
+                px_notice("upstream lost id=%llu pending=%d err=\"%s\"", (unsigned long long)u->id,
+                          u->npending, cause);
+        }
+        px_upstream_close(u, why);
+    }
+}

@@ -1,0 +1,148 @@
+/*
+ * proxy/upstream.h — connections to Redis, grouped in pools.
+ *
+ * A pool serves one identity: (user, password, db, protocol). Its shared
+ * connections are pipelined and multiplexed: any number of clients write
+ * requests into one connection, and replies, which Redis sends in order, are
+ * matched to the FIFO of px_req records:
+ *
+ *      client A ──GET a──┐                       ┌──► reply a ──► A's slot
+ *      client B ──GET b──┼──► upstream conn ──► Redis ──► reply b ──► B's slot
+ *      client A ──SET c──┘     pending: a, b, c  └──► reply c ──► A's slot
+ *
+ * A connection's first requests are its handshake (HELLO 3, AUTH, SELECT),
+ * written before anything else; their replies are swallowed, and an error
+ * among them fails every request queued behind with that same error, which
+ * is exactly what the client would have seen from Redis.
+ *
+ * A connection can be taken out of the pool for one client (pinned): for a
+ * transaction, a blocking command, or state that must not leak to others.
+ * A pinned connection that ends clean goes back to the pool's idle list;
+ * one whose state cannot be known is closed. A tunnel is a pinned
+ * connection whose bytes are relayed without matching (pub/sub, MONITOR,
+ * CLIENT REPLY OFF, the client's own tracking).
+ *
+ * Connections are made on demand. After a failed connect the pool backs off
+ * (100 ms doubling to 2 s); meanwhile requests fail at once with a clear
+ * error instead of waiting, and the first request after the back-off tries
+ * again, so the proxy recovers by itself when Redis returns.
+ */
+#ifndef SIDECACHE_PROXY_UPSTREAM_H
+#define SIDECACHE_PROXY_UPSTREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol/resp.h"
+#include "proxy/server.h"
+
+struct bufferevent;
+struct evbuffer;
+struct px_client;
+
+enum px_req_kind {
+    PX_REQ_CLIENT = 0,  /* reply goes to the client's slot */
+    PX_REQ_SELECT,      /* reply decides a session-state change (see client.c) */
+    PX_REQ_AUTH,
+    PX_REQ_HELLO,
+    PX_REQ_DISCARD,     /* internal request: reply dropped */
+};
+
+/*
+ * One request in flight, and at the same time the client's reply slot for
+ * it: the client keeps its slots in request order and writes a reply out
+ * only when every earlier slot is written, so replies from different
+ * upstream connections and local answers keep the order of the requests.
+ */
+typedef struct px_req {
+    struct px_req *next_up;     /* FIFO of the upstream connection */
+    struct px_req *next_slot;   /* FIFO of the client's reply slots */
+    struct px_client *client;   /* NULL for PX_REQ_DISCARD */
+    struct evbuffer *early;     /* reply that arrived before its turn */
+    int kind;
+    int done;                   /* reply present (in early) */
+    int pending;                /* still awaited from an upstream connection */
+} px_req;
+
+enum px_up_state { PX_UP_CONNECTING, PX_UP_HANDSHAKE, PX_UP_READY, PX_UP_CLOSED };
+
+typedef struct px_pool {
+    px_server *srv;
+    struct px_pool *next;
+    char *user;          /* NULL: no AUTH, or the one-argument AUTH form */
+    char *pass;          /* NULL: no AUTH */
+    int db;
+    int proto;           /* 2 or 3 */
+    struct px_upstream **shared;
+    int nshared;
+    struct px_upstream *idle;  /* clean connections ready to be pinned */
+    int nidle;
+    int refs;            /* clients whose session uses this pool */
+    int64_t last_used_ms;
+    int backoff_ms;
+    int64_t backoff_until_ms;
+    char last_error[256];
+} px_pool;
+
+typedef struct px_upstream {
+    px_server *srv;
+    px_pool *pool;
+    struct px_upstream *next_idle;
+    struct px_upstream *next_reap;
+    struct bufferevent *bev;
+    int state;
+    int handshake_left;        /* handshake replies still to swallow */
+    int ever_ready;            /* a handshake completed on this connection */
+    px_req *head, *tail;       /* requests in flight, in order */
+    int npending;
+    resp_reply_parser rp;
+    struct px_client *owner;   /* pinned to this client, or NULL (shared) */
+    int tunnel;                /* relay bytes to owner without matching */
+    int shared_index;          /* index in pool->shared, or -1 */
+    uint64_t id;               /* for logs */
+} px_upstream;
+
+/* Finds or creates the pool of an identity; takes a reference. NULL on OOM. */
+px_pool *px_pool_ref(px_server *srv, const char *user, const char *pass, int db, int proto);
+void px_pool_unref(px_pool *p);
+
+/*
+ * The shared connection that a client with this id uses (so that one
+ * client's requests stay in order on one connection). Connects if needed.
+ * Returns NULL while the pool backs off or a connect failed at once; then
+ * p->last_error says why.
+ */
+px_upstream *px_pool_shared(px_pool *p, uint64_t client_id);
+
+/* A connection for one client alone: an idle clean one, or a new one.
+ * Returns NULL as px_pool_shared does. */
+px_upstream *px_pool_pin(px_pool *p, struct px_client *owner, int tunnel);
+
+/* Gives a pinned connection back: to the idle list when clean, else closed. */
+void px_upstream_unpin(px_upstream *u, int clean);
+
+/* Appends one request's bytes and its record. The record must be linked in
+ * the client's slots by the caller first. */
+void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len);
+
+/* Appends raw bytes with no reply expected to be matched (tunnels only). */
+void px_upstream_send_raw(px_upstream *u, const char *data, size_t len);
+
+/* Fails every pending request with `why` and closes the connection. */
+void px_upstream_close(px_upstream *u, const char *why);
+
+/* Frees what px_upstream_close left, at reap time. */
+void px_upstream_free(px_upstream *u);
+
+/* Frees idle pools unused for a while; called from cron. */
+void px_pools_sweep(px_server *srv, int64_t now_ms);
+/* Closes every connection of every pool (shutdown, first step). */
+void px_pools_close_connections(px_server *srv);
+/* Closes every pool and connection (shutdown). */
+void px_pools_free_all(px_server *srv);
+
+/* Request records come from a per-server free list. */
+px_req *px_req_new(px_server *srv, struct px_client *c, int kind);
+void px_req_release(px_server *srv, px_req *r);
+
+#endif

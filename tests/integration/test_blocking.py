@@ -1,0 +1,145 @@
+"""Blocking commands through the proxy: unblocked by another client (through
+the proxy or directly), timeouts look like Redis's, and one blocked client
+never stalls the others."""
+import threading
+import time
+
+import pytest
+
+from helpers import Null, assert_same_runs
+
+# name -> (setup commands, blocking command, unblocking command, expected reply
+#          bytes in RESP2, expected reply bytes in RESP3, check after)
+CASES = {
+    "BLPOP": ([], ("BLPOP", "bl", "other", 5), ("LPUSH", "bl", "a"),
+              b"*2\r\n$2\r\nbl\r\n$1\r\na\r\n", None, None),
+    "BRPOP": ([], ("BRPOP", "br", 5), ("RPUSH", "br", "x", "y"),
+              b"*2\r\n$2\r\nbr\r\n$1\r\ny\r\n", None, (("LRANGE", "br", 0, -1), [b"x"])),
+    "BLMOVE": ([], ("BLMOVE", "src", "dst", "LEFT", "RIGHT", 5), ("RPUSH", "src", "a", "b"),
+               b"$1\r\na\r\n", None, (("LRANGE", "dst", 0, -1), [b"a"])),
+    "BZPOPMIN": ([], ("BZPOPMIN", "bz", 5), ("ZADD", "bz", "1.5", "m", "3", "n"),
+                 b"*3\r\n$2\r\nbz\r\n$1\r\nm\r\n$3\r\n1.5\r\n",
+                 b"*3\r\n$2\r\nbz\r\n$1\r\nm\r\n,1.5\r\n", (("ZCARD", "bz"), 1)),
+    "XREAD_BLOCK": ([("XADD", "xs", "1-1", "old", "1")], ("XREAD", "BLOCK", 5000, "STREAMS", "xs", "$"),
+                    ("XADD", "xs", "2-1", "f", "v"),
+                    b"*1\r\n*2\r\n$2\r\nxs\r\n*1\r\n*2\r\n$3\r\n2-1\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n",
+                    b"%1\r\n$2\r\nxs\r\n*1\r\n*2\r\n$3\r\n2-1\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n", None),
+}
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+@pytest.mark.parametrize("via", ["proxy", "direct"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_blocking_command_unblocked_by_another_client(proxy, upstream, name, via, protocol):
+    setup, blocking, unblock, want2, want3, after = CASES[name]
+    want = want3 if (protocol == 3 and want3) else want2
+    with proxy.raw() as s:
+        for c in setup:
+            s.cmd(*c)
+    with proxy.raw(protocol=protocol if protocol == 3 else None) as blocked:
+        t0 = time.monotonic()
+        blocked.send_cmd(*blocking)
+        blocked.expect_silence(0.3)          # really blocked
+        other = (proxy if via == "proxy" else upstream).client()
+        other.execute_command(*unblock)
+        f = blocked.read_frame(timeout=3)
+        elapsed = time.monotonic() - t0
+        assert f.raw == want, (name, f)
+        assert elapsed < 3, "unblocked after %.2fs" % elapsed
+        # The connection is usable afterwards.
+        assert blocked.cmd("PING").raw == b"+PONG\r\n"
+    if after:
+        cmd, expected = after
+        assert proxy.client().execute_command(*cmd) == expected
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_blocking_timeouts_reply_like_redis(proxy, ref, protocol):
+    steps = [("BLPOP", "nol", "0.2"), ("BRPOP", "nol", "0.2"), ("BLMOVE", "nol", "d", "LEFT", "LEFT", "0.2"),
+             ("BZPOPMIN", "noz", "0.2"), ("XREAD", "BLOCK", 200, "STREAMS", "nos", "$"),
+             ("BLPOP", "nol", "-1"), ("BLPOP", "nol", "abc"), ("XREAD", "BLOCK", -5, "STREAMS", "s", "$")]
+
+    def scenario(ep):
+        out = []
+        with ep.raw(protocol=3 if protocol == 3 else None) as c:
+            for s in steps:
+                t0 = time.monotonic()
+                f = c.cmd(*s, timeout=5)
+                dt = time.monotonic() - t0
+                ok_time = dt >= 0.15 if f.raw[:1] != b"-" else True
+                out.append((s, (f.raw, ok_time)))
+        return out
+
+    got = assert_same_runs(scenario, proxy, ref)
+    assert got[0][1] == ((b"_\r\n" if protocol == 3 else b"*-1\r\n"), True)
+
+
+def test_wait_returns_replica_count_like_redis(proxy, ref):
+    def scenario(ep):
+        with ep.raw() as c:
+            c.cmd("SET", "k", "v")
+            t0 = time.monotonic()
+            f1 = c.cmd("WAIT", 0, 0)
+            f2 = c.cmd("WAIT", 1, 300)
+            waited = time.monotonic() - t0
+            f3 = c.cmd("WAIT", "x", 0)
+            return [("WAIT 0 0", f1.raw), ("WAIT 1 300", f2.raw), ("waited", waited >= 0.25),
+                    ("WAIT x", f3.raw)]
+
+    got = dict(assert_same_runs(scenario, proxy, ref))
+    assert got["WAIT 0 0"] == b":0\r\n"
+    assert got["WAIT 1 300"] == b":0\r\n"
+
+
+@pytest.mark.timeout(30)
+def test_blocked_client_does_not_block_other_clients(proxy):
+    """While clients sit in BLPOP 5 and WAIT 1 3000, another client's GETs
+    and SETs each return promptly; then each blocked client gets its item."""
+    n_blocked = 10
+    blocked = [proxy.raw() for _ in range(n_blocked)]
+    waiter = proxy.raw()
+    try:
+        for b in blocked:
+            b.send_cmd("BLPOP", "q", 5)
+        waiter.send_cmd("WAIT", 1, 3000)
+        time.sleep(0.2)
+        r = proxy.client()
+        worst = 0.0
+        t_all = time.monotonic()
+        for i in range(50):
+            t0 = time.monotonic()
+            r.set("i%d" % i, i)
+            assert r.get("i%d" % i) == b"%d" % i
+            assert r.get("other") is None
+            worst = max(worst, time.monotonic() - t0)
+        assert worst < 0.5, "a GET/SET took %.2fs while others were blocked" % worst
+        assert time.monotonic() - t_all < 2.5
+        # Fresh connections are accepted and served too.
+        with proxy.raw() as fresh:
+            t0 = time.monotonic()
+            assert fresh.cmd("PING", timeout=2).raw == b"+PONG\r\n"
+            assert time.monotonic() - t0 < 0.5
+        # Unblock all: each blocked client gets exactly one distinct item.
+        r.rpush("q", *["item%d" % i for i in range(n_blocked)])
+        got = sorted(b.read_frame(timeout=3).value[1] for b in blocked)
+        assert got == sorted(b"item%d" % i for i in range(n_blocked))
+        assert r.llen("q") == 0
+        assert waiter.read_frame(timeout=5).raw == b":0\r\n"
+    finally:
+        for b in blocked:
+            b.close()
+        waiter.close()
+
+
+def test_blocked_client_disconnect_does_not_consume_items(proxy, upstream):
+    """A client that gives up while blocked (closes its connection) must not
+    later swallow an element pushed for someone else."""
+    c = proxy.raw()
+    c.send_cmd("BLPOP", "gone", 5)
+    time.sleep(0.2)
+    c.close()
+    time.sleep(0.3)
+    r = proxy.client()
+    r.rpush("gone", "keep")
+    time.sleep(0.2)
+    assert upstream.client().lrange("gone", 0, -1) == [b"keep"]

@@ -1,0 +1,123 @@
+"""Pub/sub in RESP2 and RESP3: SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE (7.0),
+messages delivered, unsubscribe, and the command restrictions of RESP2's
+subscribed mode — byte-identical to Redis."""
+import time
+
+import pytest
+
+from helpers import Push, assert_same_runs
+
+MSG = b"hello\r\nworld\x00!"
+
+
+def _sub_client(ep, protocol):
+    # A RESP2 subscriber that never sent HELLO is the common case.
+    return ep.raw(protocol=3) if protocol == 3 else ep.raw()
+
+
+def pubsub_scenario(ep, protocol):
+    out = []
+    sub = _sub_client(ep, protocol)
+    sub2 = _sub_client(ep, protocol)
+    pub = ep.raw()
+
+    def rec(label, frames):
+        for f in frames:
+            out.append((label, f.raw))
+
+    try:
+        sub.send_cmd("SUBSCRIBE", "ch1", "ch2")
+        rec("subscribe", sub.read_frames(2))
+        rec("psubscribe", [sub.cmd("PSUBSCRIBE", "news.*")])
+        rec("ssubscribe", [sub.cmd("SSUBSCRIBE", "sch")])
+        rec("publish ch1", [pub.cmd("PUBLISH", "ch1", MSG)])
+        rec("message", [sub.read_frame(3)])
+        rec("publish news", [pub.cmd("PUBLISH", "news.tech", "hi")])
+        rec("pmessage", [sub.read_frame(3)])
+        rec("spublish", [pub.cmd("SPUBLISH", "sch", "yo")])
+        rec("smessage", [sub.read_frame(3)])
+        # RESP2: only (P|S)(UN)SUBSCRIBE/PING/QUIT/RESET allowed; PING is an
+        # array. RESP3: any command, PING is +PONG.
+        rec("get while subscribed", [sub.cmd("GET", "k")])
+        rec("ping while subscribed", [sub.cmd("PING")])
+        rec("ping arg while subscribed", [sub.cmd("PING", "x")])
+        # A second subscriber of the same proxy counts as a second receiver.
+        rec("sub2 subscribe", [sub2.cmd("SUBSCRIBE", "ch1")])
+        rec("publish to two", [pub.cmd("PUBLISH", "ch1", "two")])
+        rec("sub got it", [sub.read_frame(3)])
+        rec("sub2 got it", [sub2.read_frame(3)])
+        rec("unsubscribe ch1", [sub.cmd("UNSUBSCRIBE", "ch1")])
+        rec("publish after unsubscribe", [pub.cmd("PUBLISH", "ch1", "three")])
+        rec("sub2 still gets it", [sub2.read_frame(3)])
+        rec("punsubscribe", [sub.cmd("PUNSUBSCRIBE")])
+        rec("sunsubscribe", [sub.cmd("SUNSUBSCRIBE")])
+        rec("unsubscribe all", [sub.cmd("UNSUBSCRIBE")])
+        rec("ping after", [sub.cmd("PING")])
+        rec("set after", [sub.cmd("SET", "k", "v")])
+        rec("get after", [sub.cmd("GET", "k")])
+        rec("publish to nobody", [pub.cmd("PUBLISH", "ch2", "x")])
+        rec("publish news to nobody", [pub.cmd("PUBLISH", "news.x", "x")])
+        sub.expect_silence(0.2)
+        rec("sub2 unsubscribe", [sub2.cmd("UNSUBSCRIBE")])
+        rec("numsub", [pub.cmd("PUBSUB", "NUMSUB", "ch1", "ch2")])
+    finally:
+        sub.close()
+        sub2.close()
+        pub.close()
+    return out
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_pubsub_subscribe_psubscribe_ssubscribe_deliver_and_unsubscribe(proxy, ref, protocol):
+    got = dict(assert_same_runs(lambda ep: pubsub_scenario(ep, protocol), proxy, ref))
+    if protocol == 3:
+        assert got["message"].startswith(b">3\r\n$7\r\nmessage\r\n")
+        assert got["ping while subscribed"] == b"+PONG\r\n"
+    else:
+        assert got["message"].startswith(b"*3\r\n$7\r\nmessage\r\n")
+        assert got["get while subscribed"].startswith(b"-ERR Can't execute 'get'")
+    assert MSG in got["message"]
+    assert got["publish to two"] == b":2\r\n"
+    assert got["publish after unsubscribe"] == b":1\r\n"
+    assert got["publish to nobody"] == b":0\r\n"
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_pubsub_with_redis_py_both_protocols(proxy, protocol):
+    r = proxy.client(protocol=protocol)
+    pub = proxy.client()
+    p = r.pubsub()
+    p.subscribe("chan")
+    p.psubscribe("pat.*")
+    deadline = time.monotonic() + 5
+    confirms = []
+    while len(confirms) < 2 and time.monotonic() < deadline:
+        m = p.get_message(timeout=0.5)
+        if m:
+            confirms.append(m["type"])
+    assert sorted(confirms) == ["psubscribe", "subscribe"]
+    assert pub.publish("chan", b"m1") == 1
+    assert pub.publish("pat.a", b"m2") == 1
+    got = []
+    while len(got) < 2 and time.monotonic() < deadline:
+        m = p.get_message(timeout=0.5)
+        if m:
+            got.append((m["type"], m["channel"], m["data"]))
+    assert got == [("message", b"chan", b"m1"), ("pmessage", b"pat.a", b"m2")]
+    p.unsubscribe()
+    p.punsubscribe()
+    p.close()
+    assert pub.publish("chan", b"m3") == 0
+    assert r.ping() is True
+
+
+def test_subscribers_in_both_protocols_receive_the_same_message(proxy):
+    with proxy.raw() as s2, proxy.raw(protocol=3) as s3, proxy.raw() as pub:
+        s2.send_cmd("SUBSCRIBE", "both")
+        s2.read_frame()
+        s3.send_cmd("SUBSCRIBE", "both")
+        assert isinstance(s3.read_frame().value, Push)
+        assert pub.call("PUBLISH", "both", "payload") == 2
+        f2, f3 = s2.read_frame(3), s3.read_frame(3)
+        assert f2.raw == b"*3\r\n$7\r\nmessage\r\n$4\r\nboth\r\n$7\r\npayload\r\n"
+        assert f3.raw == b">3\r\n$7\r\nmessage\r\n$4\r\nboth\r\n$7\r\npayload\r\n"
