@@ -11,6 +11,10 @@ CC      ?= cc
 BUILD   ?= build
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
                -g -O2 -MMD -MP -I.
+# CI builds and tests with ASan + UBSan.
+ifeq ($(CI),true)
+  SANITIZE ?= 1
+endif
 ifeq ($(SANITIZE),1)
   CFLAGS_BASE += -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
   LDFLAGS     += -fsanitize=address,undefined

@@ -23,6 +23,7 @@
 #   REDIS_SERVER         redis-server binary                      (/usr/bin/redis-server, else PATH)
 #   BENCH_ALLOW_MISSING  1: a missing sidecache or nutcracker binary leaves
 #                        its column empty with a notice instead of failing
+#   REPEAT               runs of each measurement; the median is reported (1)
 #   BENCH_TIMEOUT        seconds one redis-benchmark run may take (180)
 set -euo pipefail
 
@@ -35,6 +36,10 @@ KEYSPACE=${KEYSPACE:-100000}
 DATASIZE=${DATASIZE:-3}
 RESULTS_DIR=${RESULTS_DIR:-/tmp}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-180}
+REPEAT=${REPEAT:-1}
+for v in N N_PIPE KEYSPACE DATASIZE REPEAT BENCH_TIMEOUT; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || { echo "compare: $v must be a positive integer, not '${!v}'" >&2; exit 2; }
+done
 SIDECACHE_BIN=${SIDECACHE_BIN:-$root/sidecache}
 case "$SIDECACHE_BIN" in /*) ;; *) SIDECACHE_BIN="$PWD/$SIDECACHE_BIN" ;; esac
 
@@ -210,49 +215,66 @@ sc_rev=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$root" diff --quiet HEAD 2>/dev/null || sc_rev+="+dirty"
 log "redis-server $redis_ver on :$rport; targets: ${targets[*]}; N=$N N_PIPE=$N_PIPE"
 
-# rps[target,TEST,c,P], p50[...], p99[...]
-declare -A rps p50 p99
+# Per run, the values of rps, p50 and p99 are collected in lists keyed by
+# target,TEST,c,P; the report shows the median over the REPEAT runs.
+declare -A rps_l p50_l p99_l rps p50 p99
 failed=0
+median() { # median of the numbers in $1 (blank-separated), or empty
+  [ -n "${1// /}" ] || return 0
+  tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
 for P in $PIPELINES; do
   n=$N
   [ "$P" -gt 1 ] && n=$N_PIPE
   for c in $CLIENTS; do
-    for t in "${targets[@]}"; do
-      out="$work/bench-$t-c$c-P$P.csv"
-      log "$t: -c $c -P $P -n $n"
-      if ! timeout "$BENCH_TIMEOUT" "$REDIS_BENCHMARK" -h 127.0.0.1 -p "${port[$t]}" \
-          -t set,get -n "$n" -c "$c" -P "$P" -r "$KEYSPACE" -d "$DATASIZE" -q --csv \
-          >"$out" 2>"$out.err"; then
-        log "$t -c $c -P $P: redis-benchmark failed or timed out after ${BENCH_TIMEOUT}s:"
-        tail -n 5 "$out.err" >&2 || true
-        failed=1
-        continue
-      fi
-      if grep -qi 'error' "$out.err"; then
-        log "$t -c $c -P $P: redis-benchmark reported errors:"; grep -i error "$out.err" | head -n 5 >&2
-        failed=1
-      fi
-      # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
-      while IFS=, read -r test r _avg _min l50 _p95 l99 _max; do
-        test=${test//\"/}
-        [ "$test" = test ] && continue
-        rps[$t,$test,$c,$P]=${r//\"/}
-        p50[$t,$test,$c,$P]=${l50//\"/}
-        p99[$t,$test,$c,$P]=${l99//\"/}
-      done <"$out"
-      for test in GET SET; do
-        [ -n "${rps[$t,$test,$c,$P]:-}" ] || { log "$t -c $c -P $P: no $test result"; failed=1; }
+    for rep in $(seq "$REPEAT"); do
+      for t in "${targets[@]}"; do
+        out="$work/bench-$t-c$c-P$P-$rep.csv"
+        log "$t: -c $c -P $P -n $n (run $rep/$REPEAT)"
+        if ! timeout "$BENCH_TIMEOUT" "$REDIS_BENCHMARK" -h 127.0.0.1 -p "${port[$t]}" \
+            -t set,get -n "$n" -c "$c" -P "$P" -r "$KEYSPACE" -d "$DATASIZE" -q --csv \
+            >"$out" 2>"$out.err"; then
+          log "$t -c $c -P $P: redis-benchmark failed or timed out after ${BENCH_TIMEOUT}s:"
+          tail -n 5 "$out.err" >&2 || true
+          failed=1
+          continue
+        fi
+        if grep -qi 'error' "$out.err"; then
+          log "$t -c $c -P $P: redis-benchmark reported errors:"; grep -i error "$out.err" | head -n 5 >&2
+          failed=1
+        fi
+        # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
+        got=""
+        while IFS=, read -r test r _avg _min l50 _p95 l99 _max; do
+          test=${test//\"/}
+          [ "$test" = test ] && continue
+          k="$t,$test,$c,$P"
+          rps_l[$k]+=" ${r//\"/}"
+          p50_l[$k]+=" ${l50//\"/}"
+          p99_l[$k]+=" ${l99//\"/}"
+          got+=" $test"
+        done <"$out"
+        for test in GET SET; do
+          case "$got " in *" $test "*) ;; *) log "$t -c $c -P $P: no $test result"; failed=1 ;; esac
+        done
       done
-    done
-    # The targets must still be alive after each round.
-    for i in "${!pids[@]}"; do
-      kill -0 "${pids[i]}" 2>/dev/null || die "${names[i]} died during the benchmark (log: $work/${names[i]}.log)"
+      # The targets must still be alive after each round.
+      for i in "${!pids[@]}"; do
+        kill -0 "${pids[i]}" 2>/dev/null || die "${names[i]} died during the benchmark (log: $work/${names[i]}.log)"
+      done
     done
   done
 done
+for k in "${!rps_l[@]}"; do
+  rps[$k]=$(median "${rps_l[$k]}")
+  p50[$k]=$(median "${p50_l[$k]}")
+  p99[$k]=$(median "${p99_l[$k]}")
+done
 
 ratio() { # a / b with two decimals, or empty
-  [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b }'
+  if [ -n "$1" ] && [ -n "$2" ]; then
+    awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b }'
+  fi
 }
 fmt() { # ops/s without decimals, or n/a
   if [ -n "$1" ]; then awk -v a="$1" 'BEGIN { printf "%.0f", a }'; else echo "n/a"; fi
@@ -266,7 +288,8 @@ csv="$RESULTS_DIR/compare-$stamp.csv"
   echo "# sidecache compare ($stamp)"
   echo
   echo "redis-server $redis_ver; twemproxy ${nc_ver:-n/a}; sidecache $sc_rev; $(nproc) cores;" \
-    "redis-benchmark -r $KEYSPACE -d $DATASIZE, -n $N (P=1) / $N_PIPE (P>1); ops/s"
+    "redis-benchmark -r $KEYSPACE -d $DATASIZE, -n $N (P=1) / $N_PIPE (P>1)," \
+    "median of $REPEAT run(s); ops/s"
   for m in "${missing_note[@]}"; do echo; echo "Note: $m."; done
   echo
   echo "| test | c | P | direct ops/s | sidecache ops/s | twemproxy ops/s | sidecache/direct | twemproxy/direct | sidecache/twemproxy |"

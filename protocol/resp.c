@@ -135,25 +135,26 @@ static size_t line_limit_end(size_t start, size_t max_line) {
     return start + max_line + 1;
 }
 
-/* Grows *arr (elements of `size` bytes) to at least `want` elements by
- * doubling. Returns 0, or -1 leaving *arr and *cap untouched. */
-static int grow_array(void **arr, size_t *cap, size_t want, size_t size) {
+/* Reallocates arr (elements of `size` bytes, *cap of them) to hold at least
+ * `want` elements, doubling from *cap (or 8). Returns the new block and sets
+ * *cap, or returns NULL leaving arr valid and *cap untouched. Returning the
+ * pointer (rather than taking a void **) keeps callers' typed pointers free
+ * of aliasing tricks. */
+static void *grow_array(void *arr, size_t *cap, size_t want, size_t size) {
     size_t ncap = *cap ? *cap : 8;
     void *n;
 
     while (ncap < want) {
         if (ncap > SIZE_MAX / 2 / size)
-            return -1;
+            return NULL;
         ncap *= 2;
     }
     if (ncap > SIZE_MAX / size)
-        return -1;
-    n = realloc(*arr, ncap * size);
-    if (n == NULL)
-        return -1;
-    *arr = n;
-    *cap = ncap;
-    return 0;
+        return NULL;
+    n = realloc(arr, ncap * size);
+    if (n != NULL)
+        *cap = ncap;
+    return n;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -305,16 +306,23 @@ static int req_add_arg(resp_req_parser *p, size_t off, size_t len) {
     if (p->args_seen == p->args_cap) {
         size_t c1 = (size_t)p->args_cap, c2 = c1, c3 = c1;
         size_t want = (size_t)p->args_seen + 1;
-        /* Each realloc keeps the old block on failure, so a partial
-         * success only leaves one array larger than args_cap: harmless. */
-        if (want > INT_MAX ||
-            grow_array((void **)&p->arg_offs, &c1, want, sizeof(size_t)) < 0 ||
-            grow_array((void **)&p->arg_lens, &c2, want, sizeof(size_t)) < 0 ||
-            grow_array((void **)&p->arg_vec, &c3, want, sizeof(resp_arg)) < 0)
+        size_t *offs, *lens;
+        resp_arg *vec;
+        /* Each array is stored as soon as it has grown: realloc keeps the old
+         * block on failure, so a partial success only leaves some arrays
+         * larger than args_cap, which is harmless. */
+        if (want > INT_MAX)
             return -1;
-        if (c1 > INT_MAX)
-            c1 = INT_MAX;
-        p->args_cap = (int)c1;
+        if ((offs = grow_array(p->arg_offs, &c1, want, sizeof(*offs))) == NULL)
+            return -1;
+        p->arg_offs = offs;
+        if ((lens = grow_array(p->arg_lens, &c2, want, sizeof(*lens))) == NULL)
+            return -1;
+        p->arg_lens = lens;
+        if ((vec = grow_array(p->arg_vec, &c3, want, sizeof(*vec))) == NULL)
+            return -1;
+        p->arg_vec = vec;
+        p->args_cap = c1 > INT_MAX ? INT_MAX : (int)c1;
     }
     p->arg_offs[p->args_seen] = off;
     p->arg_lens[p->args_seen] = len;
@@ -493,10 +501,10 @@ static int req_inline(resp_req_parser *p, const char *buf, size_t len) {
     if (line > 0 && buf[line - 1] == '\r')
         line--;
     if (line > p->scratch_cap) {
-        size_t cap = p->scratch_cap;
-        if (grow_array((void **)&p->scratch, &cap, line, 1) < 0)
+        char *s = grow_array(p->scratch, &p->scratch_cap, line, 1);
+        if (s == NULL)
             return req_fail(p, ERR_OOM);
-        p->scratch_cap = cap;
+        p->scratch = s;
     }
     p->args_seen = 0;
     rc = req_split_inline(p, buf, line);
@@ -715,9 +723,14 @@ static int rep_push(resp_reply_parser *p, long long elems, int attr) {
     if (p->depth == p->stack_cap) {
         size_t c1 = (size_t)p->stack_cap, c2 = c1;
         size_t want = (size_t)p->depth + 1;
-        if (grow_array((void **)&p->remaining, &c1, want, sizeof(long long)) < 0 ||
-            grow_array((void **)&p->is_attr, &c2, want, 1) < 0)
+        long long *rem;
+        unsigned char *attr_flags;
+        if ((rem = grow_array(p->remaining, &c1, want, sizeof(*rem))) == NULL)
             return rep_fail(p, ERR_OOM);
+        p->remaining = rem;
+        if ((attr_flags = grow_array(p->is_attr, &c2, want, 1)) == NULL)
+            return rep_fail(p, ERR_OOM);
+        p->is_attr = attr_flags;
         p->stack_cap = c1 > INT_MAX ? INT_MAX : (int)c1;
     }
     p->remaining[p->depth] = elems;
@@ -1088,9 +1101,9 @@ int resp_enc_double(resp_buf *b, double d, int proto) {
     /* Spelled out rather than left to printf, whose inf/nan spelling varies
      * by libc ("-nan" on glibc); Redis does the same for inf. */
     if (isnan(d))
-        n = (int)(strlen(strcpy(tmp, "nan")));
+        n = snprintf(tmp, sizeof(tmp), "nan");
     else if (isinf(d))
-        n = (int)(strlen(strcpy(tmp, d > 0 ? "inf" : "-inf")));
+        n = snprintf(tmp, sizeof(tmp), "%s", d > 0 ? "inf" : "-inf");
     else
         n = snprintf(tmp, sizeof(tmp), "%.17g", d);
     if (proto >= 3)

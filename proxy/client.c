@@ -52,6 +52,15 @@ enum action {
 static void client_process(px_client *c);
 #define client_close px_client_close
 
+/* A closed client is freed once nothing refers to it; queued exactly once. */
+static void queue_reap(px_client *c) {
+    if (c->reap_queued) return;
+    c->reap_queued = 1;
+    c->next_reap = c->srv->reap_clients;
+    c->srv->reap_clients = c;
+    px_server_schedule_reap(c->srv);
+}
+
 /* ------------------------------------------------------------------------ */
 /* output and slots */
 
@@ -246,11 +255,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     if (c->state == PX_CLIENT_CLOSED) {
         /* a zombie: the slot list was dropped at close */
         px_req_release(c->srv, r);
-        if (c->inflight == 0) {
-            c->next_reap = c->srv->reap_clients;
-            c->srv->reap_clients = c;
-            px_server_schedule_reap(c->srv);
-        }
+        if (c->inflight == 0) queue_reap(c);
         return;
     }
     if (r->kind != PX_REQ_CLIENT) apply_state_change(c, r, !is_error_frame(data, len));
@@ -905,11 +910,7 @@ void px_client_close(px_client *c, const char *why) {
         u->owner = NULL;
         px_upstream_close(u, "client closed");
     }
-    if (c->inflight == 0) {
-        c->next_reap = c->srv->reap_clients;
-        c->srv->reap_clients = c;
-        px_server_schedule_reap(c->srv);
-    }
+    if (c->inflight == 0) queue_reap(c);
 }
 
 void px_client_free(px_client *c) {

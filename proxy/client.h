@@ -47,6 +47,7 @@ typedef struct px_client {
     px_server *srv;
     struct px_client *prev, *next;   /* srv->clients */
     struct px_client *next_reap;
+    int reap_queued;
     uint64_t id;
     struct bufferevent *bev;
     char addr[64];

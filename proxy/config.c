@@ -89,7 +89,7 @@ static const px_directive px_directives[] = {
      .help = "Redis to proxy: redis://[user:pass@]host[:port][/db] or unix:///path[?db=N]"},
     {.name = "bind", .type = PX_CT_LIST, PX_FIELD(bind), .off2 = offsetof(px_config, nbind),
      .min = 1, .max = PX_MAX_BIND, .def = "127.0.0.1", .arg = "<addr> ...",
-     .help = "IPv4/IPv6 addresses the TCP listener binds (all on one line, at most 16)"},
+     .help = "IPv4/IPv6 addresses (or * for any) the TCP listener binds, at most 16"},
     {.name = "port", .type = PX_CT_INT, PX_FIELD(port), .min = 0, .max = 65535,
      .def = "6380", .arg = "<port>", .help = "TCP port to listen on; 0 = no TCP listener"},
     {.name = "unixsocket", .type = PX_CT_STRING, PX_FIELD(unixsocket), .def = "",
@@ -313,8 +313,10 @@ static int set_list(const px_directive *d, px_config *c, int argc, char **argv,
 
     assert(argc <= PX_MAX_BIND && d->max <= PX_MAX_BIND);
     for (i = 0; i < argc; i++) {
-        if (inet_pton(AF_INET, argv[i], addr) != 1 && inet_pton(AF_INET6, argv[i], addr) != 1) {
-            seterr(err, errlen, "%s: '%.64s' is not an IPv4 or IPv6 address", d->name, argv[i]);
+        if (strcmp(argv[i], "*") != 0 && inet_pton(AF_INET, argv[i], addr) != 1 &&
+            inet_pton(AF_INET6, argv[i], addr) != 1) {
+            seterr(err, errlen, "%s: '%.64s' is not an IPv4 or IPv6 address (or *)", d->name,
+                   argv[i]);
             return -1;
         }
     }
@@ -658,7 +660,9 @@ int px_config_from_args(px_config *c, int argc, char **argv, int *test_only,
 /* ------------------------------------------------------------------------ */
 /* Whole-config checks.                                                     */
 
-static int is_wildcard(const char *a) { return strcmp(a, "0.0.0.0") == 0 || strcmp(a, "::") == 0; }
+static int is_wildcard(const char *a) {
+    return strcmp(a, "*") == 0 || strcmp(a, "0.0.0.0") == 0 || strcmp(a, "::") == 0;
+}
 
 static int is_loopback(const char *a) {
     return strcasecmp(a, "localhost") == 0 || strncmp(a, "127.", 4) == 0 ||

@@ -43,8 +43,9 @@ typedef struct px_upstream_addr {
 typedef struct px_config {
     char upstream[1024];           /* upstream URL as given */
     px_upstream_addr up;           /* ... and parsed */
-    char *bind[PX_MAX_BIND];       /* listen addresses: numeric IPv4 or IPv6
-                                      (owned by the config, read-only) */
+    char *bind[PX_MAX_BIND];       /* listen addresses: numeric IPv4 or IPv6,
+                                      or "*" for any (owned by the config,
+                                      read-only) */
     int nbind;
     int port;                      /* tcp port; 0 = no tcp listener */
     char unixsocket[108];          /* "" = no unix listener */

@@ -56,7 +56,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     evutil_make_socket_nonblocking(fd);
     if (sa->sa_family != AF_UNIX) {
         int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (srv->cfg->tcp_nodelay) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         int ka = srv->cfg->tcp_keepalive;
         if (ka > 0) {
             setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);

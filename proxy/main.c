@@ -9,28 +9,40 @@
 #include "proxy/log.h"
 #include "proxy/server.h"
 
+#define SIDECACHE_VERSION "0.1.0"
+
 int main(int argc, char **argv) {
     px_config cfg;
     char err[1024];
-    int test_only = 0;
+    int test_only = 0, rc;
     px_config_init(&cfg);
-    if (px_config_from_args(&cfg, argc, argv, &test_only, err, sizeof err) != 0) {
+    rc = px_config_from_args(&cfg, argc, argv, &test_only, err, sizeof err);
+    if (rc == PX_ARGS_HELP) {
+        px_config_help(stdout, argv[0]);
+        goto done;
+    }
+    if (rc == PX_ARGS_VERSION) {
+        printf("sidecache %s\n", SIDECACHE_VERSION);
+        goto done;
+    }
+    if (rc != 0) {
         fprintf(stderr, "sidecache: %s\n", err);
-        px_config_deinit(&cfg);
-        return 1;
+        rc = 1;
+        goto done;
     }
     if (test_only) {
+        if (test_only == 2) px_config_dump(&cfg, stdout, 0);
         printf("sidecache: configuration OK\n");
-        px_config_deinit(&cfg);
-        return 0;
+        goto done;
     }
     if (px_log_open(cfg.logfile, cfg.loglevel) != 0) {
         fprintf(stderr, "sidecache: cannot open logfile %s: %s\n", cfg.logfile, strerror(errno));
-        px_config_deinit(&cfg);
-        return 1;
+        rc = 1;
+        goto done;
     }
-    int rc = px_server_run(&cfg);
+    rc = px_server_run(&cfg);
     px_log_close();
+done:
     px_config_deinit(&cfg);
     return rc;
 }

@@ -10,6 +10,7 @@
 #include "proxy/server.h"
 
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -119,7 +120,9 @@ int px_server_run(px_config *cfg) {
         srv.exit_code = 1;
         goto out;
     }
-    px_notice("ready upstream=%s upstream_connections=%d", cfg->upstream, cfg->upstream_connections);
+    char upstream[1200];
+    if (px_upstream_format(&cfg->up, 0, upstream, sizeof upstream) < 0) snprintf(upstream, sizeof upstream, "?");
+    px_notice("ready upstream=%s upstream_connections=%d", upstream, cfg->upstream_connections);
     event_base_dispatch(srv.base);
     px_notice("stopped");
 

@@ -465,7 +465,7 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg) {
     if (what & BEV_EVENT_CONNECTED) {
         evutil_socket_t fd = bufferevent_getfd(bev);
         int one = 1;
-        if (!srv->cfg->up.is_unix) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (!srv->cfg->up.is_unix && srv->cfg->tcp_nodelay) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         if (u->state == PX_UP_CONNECTING) {
             u->state = u->handshake_left ? PX_UP_HANDSHAKE : PX_UP_READY;
             if (u->state == PX_UP_READY) {

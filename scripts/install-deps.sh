@@ -6,7 +6,7 @@
 set -euo pipefail
 want=${1:-build}
 build_pkgs=(libevent-dev libssl-dev uthash-dev libhiredis-dev pkg-config make gcc)
-test_pkgs=(redis-server redis-tools nutcracker python3-pip)
+test_pkgs=(redis-server redis-tools nutcracker)
 
 missing=()
 pkgs=("${build_pkgs[@]}")

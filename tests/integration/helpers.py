@@ -67,7 +67,8 @@ def tail(path, nbytes=6000):
 
 # ---------------------------------------------------------------------------
 # RESP values. Parsed replies keep their RESP type so tests can tell a RESP3
-# map from a RESP2 flat array, a double from a bulk string, and so on.
+# map from a RESP2 flat array, a double from a bulk string, and so on. Every
+# null ($-1, *-1, _) parses to None: Frame.raw tells which one it was.
 
 
 class Simple(bytes):
@@ -117,22 +118,6 @@ class Attr(RMap):
     """RESP3 | (attribute map that preceded a value)"""
 
 
-class Null:
-    """A null; .kind is the wire form: '$-1', '*-1' or '_'."""
-
-    def __init__(self, kind):
-        self.kind = kind
-
-    def __eq__(self, other):
-        return isinstance(other, Null) or other is None
-
-    def __hash__(self):
-        return 0
-
-    def __repr__(self):
-        return "Null(%s)" % self.kind
-
-
 class Incomplete(Exception):
     pass
 
@@ -171,13 +156,13 @@ def parse_frame(buf, pos=0):
             raise ProtocolViolation("bad boolean %r" % line)
         return line == b"t", nxt
     if t == "_":
-        return Null("_"), nxt
+        return None, nxt
     if t in "$=!":
         n = int(line)
         if n < 0:
             if t != "$":
                 raise ProtocolViolation("negative length for %s" % t)
-            return Null("$-1"), nxt
+            return None, nxt
         if len(buf) < nxt + n + 2:
             raise Incomplete()
         data = bytes(buf[nxt:nxt + n])
@@ -191,7 +176,7 @@ def parse_frame(buf, pos=0):
     if t in "*~>":
         n = int(line)
         if n < 0:
-            return Null("*-1"), nxt
+            return None, nxt
         items = []
         p = nxt
         for _ in range(n):

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from helpers import Null, assert_same_runs
+from helpers import assert_same_runs
 
 # name -> (setup commands, blocking command, unblocking command, expected reply
 #          bytes in RESP2, expected reply bytes in RESP3, check after)
@@ -39,7 +39,7 @@ def test_blocking_command_unblocked_by_another_client(proxy, upstream, name, via
     with proxy.raw(protocol=protocol if protocol == 3 else None) as blocked:
         t0 = time.monotonic()
         blocked.send_cmd(*blocking)
-        blocked.expect_silence(0.3)          # really blocked
+        blocked.expect_silence(0.2)          # really blocked
         other = (proxy if via == "proxy" else upstream).client()
         other.execute_command(*unblock)
         f = blocked.read_frame(timeout=3)
@@ -93,7 +93,7 @@ def test_wait_returns_replica_count_like_redis(proxy, ref):
 
 @pytest.mark.timeout(30)
 def test_blocked_client_does_not_block_other_clients(proxy):
-    """While clients sit in BLPOP 5 and WAIT 1 3000, another client's GETs
+    """While clients sit in BLPOP 5 and WAIT 1 1500, another client's GETs
     and SETs each return promptly; then each blocked client gets its item."""
     n_blocked = 10
     blocked = [proxy.raw() for _ in range(n_blocked)]
@@ -101,7 +101,7 @@ def test_blocked_client_does_not_block_other_clients(proxy):
     try:
         for b in blocked:
             b.send_cmd("BLPOP", "q", 5)
-        waiter.send_cmd("WAIT", 1, 3000)
+        waiter.send_cmd("WAIT", 1, 1500)
         time.sleep(0.2)
         r = proxy.client()
         worst = 0.0

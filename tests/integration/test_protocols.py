@@ -3,8 +3,7 @@ import re
 
 import pytest
 
-from helpers import (Double, Err, Null, Push, RMap, RSet, assert_same_runs,
-                     assert_same_steps)
+from helpers import Double, RMap, RSet, assert_same_runs, assert_same_steps
 
 ID_RE = re.compile(rb"(\$2\r\nid\r\n):\d+\r\n")
 

@@ -1,0 +1,211 @@
+"""Connection-level commands: CLIENT SETNAME/GETNAME/SETINFO/ID, ECHO, PING,
+QUIT, RESET, CLIENT REPLY, MONITOR and the client's own CLIENT TRACKING."""
+import re
+import time
+
+import pytest
+
+from helpers import Push, Simple, assert_same_runs, assert_same_steps, encode
+
+ID_RE = re.compile(rb"(\$2\r\nid\r\n):\d+\r\n")
+
+
+def norm(raw):
+    return ID_RE.sub(rb"\1:<id>\r\n", raw)
+
+
+def test_client_setname_getname_like_redis(proxy, ref):
+    steps = [("CLIENT", "GETNAME"), ("CLIENT", "SETNAME", "app-1"), ("CLIENT", "GETNAME"),
+             ("CLIENT", "SETNAME", "bad name"), ("CLIENT", "SETNAME", "bad\nname"),
+             ("CLIENT", "GETNAME"), ("CLIENT", "SETNAME", ""), ("CLIENT", "GETNAME"),
+             ("CLIENT", "SETNAME"), ("CLIENT", "SETNAME", "a", "b"), ("client", "setname", "lower"),
+             ("CLIENT", "GETNAME")]
+    got = assert_same_steps(proxy, ref, steps)
+    assert got[2][1] == b"$5\r\napp-1\r\n"
+    assert got[3][1] == b"-ERR Client names cannot contain spaces, newlines or special characters.\r\n"
+    assert got[5][1] == b"$5\r\napp-1\r\n"
+    assert got[7][1] == b"$-1\r\n", "an empty name clears the name"
+    got3 = assert_same_steps(proxy, ref, [("CLIENT", "SETNAME", "x"), ("CLIENT", "GETNAME"),
+                                          ("CLIENT", "SETNAME", ""), ("CLIENT", "GETNAME")], protocol=3)
+    assert got3[3][1] == b"_\r\n"
+
+
+def test_client_names_are_per_client(proxy):
+    """Many clients (sharing upstream connections) each keep their own name."""
+    clients = [proxy.raw() for _ in range(10)]
+    try:
+        for i, c in enumerate(clients):
+            assert c.cmd("CLIENT", "SETNAME", "c%d" % i).raw == b"+OK\r\n"
+        for _ in range(3):
+            for i, c in enumerate(clients):
+                assert c.call("CLIENT", "GETNAME") == b"c%d" % i
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_client_setinfo_like_redis(proxy, ref):
+    """Redis 7.0 has no CLIENT SETINFO (7.2 does): whatever the proxy
+    answers must be what this Redis answers (clients ignore the error)."""
+    steps = [("CLIENT", "SETINFO", "LIB-NAME", "redis-py"), ("CLIENT", "SETINFO", "LIB-VER", "8.1.0"),
+             ("CLIENT", "SETINFO", "BOGUS", "x"), ("CLIENT", "SETINFO"), ("PING",)]
+    got = assert_same_steps(proxy, ref, steps)
+    assert got[-1][1] == b"+PONG\r\n"
+
+
+def test_client_id_returns_integer_stable_and_distinct(proxy):
+    ids = []
+    with proxy.raw() as a, proxy.raw() as b, proxy.raw(protocol=3) as c:
+        for cl in (a, b, c):
+            f = cl.cmd("CLIENT", "ID")
+            assert f.type == ":", f
+            assert f.value > 0
+            ids.append(f.value)
+        for _ in range(5):
+            a.cmd("SET", "x", "y")
+            assert a.cmd("CLIENT", "ID").value == ids[0], "CLIENT ID changed for one connection"
+            assert b.cmd("CLIENT", "ID").value == ids[1]
+    assert len(set(ids)) == 3, "different clients must have different ids: %r" % ids
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_echo_and_ping_with_and_without_arg(proxy, ref, protocol):
+    steps = [("PING",), ("PING", "msg"), ("ECHO", "msg"), ("ECHO", b"\x00\r\n"), ("PING", "")]
+    got = assert_same_steps(proxy, ref, steps, protocol=protocol)
+    assert [g for _, g in got] == [b"+PONG\r\n", b"$3\r\nmsg\r\n", b"$3\r\nmsg\r\n",
+                                   b"$3\r\n\x00\r\n\r\n", b"$0\r\n\r\n"]
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_quit_replies_ok_then_closes(proxy, upstream, protocol):
+    with proxy.raw(protocol=3 if protocol == 3 else None) as c:
+        c.send(encode("SET", "before", "1") + encode("QUIT") + encode("SET", "after", "1"))
+        assert c.read_frame().raw == b"+OK\r\n"
+        assert c.read_frame().raw == b"+OK\r\n"
+        leftover = c.expect_closed(3)
+        assert leftover == b"", "nothing may follow QUIT's +OK: %r" % leftover
+    time.sleep(0.1)
+    d = upstream.client()
+    assert d.get("before") == b"1"
+    assert d.get("after") is None, "a command pipelined after QUIT must not run"
+    # The proxy still serves others.
+    assert proxy.client().ping() is True
+
+
+def test_reset_returns_to_db0_resp2_no_name_no_multi(proxy, ref):
+    steps = [("SET", "k", "db0"), ("SELECT", 2), ("SET", "k", "db2"), ("HELLO", "3"),
+             ("CLIENT", "SETNAME", "n"), ("WATCH", "k"), ("MULTI",), ("SET", "k", "queued"),
+             ("RESET",), ("GET", "k"), ("GET", "nokey"), ("CLIENT", "GETNAME"), ("EXEC",),
+             ("SUBSCRIBE", "c"), ("RESET",), ("PING",), ("SELECT", 3), ("CLIENT", "TRACKING", "ON"),
+             ("RESET",), ("GET", "k"), ("RESET", "extra")]
+
+    def scenario(ep):
+        with ep.raw() as c:
+            return [(s, norm(c.cmd(*s).raw)) for s in steps]
+
+    got = assert_same_runs(scenario, proxy, ref)
+    assert got[8][1] == b"+RESET\r\n"
+    assert got[9][1] == b"$3\r\ndb0\r\n", "RESET goes back to db 0"
+    assert got[10][1] == b"$-1\r\n", "RESET goes back to RESP2"
+    assert got[11][1] == b"$-1\r\n"
+    assert got[12][1] == b"-ERR EXEC without MULTI\r\n"
+    assert got[15][1] == b"+PONG\r\n", "RESET leaves subscribe mode"
+    assert got[19][1] == b"$3\r\ndb0\r\n"
+
+
+def test_client_reply_off_skip_on_like_redis(proxy, ref):
+    cmds = [("SET", "r", "1"), ("CLIENT", "REPLY", "OFF"), ("SET", "r", "2"), ("GET", "r"), ("PING",),
+            ("GET", "i1"), ("CLIENT", "REPLY", "ON"), ("GET", "r"), ("CLIENT", "REPLY", "SKIP"),
+            ("SET", "r", "3"), ("GET", "r"), ("CLIENT", "REPLY", "BOGUS"), ("GET", "r")]
+    n_replies = 6  # SET, ON, GET(2), GET(3) after SKIP's skipped SET, BOGUS error, GET
+
+    def scenario(ep):
+        with ep.raw() as c:
+            c.send(b"".join(encode(*x) for x in cmds))
+            frames = c.read_frames(n_replies, timeout=5)
+            c.expect_silence(0.3)
+            return [(i, f.raw) for i, f in enumerate(frames)]
+
+    got = assert_same_runs(scenario, proxy, ref)
+    assert [g for _, g in got][:5] == [b"+OK\r\n", b"+OK\r\n", b"$1\r\n2\r\n", b"$1\r\n3\r\n",
+                                       got[4][1]]
+    assert got[4][1].startswith(b"-ERR")
+
+
+def test_monitor_shows_commands_of_other_clients(proxy):
+    with proxy.raw() as mon:
+        assert mon.cmd("MONITOR").raw == b"+OK\r\n"
+        r = proxy.client()
+        r.set("mon:key", "mon-value")
+        r.hset("mon:hash", "f", "v")
+        seen = []
+        deadline = time.monotonic() + 5
+        want = [b'"set" "mon:key" "mon-value"', b'"hset" "mon:hash" "f" "v"']
+        while time.monotonic() < deadline and not all(any(w in s for s in seen) for w in want):
+            f = mon.read_frame(timeout=max(0.01, deadline - time.monotonic()))
+            assert isinstance(f.value, Simple), f
+            seen.append(bytes(f.value).lower())
+        for w in want:
+            assert any(w in s for s in seen), "MONITOR never showed %r; saw %r" % (w, seen)
+        line = next(s for s in seen if want[0] in s)
+        assert re.match(rb"^\d+\.\d+ \[\d+ ", line), line
+
+
+@pytest.mark.parametrize("via", ["proxy", "direct"])
+@pytest.mark.parametrize("key,kind", [("trk:k", "string"), ("i77", "string"), ("d77", "hash")])
+def test_client_tracking_resp3_receives_invalidate_push(proxy, upstream, key, kind, via):
+    """A RESP3 client's own CLIENT TRACKING: it reads a key, another client
+    changes it, and the tracking client gets `>2 invalidate [key]`. Keys of
+    cacheable shape are read by someone else first, so a proxy that answered
+    the tracking client's read from its cache (and so never told Redis the
+    client read it) would miss the push."""
+    r = proxy.client()
+    writer = proxy.client() if via == "proxy" else upstream.client()
+
+    def read(c):
+        return c.cmd("HGET", key, "f") if kind == "hash" else c.cmd("GET", key)
+
+    def write(v):
+        writer.hset(key, "f", v) if kind == "hash" else writer.set(key, v)
+
+    write("v0")
+    for _ in range(2):
+        r.hget(key, "f") if kind == "hash" else r.get(key)
+    push = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$%d\r\n%s\r\n" % (len(key), key.encode())
+    with proxy.raw(protocol=3) as t:
+        assert t.cmd("CLIENT", "TRACKING", "ON").raw == b"+OK\r\n"
+        assert read(t).raw == b"$2\r\nv0\r\n"
+        write("v1")
+        f = t.read_frame(timeout=3)
+        assert isinstance(f.value, Push) and f.raw == push, f
+        # Tracking is one-shot per read: read again to be notified again.
+        assert read(t).raw == b"$2\r\nv1\r\n"
+        write("v2")
+        assert t.read_frame(timeout=3).raw == push
+        write("v3")                                  # not read since: no push
+        t.expect_silence(0.3)
+        assert t.cmd("CLIENT", "TRACKING", "OFF").raw == b"+OK\r\n"
+        read(t)
+        write("v4")
+        t.expect_silence(0.3)
+        assert t.cmd("PING").raw == b"+PONG\r\n"
+
+
+def test_client_tracking_flushall_sends_null_invalidation(proxy, upstream):
+    with proxy.raw(protocol=3) as t:
+        t.cmd("CLIENT", "TRACKING", "ON")
+        t.cmd("GET", "ft")
+        upstream.client().flushall()
+        f = t.read_frame(timeout=3)
+        assert f.raw == b">2\r\n$10\r\ninvalidate\r\n_\r\n", f
+
+
+def test_client_tracking_bcast_prefix(proxy):
+    w = proxy.client()
+    with proxy.raw(protocol=3) as t:
+        assert t.cmd("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "user:").raw == b"+OK\r\n"
+        w.set("user:1", "x")
+        w.set("other:1", "x")
+        f = t.read_frame(timeout=3)
+        assert f.raw == b">2\r\n$10\r\ninvalidate\r\n*1\r\n$6\r\nuser:1\r\n"
+        t.expect_silence(0.3)
