@@ -82,9 +82,14 @@ for m in "${missing_note[@]}"; do log "notice: $m"; done
 work=$(mktemp -d "${TMPDIR:-/tmp}/sidecache-compare.XXXXXX")
 pids=()
 names=()
+bench_pid=""
 cleanup() {
   local rc=$? i pid
   trap - EXIT INT TERM
+  if [ -n "$bench_pid" ]; then
+    kill -TERM "$bench_pid" 2>/dev/null || true
+    wait "$bench_pid" 2>/dev/null || true
+  fi
   for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
     pid=${pids[i]}
     kill -TERM "$pid" 2>/dev/null || continue
@@ -231,9 +236,15 @@ for P in $PIPELINES; do
       for t in "${targets[@]}"; do
         out="$work/bench-$t-c$c-P$P-$rep.csv"
         log "$t: -c $c -P $P -n $n (run $rep/$REPEAT)"
-        if ! timeout "$BENCH_TIMEOUT" "$REDIS_BENCHMARK" -h 127.0.0.1 -p "${port[$t]}" \
-            -t set,get -n "$n" -c "$c" -P "$P" -r "$KEYSPACE" -d "$DATASIZE" -q --csv \
-            >"$out" 2>"$out.err"; then
+        # In the background and waited for, so that a signal stops the run at once.
+        timeout "$BENCH_TIMEOUT" "$REDIS_BENCHMARK" -h 127.0.0.1 -p "${port[$t]}" \
+          -t set,get -n "$n" -c "$c" -P "$P" -r "$KEYSPACE" -d "$DATASIZE" -q --csv \
+          >"$out" 2>"$out.err" &
+        bench_pid=$!
+        brc=0
+        wait "$bench_pid" || brc=$?
+        bench_pid=""
+        if [ "$brc" != 0 ]; then
           log "$t -c $c -P $P: redis-benchmark failed or timed out after ${BENCH_TIMEOUT}s:"
           tail -n 5 "$out.err" >&2 || true
           failed=1

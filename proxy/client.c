@@ -655,13 +655,22 @@ static int classify(px_client *c, const resp_cmd_info *info) {
     return ACT_FORWARD;
 }
 
-static void answer_local(px_client *c, const resp_cmd_info *info) {
+/* Answers a command the proxy keeps locally. Returns 1 if answered, 0 if
+ * it must go to Redis after all: while it is not yet known whether Redis
+ * lets a client without credentials in, PING and ECHO ask Redis. */
+static int answer_local(px_client *c, const resp_cmd_info *info) {
+    if (c->pass == NULL && c->srv->open_access == 0) {
+        reply_error(c, "NOAUTH Authentication required.");
+        return 1;
+    }
+    if (c->pass == NULL && c->srv->open_access < 0 && info->id != CMD_CLIENT) return 0;
     if (info->id == CMD_PING)
         cmd_ping(c);
     else if (info->id == CMD_ECHO)
         cmd_echo(c);
     else
         cmd_client_local(c);
+    return 1;
 }
 
 /* Routes one parsed request. DISPATCH_WAIT leaves it unconsumed, to be
@@ -705,8 +714,8 @@ static int client_dispatch(px_client *c, const char *frame) {
     if (c->mode == PX_MODE_PINNED) {
         switch (act) {
         case ACT_LOCAL:
-            answer_local(c, info);
-            return DISPATCH_DONE;
+            if (answer_local(c, info)) return DISPATCH_DONE;
+            break;
         case ACT_TUNNEL:
             if (c->inflight > 0) return DISPATCH_WAIT;
             enter_tunnel(c, frame);
@@ -729,8 +738,8 @@ static int client_dispatch(px_client *c, const char *frame) {
     /* SHARED */
     switch (act) {
     case ACT_LOCAL:
-        answer_local(c, info);
-        return DISPATCH_DONE;
+        if (answer_local(c, info)) return DISPATCH_DONE;
+        break;
     case ACT_STATE:
         return cmd_state(c, id, frame);
     case ACT_TXN:

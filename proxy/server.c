@@ -90,6 +90,7 @@ int px_server_run(px_config *cfg) {
     px_server srv;
     memset(&srv, 0, sizeof srv);
     srv.cfg = cfg;
+    srv.open_access = -1;
     resp_limits_default(&srv.req_limits);
     srv.req_limits.max_bulk_len = cfg->proto_max_bulk_len;
     srv.req_limits.max_multibulk_len = cfg->max_multibulk_len;
@@ -122,6 +123,13 @@ int px_server_run(px_config *cfg) {
     }
     char upstream[1200];
     if (px_upstream_format(&cfg->up, 0, upstream, sizeof upstream) < 0) snprintf(upstream, sizeof upstream, "?");
+    /* Connect the default identity now: its handshake tells whether Redis
+     * wants a password before the first client asks. */
+    px_pool *first = px_pool_ref(&srv, NULL, NULL, cfg->up.db, 2);
+    if (first != NULL) {
+        px_pool_shared(first, 0);
+        px_pool_unref(first);
+    }
     px_notice("ready upstream=%s upstream_connections=%d", upstream, cfg->upstream_connections);
     event_base_dispatch(srv.base);
     px_notice("stopped");

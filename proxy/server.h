@@ -52,6 +52,10 @@ typedef struct px_server {
     struct event *cron_ev;
     struct event *sig_term, *sig_int, *sig_pipe;
 
+    /* Whether Redis serves clients without credentials: -1 unknown, 0 no
+     * (NOAUTH), 1 yes. Learned by every credential-less connection. */
+    int open_access;
+
     int stopping;              /* SIGTERM seen: finish in-flight work, then exit */
     int64_t stop_deadline_ms;
     int exit_code;

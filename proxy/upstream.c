@@ -226,6 +226,14 @@ static int up_write_handshake(px_upstream *u, resp_buf *b) {
         resp_enc_commandv(b, "SELECT", portbuf, NULL);
         n++;
     }
+    if (p->pass == NULL) {
+        /* Does Redis let a client without credentials in? The answer tells
+         * whether the proxy may answer PING and friends itself for such a
+         * client, or must give it Redis's NOAUTH (see srv->open_access). */
+        resp_enc_commandv(b, "PING", NULL);
+        u->probe_access = 1;
+        n++;
+    }
     return n;
 }
 
@@ -393,7 +401,15 @@ void px_upstream_free(px_upstream *u) {
 static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     char type = u->rp.type;
     if (u->handshake_left > 0) {
-        if (type == '-' || type == '!') {
+        int is_err = type == '-' || type == '!';
+        if (is_err && len >= 8 && memcmp(data, "-NOAUTH ", 8) == 0) u->srv->open_access = 0;
+        if (u->probe_access && u->handshake_left == 1) {
+            /* the last handshake reply: the access probe, never a failure */
+            u->srv->open_access = is_err ? 0 : 1;
+            u->probe_access = 0;
+            is_err = 0;
+        }
+        if (is_err) {
             /* Redis refused the identity: every request queued behind gets
              * that same answer, as a direct client would. Not a reason to
              * back off: Redis is there. */

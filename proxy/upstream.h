@@ -93,6 +93,7 @@ typedef struct px_upstream {
     int state;
     int handshake_left;        /* handshake replies still to swallow */
     int ever_ready;            /* a handshake completed on this connection */
+    int probe_access;          /* the handshake ends with an access probe */
     px_req *head, *tail;       /* requests in flight, in order */
     int npending;
     resp_reply_parser rp;

@@ -1,0 +1,2 @@
+build-san/protocol/commands.o: protocol/commands.c protocol/commands.h
+protocol/commands.h:

@@ -1,0 +1,2 @@
+build-san/protocol/resp.o: protocol/resp.c protocol/resp.h
+protocol/resp.h:

@@ -1,0 +1,2 @@
+build-san/proxy/config.o: proxy/config.c proxy/config.h
+proxy/config.h:

@@ -1,0 +1,3 @@
+build-san/proxy/log.o: proxy/log.c proxy/log.h proxy/config.h
+proxy/log.h:
+proxy/config.h:

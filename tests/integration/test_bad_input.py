@@ -1,0 +1,113 @@
+"""Malformed input gets Redis's protocol error and closes only the offending
+connection; the proxy and its other clients carry on."""
+import socket
+import time
+
+import pytest
+
+from helpers import assert_same_runs
+
+# name -> (bytes sent, the error Redis sends before closing, or None for "accepted")
+CASES = {
+    "bad-bulk-length": (b"*1\r\n$abc\r\n", b"-ERR Protocol error: invalid bulk length\r\n"),
+    "garbage-instead-of-bulk": (b"*2\r\n$3\r\nGET\r\nxyz\r\n", b"-ERR Protocol error: expected '$', got 'x'\r\n"),
+    "unbalanced-quotes-inline": (b'SET "foo bar\r\n', b"-ERR Protocol error: unbalanced quotes in request\r\n"),
+    "huge-multibulk-count": (b"*99999999999\r\n", b"-ERR Protocol error: invalid multibulk length\r\n"),
+    "huge-bulk-length": (b"*1\r\n$99999999999\r\n", b"-ERR Protocol error: invalid bulk length\r\n"),
+    "negative-bulk-length": (b"*1\r\n$-5\r\n", b"-ERR Protocol error: invalid bulk length\r\n"),
+    "non-numeric-count": (b"*x\r\n", b"-ERR Protocol error: invalid multibulk length\r\n"),
+}
+
+
+def bad_input_scenario(ep, data):
+    """Returns what the offending client got, whether it was closed, and that
+    a bystander connection opened before still works."""
+    with ep.raw() as bystander, ep.raw() as bad:
+        assert bystander.cmd("SET", "by", "1").raw == b"+OK\r\n"
+        bad.send(data)
+        try:
+            reply = bad.read_frame(timeout=3).raw
+        except Exception as e:  # noqa: BLE001
+            reply = repr(e).encode()
+        try:
+            leftover = bad.expect_closed(3)
+            closed = True
+        except AssertionError:
+            leftover, closed = b"", False
+        by = bystander.cmd("INCR", "by").raw
+        return [("reply", reply), ("closed", closed), ("leftover", leftover), ("bystander", by)]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_closes_only_offending_client(proxy, ref, name):
+    data, want = CASES[name]
+    got = dict(assert_same_runs(lambda ep: bad_input_scenario(ep, data), proxy, ref))
+    assert got["reply"] == want
+    assert got["closed"] is True, "the offending connection must be closed after the error"
+    assert got["leftover"] == b""
+    assert got["bystander"] == b":2\r\n"
+    # And new clients are still served.
+    assert proxy.client().ping() is True
+
+
+def test_bad_input_after_good_commands_in_same_write(proxy, ref):
+    """Good commands before the bad bytes in the same write are answered
+    first, then the error, then the close."""
+    data = b"*1\r\n$4\r\nPING\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n*1\r\n$abc\r\n"
+
+    def scenario(ep):
+        with ep.raw() as c:
+            c.send(data)
+            frames = [f.raw for f in c.read_frames(3, timeout=3)]
+            c.expect_closed(3)
+        with ep.raw() as d:
+            return [("frames", frames), ("k", d.cmd("GET", "k").raw)]
+
+    got = dict(assert_same_runs(scenario, proxy, ref))
+    assert got["frames"] == [b"+PONG\r\n", b"+OK\r\n", b"-ERR Protocol error: invalid bulk length\r\n"]
+    assert got["k"] == b"$1\r\nv\r\n"
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_bare_lf_inline_command_accepted(proxy, ref, protocol):
+    """Redis accepts an inline command ended by a bare LF."""
+
+    def scenario(ep):
+        with ep.raw(protocol=3 if protocol == 3 else None) as c:
+            c.send(b"PING\n")
+            a = c.read_frame(3).raw
+            c.send(b"SET lf  value\nGET lf\nEXISTS lf nope\n")
+            b = [f.raw for f in c.read_frames(3, timeout=3)]
+            c.send(b"\n\r\nPING\r\n")                    # empty lines are ignored
+            d = c.read_frame(3).raw
+            return [("ping", a), ("cmds", b), ("after-empty", d)]
+
+    got = dict(assert_same_runs(scenario, proxy, ref))
+    assert got["ping"] == b"+PONG\r\n"
+    assert got["cmds"] == [b"+OK\r\n", b"$5\r\nvalue\r\n", b":1\r\n"]
+
+
+def test_request_split_in_tiny_pieces_is_reassembled(proxy):
+    """A command that arrives one byte at a time is still one command."""
+    data = b"*3\r\n$3\r\nSET\r\n$5\r\nsplit\r\n$11\r\nhello\r\nworl\r\n*2\r\n$3\r\nGET\r\n$5\r\nsplit\r\n"
+    with proxy.raw() as c:
+        for i in range(len(data)):
+            c.send(data[i:i + 1])
+            time.sleep(0.001)
+        assert [f.raw for f in c.read_frames(2)] == [b"+OK\r\n", b"$11\r\nhello\r\nworl\r\n"]
+
+
+def test_abrupt_disconnect_mid_command_does_not_hurt_others(proxy):
+    """Clients that vanish in the middle of a request (or with a half-read
+    reply) leave the proxy serving everyone else."""
+    with proxy.raw() as keep:
+        for i in range(20):
+            s = socket.create_connection((proxy.host, proxy.port), timeout=3)
+            s.sendall(b"*3\r\n$3\r\nSET\r\n$2\r\nab\r\n$100000\r\npartial")
+            s.close()
+            s = socket.create_connection((proxy.host, proxy.port), timeout=3)
+            s.sendall(b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n" * 50)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            s.close()                                    # RST
+            assert keep.cmd("PING").raw == b"+PONG\r\n"
+        assert keep.cmd("EXISTS", "ab").raw == b":0\r\n"

@@ -1,0 +1,53 @@
+"""SIGTERM stops the proxy gracefully: replies in flight are delivered, then
+it exits with status 0."""
+import signal
+import time
+
+import pytest
+
+from helpers import port_accepts
+
+
+@pytest.mark.proxy_only
+@pytest.mark.timeout(30)
+def test_sigterm_graceful_inflight_slow_command_gets_reply_then_exit_0(proxy):
+    idle = proxy.raw()
+    assert idle.cmd("PING").raw == b"+PONG\r\n"
+    with proxy.raw() as c:
+        assert c.cmd("PING").raw == b"+PONG\r\n"
+        c.send_cmd("DEBUG", "SLEEP", "0.5")
+        time.sleep(0.1)                      # the command is at Redis now
+        t0 = time.monotonic()
+        proxy.proc.send_signal(signal.SIGTERM)
+        f = c.read_frame(timeout=5)
+        assert f.raw == b"+OK\r\n", "the in-flight DEBUG SLEEP lost its reply: %r" % f
+        assert time.monotonic() - t0 >= 0.3
+    rc = proxy.terminate(timeout=10)
+    assert rc == 0, "exit status %r after SIGTERM" % rc
+    idle.expect_closed(3)
+    idle.close()
+    assert not port_accepts(proxy.port)
+
+
+@pytest.mark.proxy_only
+@pytest.mark.timeout(30)
+def test_sigterm_idle_proxy_exits_0_promptly(proxy):
+    with proxy.raw() as c:
+        c.cmd("SET", "k", "v")
+        t0 = time.monotonic()
+        rc = proxy.terminate(timeout=10)
+        assert rc == 0
+        assert time.monotonic() - t0 < 3
+        c.expect_closed(3)
+
+
+@pytest.mark.proxy_only
+@pytest.mark.timeout(40)
+def test_sigterm_with_client_blocked_forever_still_exits_0(proxy):
+    """A client in BLPOP 0 (blocked forever) does not keep the proxy alive."""
+    with proxy.raw() as c:
+        c.send_cmd("BLPOP", "never", 0)
+        time.sleep(0.2)
+        rc = proxy.terminate(timeout=15)
+        assert rc == 0
+        c.expect_closed(3)

@@ -1,0 +1,194 @@
+"""Redis restarted under load: while Redis is down, commands fail fast with
+an -ERR that names the upstream (no hangs, no closed client connections);
+after Redis is back on the same port the same connections work again, and
+nothing stale is served from the cache."""
+import threading
+import time
+
+import pytest
+
+from helpers import ConnectionClosed, Err, encode, port_accepts
+
+DOWN_FOR = 2.0           # seconds Redis stays dead
+ERR_WITHIN = 0.5         # after the kill, every reply must be an error after this
+MAX_LATENCY = 4.0        # no single command may take longer than this
+RECOVER_WITHIN = 10.0    # after the restart, every client must succeed by then
+
+
+class Hammer(threading.Thread):
+    """One client connection doing SET/GET in a loop; it records every reply
+    and never reconnects."""
+
+    def __init__(self, proxy, idx, protocol):
+        super().__init__(daemon=True)
+        self.idx = idx
+        self.c = proxy.raw(timeout=MAX_LATENCY + 4, protocol=3 if protocol == 3 else None)
+        self.stop = threading.Event()
+        self.log = []          # (t_sent, t_recv, cmd, raw reply or "<closed>"/"<hang>")
+        self.fatal = None
+        self.last_set = None
+
+    def op(self, *cmd):
+        t0 = time.monotonic()
+        self.c.send(encode(*cmd))
+        try:
+            f = self.c.read_frame(timeout=MAX_LATENCY + 4)
+            raw = f.raw
+        except ConnectionClosed:
+            raw = "<closed>"
+        except OSError as e:
+            raw = "<hang: %r>" % e
+        self.log.append((t0, time.monotonic(), cmd, raw))
+        if isinstance(raw, str):
+            self.fatal = "%s -> %s" % (cmd, raw)
+        return raw
+
+    def run(self):
+        j = 0
+        key = "w%d" % self.idx
+        while not self.stop.is_set() and self.fatal is None:
+            j += 1
+            if self.op("SET", key, j) == b"+OK\r\n":
+                self.last_set = j
+            got = self.op("GET", key)
+            if isinstance(got, bytes) and not got.startswith(b"-") and self.last_set is not None:
+                want = b"$%d\r\n%d\r\n" % (len(str(self.last_set)), self.last_set)
+                if got != want and got != b"$-1\r\n":
+                    self.fatal = "GET %s returned %r after SET %d" % (key, got, self.last_set)
+            self.op("GET", "i1")
+            time.sleep(0.005)
+        self.c.close()
+
+    def successes_after(self, t):
+        return [e for e in self.log if e[0] >= t and isinstance(e[3], bytes)
+                and not e[3].startswith(b"-")]
+
+
+@pytest.mark.proxy_only
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_redis_restarted_under_load_errors_then_recovers_on_same_connections(proxy, upstream):
+    r = proxy.client()
+    r.set("i1", "before-restart")
+    r.hset("d1", "name", "old-entry")
+    for _ in range(3):
+        assert r.get("i1") == b"before-restart"
+        assert r.hget("d1", "name") == b"old-entry"
+    r.close()
+
+    # Clients that are idle across the restart, one of them in db 3.
+    idle = proxy.raw()
+    idle_db3 = proxy.raw()
+    assert idle_db3.cmd("SELECT", 3).raw == b"+OK\r\n"
+    idle3 = proxy.raw(protocol=3)
+
+    hammers = [Hammer(proxy, i, 3 if i % 3 == 0 else 2) for i in range(8)]
+    for h in hammers:
+        h.start()
+    try:
+        time.sleep(0.5)
+        for h in hammers:
+            assert h.successes_after(0), "hammer %d never succeeded before the kill" % h.idx
+
+        t_kill = time.monotonic()
+        upstream.kill()
+        time.sleep(DOWN_FOR)
+        assert not port_accepts(upstream.port)
+        t_restart = time.monotonic()
+        upstream.restart()
+
+        deadline = t_restart + RECOVER_WITHIN
+        while time.monotonic() < deadline:
+            if all(h.successes_after(t_restart + 0.01) or h.fatal for h in hammers):
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)
+    finally:
+        for h in hammers:
+            h.stop.set()
+        for h in hammers:
+            h.join(MAX_LATENCY + 6)
+
+    problems = []
+    for h in hammers:
+        if h.fatal:
+            problems.append("client %d: %s" % (h.idx, h.fatal))
+        for t0, t1, cmd, raw in h.log:
+            if t1 - t0 > MAX_LATENCY:
+                problems.append("client %d: %r took %.1fs" % (h.idx, cmd, t1 - t0))
+            if t_kill + ERR_WITHIN <= t0 and t1 <= t_restart:
+                if not (isinstance(raw, bytes) and raw.startswith(b"-ERR")
+                        and b"upstream" in raw.lower()):
+                    problems.append("client %d: %r while Redis was down -> %r (want -ERR ... upstream ...)"
+                                    % (h.idx, cmd, raw))
+        down = [e for e in h.log if t_kill + ERR_WITHIN <= e[0] and e[1] <= t_restart]
+        if not down:
+            problems.append("client %d: no reply at all while Redis was down (hung?)" % h.idx)
+        if not h.successes_after(t_restart):
+            problems.append("client %d: no success within %.0fs of the restart" % (h.idx, RECOVER_WITHIN))
+    assert not problems, "\n".join(problems[:20])
+
+    # The idle connections work without reconnecting (a retry on the same
+    # connection is allowed).
+    for name, c, expect_db in (("idle", idle, 0), ("idle-db3", idle_db3, 3), ("idle-resp3", idle3, 0)):
+        deadline = time.monotonic() + RECOVER_WITHIN
+        while True:
+            f = c.cmd("SET", "idle:" + name, "back", timeout=MAX_LATENCY + 2)
+            if f.raw == b"+OK\r\n":
+                break
+            assert f.raw.startswith(b"-ERR"), (name, f)
+            assert time.monotonic() < deadline, "%s never recovered: %r" % (name, f)
+            time.sleep(0.1)
+    d = upstream.client()
+    assert d.get("idle:idle") == b"back"
+    assert upstream.client(db=3).get("idle:idle-db3") == b"back", \
+        "a client that had SELECTed 3 must still be in db 3 after the upstream came back"
+    idle.close(); idle_db3.close(); idle3.close()
+
+    # Redis came back empty: nothing from before may be served from a cache.
+    r = proxy.client()
+    assert r.get("i1") is None, "stale cached i1 served after the upstream restarted empty"
+    assert r.hget("d1", "name") is None, "stale cached d1 served after the upstream restarted empty"
+    r.set("i1", "after")
+    assert r.get("i1") == b"after"
+    assert proxy.alive()
+
+
+@pytest.mark.proxy_only
+@pytest.mark.timeout(30)
+def test_redis_down_command_errors_name_upstream_and_connection_stays_open(proxy, upstream):
+    """A single client: kill Redis, its next commands get -ERR ... upstream
+    ... promptly; start Redis again; the same connection works."""
+    with proxy.raw() as c:
+        assert c.cmd("SET", "k", "v").raw == b"+OK\r\n"
+        upstream.kill()
+        time.sleep(0.3)
+        for cmd in (("GET", "k"), ("SET", "k", "2"), ("GET", "i5"), ("HGET", "d5", "x"), ("INCR", "n")):
+            t0 = time.monotonic()
+            f = c.cmd(*cmd, timeout=MAX_LATENCY + 2)
+            assert time.monotonic() - t0 < MAX_LATENCY
+            assert isinstance(f.value, Err) and f.raw.startswith(b"-ERR"), (cmd, f)
+            assert b"upstream" in f.raw.lower(), (cmd, f)
+        upstream.restart()
+        deadline = time.monotonic() + RECOVER_WITHIN
+        while c.cmd("PING").raw != b"+PONG\r\n" or c.cmd("SET", "k", "3").raw != b"+OK\r\n":
+            assert time.monotonic() < deadline, "no recovery"
+            time.sleep(0.1)
+        assert c.cmd("GET", "k").raw == b"$1\r\n3\r\n"
+
+
+@pytest.mark.proxy_only
+@pytest.mark.timeout(30)
+def test_proxy_starts_while_redis_is_down_and_serves_once_it_is_up(proxy_factory, redis_factory):
+    up = redis_factory()
+    up.kill()
+    proxy = proxy_factory(up=up)
+    with proxy.raw() as c:
+        f = c.cmd("GET", "k", timeout=MAX_LATENCY + 2)
+        assert f.raw.startswith(b"-ERR") and b"upstream" in f.raw.lower(), f
+        up.restart()
+        deadline = time.monotonic() + RECOVER_WITHIN
+        while c.cmd("SET", "k", "v").raw != b"+OK\r\n":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert c.cmd("GET", "k").raw == b"$1\r\nv\r\n"

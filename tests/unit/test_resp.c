@@ -1,0 +1,1274 @@
+/*
+ * tests/unit/test_resp.c — protocol/resp.c: request and reply framers,
+ * encoders, resp_buf.
+ *
+ * Every framer case goes through the same driver in three ways: the whole
+ * stream at once; byte by byte (honouring `need`, and checking that a call
+ * just short of it still returns RESP_AGAIN); and in random splits for
+ * several fixed seeds, each call handed a fresh copy of the bytes so a
+ * pointer kept into an old buffer would trip ASan. Each run is rendered as a
+ * string (frames, then "!error" or "..." for an unfinished frame) and all
+ * runs must give the expected string.
+ *
+ * Request rendering:  [arg|arg|...] with an "i" suffix for inline frames.
+ * Reply rendering:    T<count>"payload"/frame_len  for scalars,
+ *                     T<count>null/frame_len       for nulls,
+ *                     T<count>@off+len/frame_len   for aggregates.
+ * Bytes outside printable ASCII and the characters \ | [ ] " are shown as
+ * \xHH; payloads over 64 bytes as <len:fnv1a64>.
+ */
+#include "protocol/resp.h"
+#include "tests/unit/unit.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* A string literal and its length, NULs included. */
+#define S(lit) (lit), (sizeof(lit) - 1)
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                            */
+
+typedef struct str {
+    char *p;
+    size_t len, cap;
+} str;
+
+static void str_add(str *s, const char *p, size_t n) {
+    if (s->len + n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap : 64;
+        while (cap < s->len + n + 1)
+            cap *= 2;
+        s->p = realloc(s->p, cap);
+        if (!s->p)
+            abort();
+        s->cap = cap;
+    }
+    memcpy(s->p + s->len, p, n);
+    s->len += n;
+    s->p[s->len] = '\0';
+}
+
+static void str_cat(str *s, const char *z) { str_add(s, z, strlen(z)); }
+
+static void str_fmt(str *s, const char *fmt, long long a) {
+    char tmp[64];
+    int n = snprintf(tmp, sizeof(tmp), fmt, a);
+    str_add(s, tmp, (size_t)n);
+}
+
+static uint64_t fnv1a(const char *p, size_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static void str_bytes(str *s, const char *p, size_t n) {
+    size_t i;
+    if (n > 64) {
+        char tmp[64];
+        snprintf(tmp, sizeof(tmp), "<%zu:%016llx>", n, (unsigned long long)fnv1a(p, n));
+        str_cat(s, tmp);
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c < 0x20 || c >= 0x7f || c == '\\' || c == '|' || c == '[' ||
+            c == ']' || c == '"') {
+            char tmp[8];
+            snprintf(tmp, sizeof(tmp), "\\x%02x", c);
+            str_cat(s, tmp);
+        } else {
+            str_add(s, (const char *)&c, 1);
+        }
+    }
+}
+
+/* The rendering of a payload of n bytes, for expected strings of big cases. */
+static char *big_name(const char *p, size_t n) {
+    str s = {0};
+    str_bytes(&s, p, n);
+    return s.p;
+}
+
+static uint32_t rng_next(uint32_t *st) {
+    /* xorshift32: fixed seeds, same splits on every run and platform. */
+    uint32_t x = *st;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return *st = x;
+}
+
+static double now_sec(void) {
+    return (double)clock() / CLOCKS_PER_SEC;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The driver                                                               */
+
+enum { M_WHOLE, M_BYTES, M_RANDOM };
+static const char *const mode_names[] = {"whole", "byte-by-byte", "random"};
+
+typedef struct drive {
+    int mode;
+    uint32_t seed;
+    size_t maxchunk; /* M_RANDOM: chunks of 1..maxchunk bytes */
+    long calls;      /* parse calls made (out) */
+} drive;
+
+static void render_req(str *out, const resp_req_parser *p) {
+    int i;
+    str_cat(out, "[");
+    for (i = 0; i < p->argc; i++) {
+        if (i)
+            str_cat(out, "|");
+        str_bytes(out, p->argv[i].ptr, p->argv[i].len);
+    }
+    str_cat(out, p->is_inline ? "]i" : "]");
+}
+
+static void render_reply(str *out, const resp_reply_parser *p, const char *b) {
+    char t[2] = {p->type ? p->type : '?', 0};
+    str_cat(out, t);
+    str_fmt(out, "%lld", p->count);
+    if (p->is_null) {
+        str_cat(out, "null");
+    } else if (strchr("*%~>", p->type)) {
+        str_fmt(out, "@%lld", (long long)p->payload_off);
+        str_fmt(out, "+%lld", (long long)p->payload_len);
+    } else {
+        str_cat(out, "\"");
+        str_bytes(out, b + p->payload_off, p->payload_len);
+        str_cat(out, "\"");
+    }
+    str_fmt(out, "/%lld", (long long)p->frame_len);
+}
+
+/*
+ * Runs one framer over in[0..total) as `d` says and returns the rendering
+ * (malloc'd). is_reply picks the framer.
+ */
+static char *run(int is_reply, const char *in, size_t total,
+                 const resp_limits *lim, drive *d) {
+    resp_req_parser rq;
+    resp_reply_parser rp;
+    str out = {0};
+    size_t base = 0, avail = d->mode == M_WHOLE ? total : 0;
+    uint32_t st = d->seed ? d->seed : 1;
+
+    if (is_reply)
+        resp_reply_init(&rp, lim);
+    else
+        resp_req_init(&rq, lim);
+    str_cat(&out, "");
+    d->calls = 0;
+    for (;;) {
+        size_t n = avail - base, need, frame_len;
+        const char *b = in + base;
+        char *copy = NULL;
+        const char *err;
+        int rc;
+
+        if (d->mode == M_RANDOM) {
+            copy = malloc(n ? n : 1);
+            memcpy(copy, b, n);
+            b = copy;
+        }
+        d->calls++;
+        rc = is_reply ? resp_reply_parse(&rp, b, n) : resp_req_parse(&rq, b, n);
+        need = is_reply ? rp.need : rq.need;
+        err = is_reply ? rp.err : rq.err;
+        frame_len = is_reply ? rp.frame_len : rq.frame_len;
+        if (rc == RESP_OK) {
+            if (out.len)
+                str_cat(&out, " ");
+            CHECK(frame_len > 0 && frame_len <= n);
+            /* One byte at a time (or up to need), a frame can only complete
+             * with its last byte: a need past the frame's end shows here. */
+            if (d->mode == M_BYTES)
+                CHECK_EQ_INT(frame_len, n);
+            if (is_reply) {
+                CHECK(rp.payload_off + rp.payload_len <= rp.frame_len);
+                render_reply(&out, &rp, b);
+            } else {
+                CHECK((rq.argc == 0) == (rq.argv == NULL));
+                render_req(&out, &rq);
+            }
+            free(copy);
+            base += frame_len;
+            if (base == total)
+                break;
+            continue;
+        }
+        if (rc == RESP_ERR) {
+            if (err == NULL)
+                err = "(no err)";
+            CHECK(is_reply ? rp.err != NULL : rq.err != NULL);
+            CHECK(strchr(err, '\r') == NULL && strchr(err, '\n') == NULL);
+            if (out.len)
+                str_cat(&out, " ");
+            str_cat(&out, "!");
+            str_cat(&out, err);
+            /* Sticky, even with more bytes. */
+            rc = is_reply ? resp_reply_parse(&rp, in + base, total - base)
+                          : resp_req_parse(&rq, in + base, total - base);
+            CHECK_EQ_INT(rc, RESP_ERR);
+            CHECK(strcmp(is_reply ? rp.err : rq.err, err) == 0);
+            free(copy);
+            break;
+        }
+        CHECK_EQ_INT(rc, RESP_AGAIN);
+        if (!is_reply)
+            CHECK(rq.argc == 0 && rq.argv == NULL);
+        free(copy);
+        if (avail == total) {
+            if (out.len)
+                str_cat(&out, " ");
+            str_cat(&out, "...");
+            break;
+        }
+        if (d->mode == M_BYTES) {
+            size_t next = avail + 1;
+            if (need) {
+                CHECK(need > n);
+                /* Honoured: one byte short of need is still not enough. */
+                if (need - 1 > n && base + need - 1 <= total) {
+                    d->calls++;
+                    rc = is_reply ? resp_reply_parse(&rp, in + base, need - 1)
+                                  : resp_req_parse(&rq, in + base, need - 1);
+                    CHECK_EQ_INT(rc, RESP_AGAIN);
+                }
+                if (base + need > next)
+                    next = base + need;
+            }
+            avail = next < total ? next : total;
+        } else {
+            avail += 1 + rng_next(&st) % d->maxchunk;
+            if (avail > total)
+                avail = total;
+        }
+    }
+    if (is_reply)
+        resp_reply_deinit(&rp);
+    else
+        resp_req_deinit(&rq);
+    return out.p;
+}
+
+static void check_run(int line, int is_reply, const char *in, size_t len,
+                      const resp_limits *lim, const char *want, size_t maxchunk) {
+    static const uint32_t seeds[] = {1, 7, 42, 1234567, 0xdeadbeef};
+    drive runs[2 + sizeof(seeds) / sizeof(seeds[0])];
+    size_t i, nruns = 0;
+
+    runs[nruns++] = (drive){M_WHOLE, 0, 0, 0};
+    runs[nruns++] = (drive){M_BYTES, 0, 0, 0};
+    for (i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++)
+        runs[nruns++] = (drive){M_RANDOM, seeds[i], i % 2 ? maxchunk * 4 : maxchunk, 0};
+    for (i = 0; i < nruns; i++) {
+        char *got = run(is_reply, in, len, lim, &runs[i]);
+        if (strcmp(got, want) != 0) {
+            fprintf(stderr, "FAIL %s: %s:%d (%s, seed %u)\n  want: %s\n  got:  %s\n",
+                    unit_cur_name, __FILE__, line, mode_names[runs[i].mode],
+                    (unsigned)runs[i].seed, want, got);
+            unit_cur_failed = 1;
+        }
+        free(got);
+    }
+}
+
+#define REQ(lit, want) check_run(__LINE__, 0, S(lit), NULL, (want), 5)
+#define REQ_LIM(lit, lim, want) check_run(__LINE__, 0, S(lit), (lim), (want), 5)
+#define REP(lit, want) check_run(__LINE__, 1, S(lit), NULL, (want), 5)
+#define REP_LIM(lit, lim, want) check_run(__LINE__, 1, S(lit), (lim), (want), 5)
+
+/* ------------------------------------------------------------------------ */
+/* Requests                                                                 */
+
+static void test_req_simple(void) {
+    REQ("*1\r\n$4\r\nPING\r\n", "[PING]");
+    REQ("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nvalue\r\n", "[SET|k|value]");
+    REQ("*2\r\n$3\r\nGET\r\n$10\r\n0123456789\r\n", "[GET|0123456789]");
+    /* unfinished frames */
+    REQ("*", "...");
+    REQ("*2\r\n$3\r\nGET\r\n$1\r\n", "...");
+    REQ("*1\r\n$3\r\nfoo\r", "...");
+    REQ("*1\r\n$3\r\nfoo", "...");
+}
+
+static void test_req_pipeline(void) {
+    REQ("*1\r\n$4\r\nPING\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\nECHO x\n",
+        "[PING] [PING]i [GET|k] [ECHO|x]i");
+    REQ("*0\r\n*1\r\n$4\r\nPING\r\n\r\n*-1\r\nQUIT\r\n",
+        "[] [PING] []i [] [QUIT]i");
+    REQ("*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPI", "[PING] ...");
+}
+
+static void test_req_binary(void) {
+    REQ("*2\r\n$3\r\nSET\r\n$7\r\na\r\nb\0c\r\r\n",
+        "[SET|a\\x0d\\x0ab\\x00c\\x0d]");
+    REQ("*1\r\n$4\r\n\r\n\r\n\r\n", "[\\x0d\\x0a\\x0d\\x0a]");
+    REQ("*1\r\n$2\r\n*1\r\n", "[*1]");
+}
+
+static void test_req_empty_bulk(void) {
+    REQ("*2\r\n$4\r\nECHO\r\n$0\r\n\r\n", "[ECHO|]");
+    REQ("*3\r\n$0\r\n\r\n$0\r\n\r\n$1\r\nx\r\n", "[||x]");
+}
+
+static void test_req_empty_frames(void) {
+    REQ("*0\r\n", "[]");
+    REQ("*-1\r\n", "[]");
+    REQ("*-5\r\n", "[]");
+    REQ("\r\n", "[]i");
+    REQ("\n", "[]i");
+    REQ("   \t \r\n", "[]i");
+    REQ("\n\n\r\n", "[]i []i []i");
+}
+
+static void test_req_inline(void) {
+    REQ("PING\r\n", "[PING]i");
+    REQ("PING\n", "[PING]i");
+    REQ("SET k v\r\n", "[SET|k|v]i");
+    REQ("  GET \t key  \r\n", "[GET|key]i");
+    REQ("\v\fPING\r\n", "[PING]i");         /* leading blanks are isspace() */
+    REQ("ECHO a\vb\r\n", "[ECHO|a\\x0bb]i"); /* ... but \v does not end a token */
+    REQ("PI\rNG\r\n", "[PI|NG]i");           /* a lone \r ends a token */
+    REQ("PING\r\r\n", "[PING]i");            /* only one \r is trimmed */
+    REQ("$3\r\n", "[$3]i");                  /* not '*': inline */
+    REQ("SET \"a b\" 'c d'\r\n", "[SET|a b|c d]i");
+    REQ("ECHO \"\" ''\r\n", "[ECHO||]i");
+    REQ("ECHO \"\\n\\r\\t\\b\\a\\\\\\\"\\q\"\r\n",
+        "[ECHO|\\x0a\\x0d\\x09\\x08\\x07\\x5c\\x22q]i");
+    REQ("ECHO \"\\x41\\x7a\\x4A\\xzz\\x4\"\r\n", "[ECHO|AzJxzzx4]i");
+    REQ("ECHO \"\\x00\"\r\n", "[ECHO|\\x00]i");
+    REQ("ECHO 'it\\'s' 'a\\nb' 'x\"y'\r\n", "[ECHO|it's|a\\x5cnb|x\\x22y]i");
+    REQ("ECHO a\"b c\"\r\n", "[ECHO|ab c]i"); /* a quote may open mid-token */
+    REQ("ECHO \"a\"\tb\r\n", "[ECHO|a|b]i");
+    REQ("ECHO \"a\"\vb\r\n", "[ECHO|a|b]i");  /* closing quote + isspace() */
+    REQ("ECHO \"a\"\r\n", "[ECHO|a]i");
+}
+
+static void test_req_inline_errors(void) {
+    const char *u = "!Protocol error: unbalanced quotes in request";
+    REQ("ECHO \"abc\r\n", u);
+    REQ("ECHO 'abc\r\n", u);
+    REQ("ECHO \"a\"b\r\n", u);
+    REQ("ECHO 'a'b\r\n", u);
+    REQ("ECHO \"abc\\\"\r\n", u);
+    REQ("ECHO \"abc\\\r\n", u);
+    REQ("ECHO 'abc\\'\r\n", u);
+    REQ("PING\r\nECHO \"x\r\nPING\r\n", "[PING]i !Protocol error: unbalanced quotes in request");
+}
+
+static void test_req_multibulk_errors(void) {
+    const char *mb = "!Protocol error: invalid multibulk length";
+    const char *bl = "!Protocol error: invalid bulk length";
+
+    REQ("*x\r\n", mb);
+    REQ("*\r\n", mb);
+    REQ("*+1\r\n", mb);
+    REQ("*01\r\n", mb);
+    REQ("*-0\r\n", mb);
+    REQ("* 1\r\n", mb);
+    REQ("*1 \r\n", mb);
+    REQ("*99999999999999999999\r\n", mb);
+    REQ("*1048577\r\n", mb);          /* default max_multibulk_len */
+    REQ("*1048576\r\n", "...");
+    REQ("*1\rX$1\r\na\r\n", mb);      /* Redis skips the X; we do not */
+    REQ("*1\n$1\r\na\r\n", mb);       /* the line runs to the first \r */
+
+    REQ("*1\r\n$x\r\n", bl);
+    REQ("*1\r\n$\r\n", bl);
+    REQ("*1\r\n$-1\r\n", bl);
+    REQ("*1\r\n$+1\r\na\r\n", bl);
+    REQ("*1\r\n$01\r\na\r\n", bl);
+    REQ("*1\r\n$536870913\r\n", bl);  /* default max_bulk_len */
+    REQ("*1\r\n$1\rXa\r\n", bl);
+
+    REQ("*1\r\n:1\r\n", "!Protocol error: expected '$', got ':'");
+    REQ("*2\r\n$1\r\na\r\n+x\r\n", "!Protocol error: expected '$', got '+'");
+    REQ("*1\r\n\r\n", "!Protocol error: expected '$', got ' '");
+    REQ("*1\r\n\n\r\n", "!Protocol error: expected '$', got ' '");
+    REQ("*1\r\nPING\r\n", "!Protocol error: expected '$', got 'P'");
+    REQ("*1\r\n\x01\r\n", "!Protocol error: expected '$', got '\x01'");
+
+    /* the two bytes after a payload must be CRLF */
+    REQ("*1\r\n$3\r\nfooXY", bl);
+    REQ("*1\r\n$3\r\nfoo\rX", bl);
+    REQ("*1\r\n$3\r\nfoo\n\r", bl);
+    REQ("*1\r\n$3\r\nfooX\n", bl);
+    REQ("*1\r\n$3\r\nfoob\r\n", bl);
+    REQ("*2\r\n$1\r\na\r\n$1\r\nbc\r\n", bl);
+
+    /* a NUL hides the line's end from Redis's strchr: refused at once */
+    REQ("*1\0\r\n", "!Protocol error: too big mbulk count string");
+    REQ("*1\r\n$\0\r\n", "!Protocol error: too big bulk count string");
+    REQ("*1\r\n\0", "!Protocol error: too big bulk count string");
+    REQ("PI\0NG\r\n", "!Protocol error: too big inline request");
+    REQ("\0", "!Protocol error: too big inline request");
+}
+
+static void test_req_limits(void) {
+    resp_limits lim;
+    resp_limits_default(&lim);
+    lim.max_inline_len = 8;
+    lim.max_bulk_len = 10;
+    lim.max_multibulk_len = 3;
+
+    /* inline: the '\n' may be at most max_inline_len bytes in */
+    REQ_LIM("12345678\n", &lim, "[12345678]i");
+    REQ_LIM("1234567\r\n", &lim, "[1234567]i");
+    REQ_LIM("123456789\n", &lim, "!Protocol error: too big inline request");
+    REQ_LIM("12345678\r\n", &lim, "!Protocol error: too big inline request");
+    REQ_LIM("12345678", &lim, "...");
+    REQ_LIM("123456789", &lim, "!Protocol error: too big inline request");
+    REQ_LIM("PING\r\nPING\r\n123456789", &lim,
+            "[PING]i [PING]i !Protocol error: too big inline request");
+
+    /* "*N" line: the '\r' may be at most max_inline_len bytes in; then the
+     * line is judged on its value */
+    REQ_LIM("*0000000\r\n", &lim, "!Protocol error: invalid multibulk length");
+    REQ_LIM("*00000000\r\n", &lim, "!Protocol error: too big mbulk count string");
+    REQ_LIM("*0000000", &lim, "...");
+    REQ_LIM("*00000000", &lim, "!Protocol error: too big mbulk count string");
+
+    /* "$N" line, same rule, and it applies before the '$' is checked */
+    REQ_LIM("*1\r\n$0000000\r\n", &lim, "!Protocol error: invalid bulk length");
+    REQ_LIM("*1\r\n$00000000\r\n", &lim, "!Protocol error: too big bulk count string");
+    REQ_LIM("*1\r\n$0000000", &lim, "...");
+    REQ_LIM("*1\r\n$00000000", &lim, "!Protocol error: too big bulk count string");
+    REQ_LIM("*1\r\nXXXXXXXXXXXX", &lim, "!Protocol error: too big bulk count string");
+
+    /* counts and lengths */
+    REQ_LIM("*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n", &lim, "[a|b|c]");
+    REQ_LIM("*4\r\n", &lim, "!Protocol error: invalid multibulk length");
+    REQ_LIM("*1\r\n$10\r\n0123456789\r\n", &lim, "[0123456789]");
+    REQ_LIM("*1\r\n$11\r\n", &lim, "!Protocol error: invalid bulk length");
+    REQ_LIM("*-100\r\n", &lim, "[]");
+}
+
+static void test_req_need_and_zero_copy(void) {
+    static const char in[] = "*2\r\n$3\r\nGET\r\n$5\r\nhello\r\n";
+    resp_req_parser p;
+
+    resp_req_init(&p, NULL);
+    /* inside a header line: unknown */
+    CHECK_EQ_INT(resp_req_parse(&p, in, 2), RESP_AGAIN);
+    CHECK_EQ_INT(p.need, 0);
+    /* '\r' seen, its '\n' not yet: exactly one more byte */
+    CHECK_EQ_INT(resp_req_parse(&p, in, 3), RESP_AGAIN);
+    CHECK_EQ_INT(p.need, 4);
+    /* inside a payload: through its CRLF */
+    CHECK_EQ_INT(resp_req_parse(&p, in, 20), RESP_AGAIN);
+    CHECK_EQ_INT(p.need, sizeof(in) - 1);
+    CHECK_EQ_INT(resp_req_parse(&p, in, sizeof(in) - 2), RESP_AGAIN);
+    CHECK_EQ_INT(p.need, sizeof(in) - 1);
+    REQUIRE(resp_req_parse(&p, in, sizeof(in) - 1) == RESP_OK);
+    CHECK_EQ_INT(p.frame_len, sizeof(in) - 1);
+    CHECK_EQ_INT(p.argc, 2);
+    CHECK_EQ_INT(p.is_inline, 0);
+    /* multibulk arguments point into the caller's buffer */
+    CHECK(p.argv[0].ptr == in + 8);
+    CHECK(p.argv[1].ptr == in + 17);
+    CHECK_MEM(p.argv[1].ptr, p.argv[1].len, "hello");
+    /* the next frame starts fresh */
+    CHECK_EQ_INT(resp_req_parse(&p, "PING\r\n", 6), RESP_OK);
+    CHECK_EQ_INT(p.is_inline, 1);
+    CHECK_MEM(p.argv[0].ptr, p.argv[0].len, "PING");
+    CHECK_EQ_INT(resp_req_parse(&p, "", 0), RESP_AGAIN);
+    CHECK(p.argc == 0 && p.argv == NULL);
+    resp_req_deinit(&p);
+}
+
+static void test_req_no_alloc_from_count(void) {
+    static const char in[] = "*1000000\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n";
+    resp_req_parser p;
+
+    resp_req_init(&p, NULL);
+    CHECK_EQ_INT(resp_req_parse(&p, in, sizeof(in) - 1), RESP_AGAIN);
+    /* three arguments arrived; the arrays hold a handful, not a million */
+    CHECK_EQ_INT(p.args_seen, 3);
+    CHECK(p.args_cap <= 8);
+    resp_req_deinit(&p);
+}
+
+static void test_req_many_args(void) {
+    /* 3000 arguments (arrays grow past the keep threshold), then a small
+     * frame: the big arrays are released and regrown. */
+    str in = {0}, want = {0};
+    int i;
+    str_cat(&in, "*3000\r\n");
+    str_cat(&want, "[");
+    for (i = 0; i < 3000; i++) {
+        char a[16], hdr[32];
+        int n = snprintf(a, sizeof(a), "%d", i);
+        snprintf(hdr, sizeof(hdr), "$%d\r\n", n);
+        str_cat(&in, hdr);
+        str_cat(&in, a);
+        str_cat(&in, "\r\n");
+        if (i)
+            str_cat(&want, "|");
+        str_cat(&want, a);
+    }
+    str_cat(&in, "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+    str_cat(&want, "] [GET|k]");
+    check_run(__LINE__, 0, in.p, in.len, NULL, want.p, 64);
+    free(in.p);
+    free(want.p);
+}
+
+static void test_req_reset(void) {
+    resp_req_parser p;
+    resp_req_init(&p, NULL);
+    CHECK_EQ_INT(resp_req_parse(&p, S("*x\r\n")), RESP_ERR);
+    CHECK_EQ_INT(resp_req_parse(&p, S("PING\r\n")), RESP_ERR);
+    CHECK(strcmp(p.err, "Protocol error: invalid multibulk length") == 0);
+    resp_req_reset(&p);
+    CHECK_EQ_INT(resp_req_parse(&p, S("PING\r\n")), RESP_OK);
+    CHECK_EQ_INT(p.argc, 1);
+    /* reset in the middle of a frame forgets it */
+    CHECK_EQ_INT(resp_req_parse(&p, S("*2\r\n$3\r\nGET")), RESP_AGAIN);
+    resp_req_reset(&p);
+    CHECK_EQ_INT(resp_req_parse(&p, S("ECHO hi\n")), RESP_OK);
+    CHECK_EQ_INT(p.argc, 2);
+    resp_req_deinit(&p);
+}
+
+static void test_req_big_bulk(void) {
+    size_t n = 1024 * 1024, i;
+    str in = {0}, want = {0};
+    char *payload = malloc(n), *name;
+    drive d = {M_BYTES, 0, 0, 0};
+    char *got;
+
+    for (i = 0; i < n; i++)
+        payload[i] = (char)(i * 2654435761u >> 13); /* CR, LF, NUL included */
+    str_cat(&in, "*2\r\n$3\r\nSET\r\n$1048576\r\n");
+    str_add(&in, payload, n);
+    str_cat(&in, "\r\n*1\r\n$4\r\nPING\r\n");
+    name = big_name(payload, n);
+    str_cat(&want, "[SET|");
+    str_cat(&want, name);
+    str_cat(&want, "] [PING]");
+    check_run(__LINE__, 0, in.p, in.len, NULL, want.p, 64 * 1024);
+
+    /* with need, byte-by-byte feeding makes one call per header byte and
+     * one for the payload, not a million */
+    got = run(0, in.p, in.len, NULL, &d);
+    CHECK(strcmp(got, want.p) == 0);
+    CHECK(d.calls < 200);
+    free(got);
+    free(name);
+    free(payload);
+    free(want.p);
+    free(in.p);
+}
+
+/* A framer that rescanned would be quadratic here: a million calls, each
+ * with one more byte, ignoring need. */
+static void test_req_linear_time(void) {
+    size_t n = 1024 * 1024, i, len;
+    str in = {0};
+    resp_req_parser p;
+    resp_limits lim;
+    double t0;
+    int rc = RESP_AGAIN;
+
+    str_cat(&in, "*1\r\n$1048576\r\n");
+    for (i = 0; i < n; i++)
+        str_add(&in, "x", 1);
+    str_cat(&in, "\r\n");
+    resp_req_init(&p, NULL);
+    t0 = now_sec();
+    for (len = 1; len <= in.len; len++) {
+        rc = resp_req_parse(&p, in.p, len);
+        if (rc != RESP_AGAIN)
+            break;
+    }
+    CHECK_EQ_INT(rc, RESP_OK);
+    CHECK_EQ_INT(len, in.len);
+    CHECK_EQ_INT(p.argv[0].len, n);
+    resp_req_deinit(&p);
+
+    /* a 2 MB inline line and a 1 MB header line, byte by byte: the line
+     * search must resume where it stopped */
+    resp_limits_default(&lim);
+    lim.max_inline_len = 4 * 1024 * 1024;
+    in.len = 0;
+    str_cat(&in, "ECHO ");
+    for (i = 0; i < 2 * n; i++)
+        str_add(&in, "y", 1);
+    str_cat(&in, "\r\n");
+    resp_req_init(&p, &lim);
+    for (len = 1; len <= in.len; len++) {
+        rc = resp_req_parse(&p, in.p, len);
+        if (rc != RESP_AGAIN)
+            break;
+    }
+    CHECK_EQ_INT(rc, RESP_OK);
+    CHECK_EQ_INT(p.argc, 2);
+    CHECK_EQ_INT(p.argv[1].len, 2 * n);
+    resp_req_deinit(&p);
+
+    in.len = 0;
+    str_cat(&in, "*1\r\n$");
+    for (i = 0; i < n; i++)
+        str_add(&in, "1", 1);
+    str_cat(&in, "\r\n");
+    resp_req_init(&p, &lim);
+    for (len = 1; len <= in.len; len++) {
+        rc = resp_req_parse(&p, in.p, len);
+        if (rc != RESP_AGAIN)
+            break;
+    }
+    CHECK_EQ_INT(rc, RESP_ERR);
+    CHECK(strcmp(p.err, "Protocol error: invalid bulk length") == 0);
+    resp_req_deinit(&p);
+    free(in.p);
+    /* Linear work takes milliseconds; quadratic would take hours. */
+    CHECK(now_sec() - t0 < 20.0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Replies                                                                  */
+
+static void test_reply_scalars(void) {
+    REP("+OK\r\n", "+0\"OK\"/5");
+    REP("+\r\n", "+0\"\"/3");
+    REP("+a\rb\r\n", "+0\"a\\x0db\"/6"); /* a lone CR belongs to the line */
+    REP("-ERR bad thing\r\n", "-0\"ERR bad thing\"/16");
+    REP(":42\r\n", ":42\"42\"/5");
+    REP(":-7\r\n", ":-7\"-7\"/5");
+    REP(":0\r\n", ":0\"0\"/4");
+    REP(":9223372036854775807\r\n", ":9223372036854775807\"9223372036854775807\"/22");
+    REP(":-9223372036854775808\r\n", ":-9223372036854775808\"-9223372036854775808\"/23");
+    REP("$3\r\nfoo\r\n", "$3\"foo\"/9");
+    REP("$0\r\n\r\n", "$0\"\"/6");
+    REP("$4\r\n\r\n\0\n\r\n", "$4\"\\x0d\\x0a\\x00\\x0a\"/10");
+    REP(",3.14\r\n", ",0\"3.14\"/7");
+    REP(",inf\r\n", ",0\"inf\"/6");
+    REP(",-inf\r\n", ",0\"-inf\"/7");
+    REP(",nan\r\n", ",0\"nan\"/6");
+    REP(",1e+100\r\n", ",0\"1e+100\"/9");
+    REP(",-1.5E-3\r\n", ",0\"-1.5E-3\"/10");
+    REP(",10\r\n", ",0\"10\"/5");
+    REP("#t\r\n", "#1\"t\"/4");
+    REP("#f\r\n", "#0\"f\"/4");
+    REP("(3492890328409238509324850943850943825024385\r\n",
+        "(0\"3492890328409238509324850943850943825024385\"/46");
+    REP("(-12\r\n", "(0\"-12\"/6");
+    REP("=15\r\ntxt:Some string\r\n", "=15\"txt:Some string\"/22");
+    REP("=4\r\ntxt:\r\n", "=4\"txt:\"/10");
+    REP("!21\r\nSYNTAX invalid syntax\r\n", "!21\"SYNTAX invalid syntax\"/28");
+    REP("+OK", "...");
+    REP("+OK\r", "...");
+    REP("$3\r\nfoo", "...");
+}
+
+static void test_reply_nulls(void) {
+    REP("$-1\r\n", "$-1null/5");
+    REP("*-1\r\n", "*-1null/5");
+    REP("_\r\n", "_-1null/3");
+    REP("*3\r\n$-1\r\n*-1\r\n_\r\n", "*3@4+13/17");
+}
+
+static void test_reply_aggregates(void) {
+    REP("*0\r\n", "*0@4+0/4");
+    REP("%0\r\n", "%0@4+0/4");
+    REP("~0\r\n", "~0@4+0/4");
+    REP("*2\r\n$3\r\nfoo\r\n:1\r\n", "*2@4+13/17");
+    REP("*2\r\n*2\r\n:1\r\n:2\r\n*1\r\n+x\r\n", "*2@4+20/24");
+    REP("*3\r\n*0\r\n*1\r\n*0\r\n:5\r\n", "*3@4+16/20");
+    REP("%2\r\n+a\r\n:1\r\n+b\r\n*2\r\n:2\r\n:3\r\n", "%2@4+24/28");
+    REP("~2\r\n+a\r\n*1\r\n%1\r\n+k\r\n+v\r\n", "~2@4+20/24");
+    REP(">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n",
+        ">3@4+29/33");
+    REP(">2\r\n+invalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n", ">2@4+31/35");
+    REP(">2\r\n+invalidate\r\n_\r\n", ">2@4+16/20");
+    /* every type as an element */
+    REP("*14\r\n+s\r\n-e\r\n:1\r\n$1\r\nb\r\n*0\r\n%0\r\n~0\r\n>0\r\n_\r\n,1.5\r\n"
+        "#t\r\n(1\r\n=5\r\ntxt:x\r\n!1\r\nE\r\n",
+        "*14@5+70/75");
+    REP("*2\r\n:1\r\n", "...");
+    REP("*2\r\n:1\r\n*1\r\n", "...");
+}
+
+static void test_reply_attributes(void) {
+    /* top level: part of the frame, type is the value's */
+    REP("|1\r\n+key-popularity\r\n%2\r\n$1\r\na\r\n,0.1923\r\n$1\r\nb\r\n,0.0012\r\n"
+        "*2\r\n:2039123\r\n:9543892\r\n",
+        "*2@61+20/81");
+    REP("|1\r\n+a\r\n+b\r\n$3\r\nfoo\r\n", "$3\"foo\"/21");
+    REP("|0\r\n:1\r\n", ":1\"1\"/8");
+    REP("|1\r\n+a\r\n+b\r\n|1\r\n+c\r\n+d\r\n:5\r\n", ":5\"5\"/28");
+    REP("|1\r\n+a\r\n|1\r\n+x\r\n+y\r\n+b\r\n_\r\n", "_-1null/27");
+    /* nested: not an element of the parent */
+    REP("*2\r\n|1\r\n+a\r\n+b\r\n:1\r\n:2\r\n", "*2@4+20/24");
+    REP("*1\r\n|1\r\n+a\r\n+b\r\n*1\r\n|0\r\n:1\r\n", "*1@4+24/28");
+    REP("%1\r\n|1\r\n+a\r\n+b\r\n+k\r\n|1\r\n+c\r\n+d\r\n+v\r\n", "%1@4+32/36");
+    /* an attribute with nothing after it yet is unfinished */
+    REP("|1\r\n+a\r\n+b\r\n", "...");
+    REP("*1\r\n|1\r\n+a\r\n+b\r\n", "...");
+    /* pipelined after one another */
+    REP("|1\r\n+a\r\n+b\r\n:1\r\n:2\r\n", ":1\"1\"/16 :2\"2\"/4");
+}
+
+static void test_reply_pipeline(void) {
+    REP("+OK\r\n:1\r\n$-1\r\n*1\r\n+x\r\n>2\r\n+a\r\n+b\r\n$2\r\nhi\r\n",
+        "+0\"OK\"/5 :1\"1\"/4 $-1null/5 *1@4+4/8 >2@4+8/12 $2\"hi\"/8");
+    REP("+OK\r\n+OK\r\n-ERR x\r\n$1", "+0\"OK\"/5 +0\"OK\"/5 -0\"ERR x\"/8 ...");
+}
+
+static void test_reply_errors(void) {
+    const char *ty = "!Protocol error: invalid reply type byte";
+    const char *st = "!Protocol error: streamed RESP3 types are not supported";
+    const char *bl = "!Protocol error: invalid bulk length";
+    const char *mb = "!Protocol error: invalid multibulk length";
+
+    REP("?x\r\n", ty);
+    REP("\r\n", ty);
+    REP("\0", ty);
+    REP("OK\r\n", ty);
+    REP("*2\r\n:1\r\nX\r\n", ty);
+    REP("+OK\r\nX", "+0\"OK\"/5 !Protocol error: invalid reply type byte");
+    REP(";3\r\nabc\r\n", st);
+    REP(".\r\n", st);
+    REP("$?\r\n", st);
+    REP("!?\r\n", st);
+    REP("=?\r\n", st);
+    REP("*?\r\n", st);
+    REP("%?\r\n", st);
+    REP("~?\r\n", st);
+    REP(">?\r\n", st);
+    REP("|?\r\n", st);
+
+    REP("$x\r\n", bl);
+    REP("$\r\n", bl);
+    REP("$-2\r\n", bl);
+    REP("$01\r\nx\r\n", bl);
+    REP("$+1\r\nx\r\n", bl);
+    REP("!-1\r\n", bl);
+    REP("=-1\r\n", bl);
+    REP("$536870913\r\n", bl);
+
+    REP("*x\r\n", mb);
+    REP("*\r\n", mb);
+    REP("*-2\r\n", mb);
+    REP("%-1\r\n", mb);
+    REP("~-1\r\n", mb);
+    REP(">-1\r\n", mb);
+    REP("|-1\r\n", mb);
+    REP("*1048577\r\n", mb);
+
+    REP("$3\r\nfooXY", "!Protocol error: expected CRLF after bulk payload");
+    REP("$3\r\nfoo\rX", "!Protocol error: expected CRLF after bulk payload");
+    REP("$3\r\nfooX\n", "!Protocol error: expected CRLF after bulk payload");
+    REP("*1\r\n$1\r\nab\r\n", "!Protocol error: expected CRLF after bulk payload");
+    REP(":abc\r\n", "!Protocol error: invalid integer");
+    REP(":\r\n", "!Protocol error: invalid integer");
+    REP(":+1\r\n", "!Protocol error: invalid integer");
+    REP(":1.5\r\n", "!Protocol error: invalid integer");
+    REP(":99999999999999999999\r\n", "!Protocol error: invalid integer");
+    REP(",abc\r\n", "!Protocol error: invalid double");
+    REP(",\r\n", "!Protocol error: invalid double");
+    REP(",1e\r\n", "!Protocol error: invalid double");
+    REP(",.\r\n", "!Protocol error: invalid double");
+    REP(",1.5x\r\n", "!Protocol error: invalid double");
+    REP("(12a\r\n", "!Protocol error: invalid big number");
+    REP("(\r\n", "!Protocol error: invalid big number");
+    REP("(-\r\n", "!Protocol error: invalid big number");
+    REP("#x\r\n", "!Protocol error: invalid boolean");
+    REP("#\r\n", "!Protocol error: invalid boolean");
+    REP("#tt\r\n", "!Protocol error: invalid boolean");
+    REP("_x\r\n", "!Protocol error: invalid null");
+    REP("=3\r\nabc\r\n", "!Protocol error: invalid verbatim string");
+    REP("=4\r\nabcd\r\n", "!Protocol error: invalid verbatim string");
+}
+
+static void test_reply_limits(void) {
+    resp_limits lim;
+    str in = {0};
+    int i;
+
+    resp_limits_default(&lim);
+    lim.max_depth = 2;
+    REP_LIM("*1\r\n*1\r\n:1\r\n", &lim, "*1@4+8/12");
+    REP_LIM("*1\r\n*1\r\n*1\r\n:1\r\n", &lim, "!Protocol error: reply nested too deep");
+    REP_LIM("*1\r\n*1\r\n*0\r\n", &lim, "*1@4+8/12"); /* opens no level */
+    REP_LIM("*1\r\n*1\r\n*-1\r\n", &lim, "*1@4+9/13");
+    REP_LIM("*1\r\n|1\r\n+a\r\n+b\r\n:1\r\n", &lim, "*1@4+16/20");
+    REP_LIM("*1\r\n|1\r\n+a\r\n*1\r\n:1\r\n:1\r\n", &lim,
+            "!Protocol error: reply nested too deep"); /* attributes count */
+    REP_LIM("|1\r\n+a\r\n+b\r\n*1\r\n*1\r\n:1\r\n", &lim, "*1@16+8/24");
+
+    /* default depth: 128 levels pass, 129 do not */
+    for (i = 0; i < 128; i++)
+        str_cat(&in, "*1\r\n");
+    str_cat(&in, ":1\r\n");
+    check_run(__LINE__, 1, in.p, in.len, NULL, "*1@4+512/516", 64);
+    in.len = 0;
+    for (i = 0; i < 129; i++)
+        str_cat(&in, "*1\r\n");
+    str_cat(&in, ":1\r\n");
+    check_run(__LINE__, 1, in.p, in.len, NULL, "!Protocol error: reply nested too deep", 64);
+    free(in.p);
+
+    resp_limits_default(&lim);
+    lim.max_multibulk_len = 2;
+    lim.max_bulk_len = 3;
+    lim.max_inline_len = 8;
+    REP_LIM("*2\r\n:1\r\n:2\r\n", &lim, "*2@4+8/12");
+    REP_LIM("*3\r\n", &lim, "!Protocol error: invalid multibulk length");
+    REP_LIM("%2\r\n:1\r\n:2\r\n:3\r\n:4\r\n", &lim, "%2@4+16/20"); /* pairs */
+    REP_LIM("%3\r\n", &lim, "!Protocol error: invalid multibulk length");
+    REP_LIM("|3\r\n", &lim, "!Protocol error: invalid multibulk length");
+    REP_LIM("$3\r\nabc\r\n", &lim, "$3\"abc\"/9");
+    REP_LIM("$4\r\n", &lim, "!Protocol error: invalid bulk length");
+    REP_LIM("!4\r\n", &lim, "!Protocol error: invalid bulk length");
+    REP_LIM("=4\r\n", &lim, "!Protocol error: invalid bulk length");
+    /* a line's CR may be at most max_inline_len bytes from its type byte */
+    REP_LIM("+1234567\r\n", &lim, "+0\"1234567\"/10");
+    REP_LIM("+12345678\r\n", &lim, "!Protocol error: too big reply line");
+    REP_LIM("+1234567", &lim, "...");
+    REP_LIM("+12345678", &lim, "!Protocol error: too big reply line");
+    REP_LIM("+1234567\rX\r\n", &lim, "!Protocol error: too big reply line");
+    REP_LIM("*1\r\n-1234567\r\n", &lim, "*1@4+10/14");
+    REP_LIM("*1\r\n-12345678\r\n", &lim, "!Protocol error: too big reply line");
+}
+
+static void test_reply_reset(void) {
+    resp_reply_parser p;
+    resp_reply_init(&p, NULL);
+    CHECK_EQ_INT(resp_reply_parse(&p, S("*1\r\n?")), RESP_ERR);
+    CHECK_EQ_INT(resp_reply_parse(&p, S("+OK\r\n")), RESP_ERR);
+    resp_reply_reset(&p);
+    CHECK(p.err == NULL);
+    CHECK_EQ_INT(resp_reply_parse(&p, S("+OK\r\n")), RESP_OK);
+    CHECK_EQ_INT(p.type, '+');
+    CHECK_EQ_INT(resp_reply_parse(&p, S("*2\r\n*1\r\n")), RESP_AGAIN);
+    resp_reply_reset(&p);
+    CHECK_EQ_INT(resp_reply_parse(&p, S(":7\r\n")), RESP_OK);
+    CHECK_EQ_INT(p.count, 7);
+    /* need inside a bulk */
+    CHECK_EQ_INT(resp_reply_parse(&p, S("$10\r\nab")), RESP_AGAIN);
+    CHECK_EQ_INT(p.need, 17);
+    resp_reply_deinit(&p);
+}
+
+static void test_reply_big_bulk(void) {
+    size_t n = 1024 * 1024, i, len;
+    str in = {0}, want = {0};
+    char *payload = malloc(n), *name;
+    drive d = {M_BYTES, 0, 0, 0};
+    resp_reply_parser p;
+    resp_limits lim;
+    char *got;
+    double t0;
+    int rc = RESP_AGAIN;
+
+    for (i = 0; i < n; i++)
+        payload[i] = (char)(i * 2246822519u >> 11);
+    str_cat(&in, "*2\r\n$1048576\r\n");
+    str_add(&in, payload, n);
+    str_cat(&in, "\r\n:1\r\n$1048576\r\n");
+    str_add(&in, payload, n);
+    str_cat(&in, "\r\n");
+    name = big_name(payload, n);
+    str_cat(&want, "*2@4+1048592/1048596 $1048576\"");
+    str_cat(&want, name);
+    str_cat(&want, "\"/1048588");
+    check_run(__LINE__, 1, in.p, in.len, NULL, want.p, 64 * 1024);
+    got = run(1, in.p, in.len, NULL, &d);
+    CHECK(strcmp(got, want.p) == 0);
+    CHECK(d.calls < 200);
+    free(got);
+
+    /* a million calls, one more byte each, ignoring need */
+    t0 = now_sec();
+    resp_reply_init(&p, NULL);
+    for (len = 1; len <= in.len; len++) {
+        rc = resp_reply_parse(&p, in.p, len);
+        if (rc != RESP_AGAIN)
+            break;
+    }
+    CHECK_EQ_INT(rc, RESP_OK);
+    CHECK_EQ_INT(p.frame_len, 1048596);
+    resp_reply_deinit(&p);
+
+    /* a 2 MB status line byte by byte */
+    resp_limits_default(&lim);
+    lim.max_inline_len = 4 * 1024 * 1024;
+    in.len = 0;
+    str_cat(&in, "+");
+    for (i = 0; i < 2 * n; i++)
+        str_add(&in, "z", 1);
+    str_cat(&in, "\r\n");
+    resp_reply_init(&p, &lim);
+    for (len = 1; len <= in.len; len++) {
+        rc = resp_reply_parse(&p, in.p, len);
+        if (rc != RESP_AGAIN)
+            break;
+    }
+    CHECK_EQ_INT(rc, RESP_OK);
+    CHECK_EQ_INT(p.payload_len, 2 * n);
+    resp_reply_deinit(&p);
+    CHECK(now_sec() - t0 < 20.0);
+
+    free(name);
+    free(payload);
+    free(want.p);
+    free(in.p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* resp_buf and encoders                                                    */
+
+#define CHECK_BUF(b, lit) CHECK_MEM((b)->data, (b)->len, lit)
+
+static void test_buf(void) {
+    resp_buf b;
+    size_t i, cap;
+    char big[300];
+
+    resp_buf_init(&b);
+    CHECK(b.data == NULL && b.len == 0 && b.cap == 0);
+    CHECK_EQ_INT(resp_buf_append(&b, "", 0), 0);
+    CHECK_EQ_INT(resp_buf_append(&b, "abc", 3), 0);
+    CHECK_BUF(&b, "abc");
+    for (i = 0; i < 1000; i++)
+        CHECK_EQ_INT(resp_buf_append(&b, "0123456789", 10), 0);
+    CHECK_EQ_INT(b.len, 10003);
+    CHECK(b.cap >= b.len && b.cap <= 2 * b.len + 64); /* geometric, not wild */
+    memset(big, 'q', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    resp_buf_reset(&b);
+    cap = b.cap;
+    CHECK_EQ_INT(b.len, 0);
+    CHECK_EQ_INT(resp_buf_printf(&b, "x%dy%s", 42, big), 0);
+    CHECK_EQ_INT(b.len, 4 + 299);
+    CHECK(memcmp(b.data, "x42y", 4) == 0 && b.data[b.len - 1] == 'q');
+    CHECK_EQ_INT(b.cap, cap); /* reset kept the block */
+    resp_buf_deinit(&b);
+
+    /* printf growing from empty, several times */
+    resp_buf_init(&b);
+    CHECK_EQ_INT(resp_buf_printf(&b, "%s", big), 0);
+    CHECK_EQ_INT(resp_buf_printf(&b, "%s|", big), 0);
+    CHECK_EQ_INT(b.len, 299 * 2 + 1);
+    CHECK_EQ_INT(b.data[b.len - 1], '|');
+    CHECK_EQ_INT(resp_buf_printf(&b, "%s", ""), 0);
+    CHECK_EQ_INT(b.len, 299 * 2 + 1);
+
+    /* an impossible size fails and leaves the content alone */
+    resp_buf_reset(&b);
+    resp_buf_append(&b, "keep", 4);
+    CHECK_EQ_INT(resp_buf_append(&b, big, SIZE_MAX - 2), -1);
+    CHECK_BUF(&b, "keep");
+    CHECK_EQ_INT(resp_enc_bulk(&b, big, SIZE_MAX - 8), -1);
+    CHECK_BUF(&b, "keep");
+    CHECK_EQ_INT(resp_enc_verbatim(&b, "txt", big, SIZE_MAX - 8, 3), -1);
+    CHECK_BUF(&b, "keep");
+    {
+        /* a command fails as a whole, not after its first arguments */
+        resp_arg av[3] = {{"SET", 3}, {"k", 1}, {big, SIZE_MAX - 8}};
+        CHECK_EQ_INT(resp_enc_command(&b, 3, av), -1);
+        CHECK_BUF(&b, "keep");
+    }
+    resp_buf_deinit(&b);
+    CHECK(b.data == NULL && b.len == 0);
+}
+
+static void test_enc_resp2_and_resp3(void) {
+    resp_buf b;
+    resp_arg av[3] = {{"SET", 3}, {"k\0\r\n", 4}, {"", 0}};
+
+    resp_buf_init(&b);
+#define ENC(call, lit) do { resp_buf_reset(&b); CHECK_EQ_INT((call), 0); \
+                            CHECK_MEM(b.data, b.len, lit); } while (0)
+    {
+        /* CHECK_MEM stops at a NUL in the expected text: compare by size */
+        static const char want[] = "*3\r\n$3\r\nSET\r\n$4\r\nk\0\r\n\r\n$0\r\n\r\n";
+        resp_buf_reset(&b);
+        CHECK_EQ_INT(resp_enc_command(&b, 3, av), 0);
+        CHECK(b.len == sizeof(want) - 1 && memcmp(b.data, want, b.len) == 0);
+    }
+    ENC(resp_enc_command(&b, 0, av), "*0\r\n");
+    ENC(resp_enc_commandv(&b, "GET", "key", NULL), "*2\r\n$3\r\nGET\r\n$3\r\nkey\r\n");
+    ENC(resp_enc_commandv(&b, "PING", NULL), "*1\r\n$4\r\nPING\r\n");
+    ENC(resp_enc_simple(&b, "OK"), "+OK\r\n");
+    ENC(resp_enc_simple(&b, ""), "+\r\n");
+    ENC(resp_enc_error(&b, "ERR no such key"), "-ERR no such key\r\n");
+    ENC(resp_enc_int(&b, 0), ":0\r\n");
+    ENC(resp_enc_int(&b, -5), ":-5\r\n");
+    ENC(resp_enc_int(&b, LLONG_MIN), ":-9223372036854775808\r\n");
+    ENC(resp_enc_int(&b, LLONG_MAX), ":9223372036854775807\r\n");
+    ENC(resp_enc_bulk(&b, "a\r\nb", 4), "$4\r\na\r\nb\r\n");
+    ENC(resp_enc_bulk(&b, "", 0), "$0\r\n\r\n");
+    ENC(resp_enc_bulk_str(&b, "hello"), "$5\r\nhello\r\n");
+    ENC(resp_enc_array(&b, 3), "*3\r\n");
+    ENC(resp_enc_array(&b, 0), "*0\r\n");
+
+    /* RESP2 */
+    ENC(resp_enc_null(&b, 2), "$-1\r\n");
+    ENC(resp_enc_null_array(&b, 2), "*-1\r\n");
+    ENC(resp_enc_map(&b, 2, 2), "*4\r\n");
+    ENC(resp_enc_map(&b, 0, 2), "*0\r\n");
+    ENC(resp_enc_set(&b, 3, 2), "*3\r\n");
+    ENC(resp_enc_push(&b, 3, 2), "*3\r\n");
+    ENC(resp_enc_double(&b, 1.5, 2), "$3\r\n1.5\r\n");
+    ENC(resp_enc_double(&b, 3.14, 2), "$18\r\n3.1400000000000001\r\n");
+    ENC(resp_enc_double(&b, 0.0, 2), "$1\r\n0\r\n");
+    ENC(resp_enc_double(&b, -0.0, 2), "$2\r\n-0\r\n");
+    ENC(resp_enc_double(&b, 1e300, 2), "$23\r\n1.0000000000000001e+300\r\n");
+    ENC(resp_enc_double(&b, INFINITY, 2), "$3\r\ninf\r\n");
+    ENC(resp_enc_double(&b, -INFINITY, 2), "$4\r\n-inf\r\n");
+    ENC(resp_enc_double(&b, NAN, 2), "$3\r\nnan\r\n");
+    ENC(resp_enc_double(&b, -NAN, 2), "$3\r\nnan\r\n");
+    ENC(resp_enc_bool(&b, 1, 2), ":1\r\n");
+    ENC(resp_enc_bool(&b, 0, 2), ":0\r\n");
+    ENC(resp_enc_verbatim(&b, "txt", "hello", 5, 2), "$5\r\nhello\r\n");
+
+    /* RESP3 */
+    ENC(resp_enc_null(&b, 3), "_\r\n");
+    ENC(resp_enc_null_array(&b, 3), "_\r\n");
+    ENC(resp_enc_map(&b, 2, 3), "%2\r\n");
+    ENC(resp_enc_set(&b, 3, 3), "~3\r\n");
+    ENC(resp_enc_push(&b, 3, 3), ">3\r\n");
+    ENC(resp_enc_double(&b, 1.5, 3), ",1.5\r\n");
+    ENC(resp_enc_double(&b, 3.14, 3), ",3.1400000000000001\r\n");
+    ENC(resp_enc_double(&b, -2.0, 3), ",-2\r\n");
+    ENC(resp_enc_double(&b, 1e-5, 3), ",1.0000000000000001e-05\r\n");
+    ENC(resp_enc_double(&b, INFINITY, 3), ",inf\r\n");
+    ENC(resp_enc_double(&b, -INFINITY, 3), ",-inf\r\n");
+    ENC(resp_enc_double(&b, NAN, 3), ",nan\r\n");
+    ENC(resp_enc_bool(&b, 1, 3), "#t\r\n");
+    ENC(resp_enc_bool(&b, 7, 3), "#t\r\n");
+    ENC(resp_enc_bool(&b, 0, 3), "#f\r\n");
+    ENC(resp_enc_verbatim(&b, "txt", "hello", 5, 3), "=9\r\ntxt:hello\r\n");
+    ENC(resp_enc_verbatim(&b, NULL, "", 0, 3), "=4\r\ntxt:\r\n");
+    ENC(resp_enc_verbatim(&b, "mkd", "# hi", 4, 3), "=8\r\nmkd:# hi\r\n");
+#undef ENC
+    /* appends, not overwrites */
+    resp_buf_reset(&b);
+    resp_enc_simple(&b, "a");
+    resp_enc_int(&b, 1);
+    CHECK_BUF(&b, "+a\r\n:1\r\n");
+    resp_buf_deinit(&b);
+}
+
+/* Each encoder's output, alone and composed, frames as one reply. */
+static void test_enc_round_trip(void) {
+    resp_buf b;
+    int proto;
+
+    resp_buf_init(&b);
+    for (proto = 2; proto <= 3; proto++) {
+        resp_reply_parser p;
+        str want = {0};
+        resp_arg av[2] = {{"GET", 3}, {"k", 1}};
+        struct { int (*enc)(resp_buf *, int); char type; int is_null; } nulls[] = {
+            {resp_enc_null, proto == 3 ? '_' : '$', 1},
+            {resp_enc_null_array, proto == 3 ? '_' : '*', 1},
+        };
+        size_t i;
+
+        /* singles, checked field by field */
+        for (i = 0; i < 2; i++) {
+            resp_buf_reset(&b);
+            nulls[i].enc(&b, proto);
+            resp_reply_init(&p, NULL);
+            REQUIRE(resp_reply_parse(&p, b.data, b.len) == RESP_OK);
+            CHECK_EQ_INT(p.frame_len, b.len);
+            CHECK_EQ_INT(p.type, nulls[i].type);
+            CHECK_EQ_INT(p.is_null, 1);
+            CHECK_EQ_INT(p.count, -1);
+            resp_reply_deinit(&p);
+        }
+        resp_buf_reset(&b);
+        resp_enc_double(&b, 2.5, proto);
+        resp_reply_init(&p, NULL);
+        REQUIRE(resp_reply_parse(&p, b.data, b.len) == RESP_OK);
+        CHECK_EQ_INT(p.type, proto == 3 ? ',' : '$');
+        CHECK_MEM(b.data + p.payload_off, p.payload_len, "2.5");
+        resp_reply_deinit(&p);
+        resp_buf_reset(&b);
+        resp_enc_verbatim(&b, "txt", "v", 1, proto);
+        resp_reply_init(&p, NULL);
+        REQUIRE(resp_reply_parse(&p, b.data, b.len) == RESP_OK);
+        CHECK_EQ_INT(p.type, proto == 3 ? '=' : '$');
+        CHECK_MEM(b.data + p.payload_off, p.payload_len, proto == 3 ? "txt:v" : "v");
+        resp_reply_deinit(&p);
+
+        /* a stream of replies built from every encoder */
+        resp_buf_reset(&b);
+        resp_enc_simple(&b, "OK");
+        str_cat(&want, "+0\"OK\"/5");
+        resp_enc_error(&b, "ERR x");
+        str_cat(&want, " -0\"ERR x\"/8");
+        resp_enc_int(&b, -12);
+        str_cat(&want, " :-12\"-12\"/6");
+        resp_enc_bulk_str(&b, "hey");
+        str_cat(&want, " $3\"hey\"/9");
+        resp_enc_null(&b, proto);
+        str_cat(&want, proto == 3 ? " _-1null/3" : " $-1null/5");
+        resp_enc_null_array(&b, proto);
+        str_cat(&want, proto == 3 ? " _-1null/3" : " *-1null/5");
+        resp_enc_bool(&b, 1, proto);
+        str_cat(&want, proto == 3 ? " #1\"t\"/4" : " :1\"1\"/4");
+        resp_enc_double(&b, -INFINITY, proto);
+        str_cat(&want, proto == 3 ? " ,0\"-inf\"/7" : " $4\"-inf\"/10");
+        resp_enc_double(&b, NAN, proto);
+        str_cat(&want, proto == 3 ? " ,0\"nan\"/6" : " $3\"nan\"/9");
+        resp_enc_command(&b, 2, av);
+        str_cat(&want, " *2@4+16/20");
+        /* map { "a": [1, true, null], "b": set{verbatim, double} } */
+        resp_enc_map(&b, 2, proto);
+        resp_enc_bulk_str(&b, "a");
+        resp_enc_array(&b, 3);
+        resp_enc_int(&b, 1);
+        resp_enc_bool(&b, 1, proto);
+        resp_enc_null(&b, proto);
+        resp_enc_simple(&b, "b");
+        resp_enc_set(&b, 2, proto);
+        resp_enc_verbatim(&b, "txt", "hi", 2, proto);
+        resp_enc_double(&b, 0.5, proto);
+        /* lengths: see below, computed from the bytes written */
+        {
+            size_t map_start = 0, k;
+            resp_reply_parser q;
+            const char *d = b.data;
+            size_t off = 0;
+            resp_reply_init(&q, NULL);
+            /* skip the frames before the map */
+            for (k = 0; k < 10; k++) {
+                REQUIRE(resp_reply_parse(&q, d + off, b.len - off) == RESP_OK);
+                off += q.frame_len;
+            }
+            map_start = off;
+            REQUIRE(resp_reply_parse(&q, d + off, b.len - off) == RESP_OK);
+            CHECK_EQ_INT(q.frame_len, b.len - map_start);
+            CHECK_EQ_INT(q.type, proto == 3 ? '%' : '*');
+            CHECK_EQ_INT(q.count, proto == 3 ? 2 : 4);
+            str_cat(&want, proto == 3 ? " %2" : " *4");
+            str_fmt(&want, "@%lld", (long long)q.payload_off);
+            str_fmt(&want, "+%lld", (long long)q.payload_len);
+            str_fmt(&want, "/%lld", (long long)q.frame_len);
+            resp_reply_deinit(&q);
+        }
+        /* a push with a nested set, RESP3 only in type, framed alike */
+        resp_enc_push(&b, 2, proto);
+        resp_enc_simple(&b, "invalidate");
+        resp_enc_set(&b, 1, proto);
+        resp_enc_bulk_str(&b, "key");
+        str_cat(&want, proto == 3 ? " >2@4+26/30" : " *2@4+26/30");
+        check_run(__LINE__, 1, b.data, b.len, NULL, want.p, 7);
+        free(want.p);
+    }
+    resp_buf_deinit(&b);
+}
+
+static void test_enc_request_round_trip(void) {
+    /* what resp_enc_command writes, the request framer reads back */
+    resp_buf b;
+    resp_arg av[4] = {{"SET", 3}, {"bin\0\r\nkey", 9}, {"", 0}, {"\"quoted\"", 8}};
+    resp_buf_init(&b);
+    resp_enc_command(&b, 4, av);
+    resp_enc_commandv(&b, "PING", NULL);
+    check_run(__LINE__, 0, b.data, b.len, NULL,
+              "[SET|bin\\x00\\x0d\\x0akey||\\x22quoted\\x22] [PING]", 5);
+    resp_buf_deinit(&b);
+}
+
+static void test_limits_default(void) {
+    resp_limits lim;
+    resp_req_parser p;
+    resp_reply_parser r;
+    resp_limits_default(&lim);
+    CHECK_EQ_INT(lim.max_bulk_len, 512LL * 1024 * 1024);
+    CHECK_EQ_INT(lim.max_multibulk_len, 1024 * 1024);
+    CHECK_EQ_INT(lim.max_depth, 128);
+    CHECK_EQ_INT(lim.max_inline_len, 64 * 1024);
+    /* NULL limits mean the defaults */
+    resp_req_init(&p, NULL);
+    CHECK_EQ_INT(p.lim.max_inline_len, 64 * 1024);
+    resp_req_deinit(&p);
+    resp_reply_init(&r, NULL);
+    CHECK_EQ_INT(r.lim.max_depth, 128);
+    resp_reply_deinit(&r);
+}
+
+/* Redis's 64 KB cap on header and inline lines, at the default limit. */
+static void test_req_default_line_limits(void) {
+    str in = {0};
+    size_t i;
+
+    /* inline: a '\n' 65536 bytes in is fine, 65537 is not */
+    for (i = 0; i < 65536; i++)
+        str_add(&in, "a", 1);
+    str_cat(&in, "\n");
+    {
+        char *name = big_name(in.p, 65536), want[128];
+        snprintf(want, sizeof(want), "[%s]i", name);
+        check_run(__LINE__, 0, in.p, in.len, NULL, want, 4096);
+        free(name);
+    }
+    in.len = 0;
+    for (i = 0; i < 65537; i++)
+        str_add(&in, "a", 1);
+    str_cat(&in, "\n");
+    check_run(__LINE__, 0, in.p, in.len, NULL,
+              "!Protocol error: too big inline request", 4096);
+    /* "*" and 65535 digits: waits; one more byte without '\r': refused */
+    in.len = 0;
+    str_cat(&in, "*");
+    for (i = 0; i < 65535; i++)
+        str_add(&in, "1", 1);
+    check_run(__LINE__, 0, in.p, in.len, NULL, "...", 4096);
+    str_add(&in, "1", 1);
+    check_run(__LINE__, 0, in.p, in.len, NULL,
+              "!Protocol error: too big mbulk count string", 4096);
+    free(in.p);
+}
+
+int main(void) {
+    RUN(test_req_simple);
+    RUN(test_req_pipeline);
+    RUN(test_req_binary);
+    RUN(test_req_empty_bulk);
+    RUN(test_req_empty_frames);
+    RUN(test_req_inline);
+    RUN(test_req_inline_errors);
+    RUN(test_req_multibulk_errors);
+    RUN(test_req_limits);
+    RUN(test_req_default_line_limits);
+    RUN(test_req_need_and_zero_copy);
+    RUN(test_req_no_alloc_from_count);
+    RUN(test_req_many_args);
+    RUN(test_req_reset);
+    RUN(test_req_big_bulk);
+    RUN(test_req_linear_time);
+    RUN(test_reply_scalars);
+    RUN(test_reply_nulls);
+    RUN(test_reply_aggregates);
+    RUN(test_reply_attributes);
+    RUN(test_reply_pipeline);
+    RUN(test_reply_errors);
+    RUN(test_reply_limits);
+    RUN(test_reply_reset);
+    RUN(test_reply_big_bulk);
+    RUN(test_buf);
+    RUN(test_enc_resp2_and_resp3);
+    RUN(test_enc_round_trip);
+    RUN(test_enc_request_round_trip);
+    RUN(test_limits_default);
+    return unit_report();
+}
