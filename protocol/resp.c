@@ -1082,6 +1082,7 @@ int resp_enc_array(resp_buf *b, long long n) {
 }
 
 int resp_enc_map(resp_buf *b, long long pairs, int proto) {
+    assert(pairs >= 0 && pairs <= LLONG_MAX / 2);
     /* RESP2 has no map: Redis sends the keys and values flattened. */
     return proto >= 3 ? enc_line_ll(b, '%', pairs) : enc_line_ll(b, '*', 2 * pairs);
 }

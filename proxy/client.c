@@ -25,16 +25,14 @@
 #include <string.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include "protocol/commands.h"
 #include "proxy/log.h"
 
 /* Reading stops while this much output waits for a slow reader, and resumes
- * when it is written down to the low mark. */
+ * when all of it is written. */
 #define PX_OUTPUT_PAUSE_BYTES (4u << 20)
-#define PX_OUTPUT_RESUME_BYTES (1u << 20)
 
 enum dispatch_result { DISPATCH_DONE, DISPATCH_WAIT };
 
@@ -64,14 +62,19 @@ static void queue_reap(px_client *c) {
 /* ------------------------------------------------------------------------ */
 /* output and slots */
 
+static void check_output_limit(px_client *c);
+
 static void client_write(px_client *c, const void *data, size_t len) {
-    if (c->bev == NULL) return;
-    struct evbuffer *out = bufferevent_get_output(c->bev);
-    evbuffer_add(out, data, len);
+    if (c->io.closed) return;
+    px_io_write(&c->io, data, len);
+    check_output_limit(c);
+}
+
+static void check_output_limit(px_client *c) {
     long long limit = c->srv->cfg->client_output_buffer_limit;
-    if (limit > 0 && (long long)evbuffer_get_length(out) > limit) {
+    if (limit > 0 && (long long)px_io_pending(&c->io) > limit) {
         px_warning("client output buffer limit reached id=%llu addr=%s bytes=%zu limit=%lld",
-                   (unsigned long long)c->id, c->addr, evbuffer_get_length(out), limit);
+                   (unsigned long long)c->id, c->addr, px_io_pending(&c->io), limit);
         client_close(c, "output buffer limit");
     }
 }
@@ -82,8 +85,10 @@ static void client_flush_slots(px_client *c) {
     while ((r = c->slots_head) != NULL && r->done) {
         c->slots_head = r->next_slot;
         if (c->slots_head == NULL) c->slots_tail = NULL;
-        if (r->early != NULL && c->bev != NULL)
-            bufferevent_write_buffer(c->bev, r->early);
+        if (r->early != NULL && !c->io.closed) {
+            px_io_write_buffer(&c->io, r->early);
+            check_output_limit(c);
+        }
         px_req_release(c->srv, r);
     }
 }
@@ -148,15 +153,15 @@ static void reply_arity(px_client *c, const char *cmd) {
 /* input flow control */
 
 static void pause_input(px_client *c) {
-    if (!c->input_paused && c->bev != NULL) bufferevent_disable(c->bev, EV_READ);
+    if (!c->input_paused) px_io_pause_read(&c->io);
     c->input_paused = 1;
 }
 
 static void resume_input(px_client *c) {
-    if (c->state != PX_CLIENT_ACTIVE || c->bev == NULL) return;
+    if (c->state != PX_CLIENT_ACTIVE) return;
     if (c->input_paused) {
         c->input_paused = 0;
-        bufferevent_enable(c->bev, EV_READ);
+        px_io_resume_read(&c->io);
         /* bytes already buffered produce no new read event */
         client_process(c);
     }
@@ -280,8 +285,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     maybe_unpin(c);
 
     if (c->state == PX_CLIENT_CLOSING) {
-        if (c->inflight == 0 && c->slots_head == NULL && c->bev != NULL &&
-            evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        if (c->inflight == 0 && c->slots_head == NULL && px_io_pending(&c->io) == 0)
             client_close(c, "closed after reply");
         return;
     }
@@ -297,9 +301,9 @@ void px_client_on_tunnel_data(px_client *c, const char *data, size_t len) {
 static void close_after_replies(px_client *c) {
     if (c->state != PX_CLIENT_ACTIVE) return;
     c->state = PX_CLIENT_CLOSING;
-    if (c->bev != NULL) bufferevent_disable(c->bev, EV_READ);
+    px_io_pause_read(&c->io);
     if (c->inflight == 0 && c->slots_head == NULL &&
-        (c->bev == NULL || evbuffer_get_length(bufferevent_get_output(c->bev)) == 0))
+        px_io_pending(&c->io) == 0)
         client_close(c, "closed after reply");
 }
 
@@ -775,11 +779,10 @@ static int client_dispatch(px_client *c, const char *frame) {
 }
 
 static void client_process(px_client *c) {
-    if (c->bev == NULL) return;
-    struct evbuffer *in = bufferevent_get_input(c->bev);
-    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (c->io.closed) return;
+    struct evbuffer *in = c->io.in;
     while (c->state == PX_CLIENT_ACTIVE) {
-        if (c->barrier || evbuffer_get_length(out) > PX_OUTPUT_PAUSE_BYTES) {
+        if (c->barrier || px_io_pending(&c->io) > PX_OUTPUT_PAUSE_BYTES) {
             pause_input(c);
             return;
         }
@@ -811,7 +814,7 @@ static void client_process(px_client *c) {
             pause_input(c);
             return;
         }
-        if (c->bev == NULL) return; /* closed while dispatching */
+        if (c->io.closed) return; /* closed while dispatching */
         evbuffer_drain(in, flen);
     }
     return;
@@ -825,29 +828,28 @@ too_big:
 /* ------------------------------------------------------------------------ */
 /* libevent callbacks and lifetime */
 
-static void client_read_cb(struct bufferevent *bev, void *arg) {
+static void client_on_read(void *arg) {
     px_client *c = arg;
     c->last_active_ms = px_now_ms();
     client_process(c);
 }
 
-static void client_write_cb(struct bufferevent *bev, void *arg) {
+/* Output fully written: a closing client may go, a paused one may read. */
+static void client_on_drain(void *arg) {
     px_client *c = arg;
-    size_t pending = evbuffer_get_length(bufferevent_get_output(bev));
     if (c->state == PX_CLIENT_CLOSING) {
-        if (pending == 0 && c->inflight == 0 && c->slots_head == NULL) client_close(c, "closed after reply");
+        if (c->inflight == 0 && c->slots_head == NULL) client_close(c, "closed after reply");
         return;
     }
-    if (c->input_paused && !c->barrier && pending <= PX_OUTPUT_RESUME_BYTES) resume_input(c);
+    if (c->input_paused && !c->barrier) resume_input(c);
 }
 
-static void client_event_cb(struct bufferevent *bev, short what, void *arg) {
+static void client_on_event(void *arg, int what, int err) {
     px_client *c = arg;
-    if (what & BEV_EVENT_EOF)
-        client_close(c, "client closed connection");
-    else if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
-        client_close(c, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    client_close(c, what == PX_IO_EOF ? "client closed connection" : strerror(err));
 }
+
+static const px_io_ops client_io_ops = {client_on_read, client_on_drain, client_on_event};
 
 px_client *px_client_new(px_server *srv, int fd, const char *addr) {
     px_client *c = calloc(1, sizeof *c);
@@ -864,21 +866,14 @@ px_client *px_client_new(px_server *srv, int fd, const char *addr) {
     resp_req_init(&c->rq, &srv->req_limits);
     resp_buf_init(&c->scratch);
     c->pool = px_pool_ref(srv, NULL, NULL, c->db, 2);
-    c->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (c->pool == NULL || c->bev == NULL) {
-        if (c->bev)
-            bufferevent_free(c->bev);
-        else
-            evutil_closesocket(fd);
+    if (c->pool == NULL || px_io_init(&c->io, srv, fd, &client_io_ops, c) != 0) {
+        if (c->pool == NULL) evutil_closesocket(fd);
         px_pool_unref(c->pool);
         resp_req_deinit(&c->rq);
         resp_buf_deinit(&c->scratch);
         free(c);
         return NULL;
     }
-    bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
-    bufferevent_setwatermark(c->bev, EV_WRITE, PX_OUTPUT_RESUME_BYTES, 0);
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     c->next = srv->clients;
     if (srv->clients) srv->clients->prev = c;
     srv->clients = c;
@@ -898,10 +893,7 @@ void px_client_close(px_client *c, const char *why) {
     if (c->next) c->next->prev = c->prev;
     c->prev = c->next = NULL;
     c->srv->nclients--;
-    if (c->bev != NULL) {
-        bufferevent_free(c->bev);
-        c->bev = NULL;
-    }
+    px_io_close(&c->io);
     /* Written-but-unsent slots go now; slots still awaited stay on their
      * upstream FIFO and are dropped when their reply comes. */
     px_req *r = c->slots_head;
@@ -923,6 +915,7 @@ void px_client_close(px_client *c, const char *why) {
 }
 
 void px_client_free(px_client *c) {
+    px_io_deinit(&c->io);
     px_pool_unref(c->pool);
     resp_req_deinit(&c->rq);
     resp_buf_deinit(&c->scratch);

@@ -30,10 +30,10 @@
 #include <stdint.h>
 
 #include "protocol/resp.h"
+#include "proxy/io.h"
 #include "proxy/server.h"
 #include "proxy/upstream.h"
 
-struct bufferevent;
 
 enum px_client_state {
     PX_CLIENT_ACTIVE,   /* reading and answering */
@@ -49,7 +49,7 @@ typedef struct px_client {
     struct px_client *next_reap;
     int reap_queued;
     uint64_t id;
-    struct bufferevent *bev;
+    px_io io;
     char addr[64];
     int state;
     int mode;

@@ -15,10 +15,10 @@
 #include <string.h>
 #include <time.h>
 
-#include <event2/dns.h>
 #include <event2/event.h>
 
 #include "proxy/client.h"
+#include "proxy/io.h"
 #include "proxy/listener.h"
 #include "proxy/log.h"
 #include "proxy/upstream.h"
@@ -33,6 +33,12 @@ int64_t px_now_ms(void) {
 
 void px_server_schedule_reap(px_server *srv) {
     if (srv->reap_ev != NULL) event_active(srv->reap_ev, EV_TIMEOUT, 0);
+}
+
+/* Runs after the read callbacks of a loop iteration: every socket they
+ * wrote to is written once (see io.h). */
+static void flush_cb(evutil_socket_t fd, short what, void *arg) {
+    px_io_flush_all(arg);
 }
 
 static void reap_cb(evutil_socket_t fd, short what, void *arg) {
@@ -99,6 +105,7 @@ int px_server_run(px_config *cfg) {
     /* Redis may answer with more elements than a client may send in one
      * request (a big LRANGE): the reply side only bounds nesting and lines. */
     srv.reply_limits.max_multibulk_len = 1LL << 32;
+    srv.reply_limits.max_inline_len = (size_t)cfg->proto_max_bulk_len; /* long error lines from scripts */
 
     signal(SIGPIPE, SIG_IGN);
     srv.base = event_base_new();
@@ -106,8 +113,7 @@ int px_server_run(px_config *cfg) {
         px_warning("cannot create the event loop");
         return 1;
     }
-    srv.dns = evdns_base_new(srv.base, EVDNS_BASE_INITIALIZE_NAMESERVERS | EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-    if (srv.dns == NULL) srv.dns = evdns_base_new(srv.base, 0); /* no resolv.conf: numeric hosts still work */
+    srv.flush_ev = event_new(srv.base, -1, 0, flush_cb, &srv);
     srv.reap_ev = event_new(srv.base, -1, 0, reap_cb, &srv);
     srv.cron_ev = event_new(srv.base, -1, EV_PERSIST, cron_cb, &srv);
     srv.sig_term = evsignal_new(srv.base, SIGTERM, on_stop_signal, &srv);
@@ -154,7 +160,7 @@ out:
     event_free(srv.cron_ev);
     event_free(srv.sig_term);
     event_free(srv.sig_int);
-    if (srv.dns) evdns_base_free(srv.dns, 0);
+    event_free(srv.flush_ev);
     event_base_free(srv.base);
     return srv.exit_code;
 }

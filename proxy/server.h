@@ -12,13 +12,14 @@
 #define SIDECACHE_PROXY_SERVER_H
 
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "protocol/resp.h"
 #include "proxy/config.h"
 
 struct event_base;
 struct event;
-struct evdns_base;
+struct px_io;
 struct evconnlistener;
 struct px_client;
 struct px_pool;
@@ -29,7 +30,6 @@ struct px_req;
 
 typedef struct px_server {
     struct event_base *base;
-    struct evdns_base *dns;
     px_config *cfg;
     resp_limits req_limits;   /* what clients may send */
     resp_limits reply_limits; /* what Redis may answer */
@@ -45,6 +45,14 @@ typedef struct px_server {
 
     struct px_req *free_reqs;  /* recycled request records */
     int nfree_reqs;
+
+    struct px_io *flush_list;  /* sockets with output to write this iteration */
+    struct event *flush_ev;
+
+    /* the upstream's address, resolved when first needed and again after a
+     * failed connect (Redis may have moved) */
+    struct sockaddr_storage up_sa;
+    unsigned up_salen;
 
     struct px_client *reap_clients;
     struct px_upstream *reap_upstreams;

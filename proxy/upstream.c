@@ -6,7 +6,7 @@
  *   its reply goes to exactly one place: the client (px_client_on_reply) or
  *   the floor (PX_REQ_DISCARD). When a connection dies every pending record
  *   gets an error reply: no client ever waits forever.
- * - px_upstream_close never frees: the bufferevent may be the one whose
+ * - px_upstream_close never frees: the socket may be the one whose
  *   callback is running. Memory goes at reap time.
  * - A closed connection is unlinked from its pool at once, so nobody picks
  *   it again; u->pool is NULL from then on.
@@ -14,6 +14,7 @@
 #include "proxy/upstream.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -23,11 +24,10 @@
 #include <sys/un.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/dns.h>
 #include <event2/event.h>
 
 #include "proxy/client.h"
+#include "proxy/io.h"
 #include "proxy/log.h"
 
 #define PX_BACKOFF_MIN_MS 100
@@ -190,8 +190,6 @@ void px_pools_free_all(px_server *srv) {
 /* ------------------------------------------------------------------------ */
 /* one connection */
 
-static void up_read_cb(struct bufferevent *bev, void *arg);
-static void up_event_cb(struct bufferevent *bev, short what, void *arg);
 
 static const char *up_addr(px_server *srv, char *buf, size_t n) {
     const px_upstream_addr *a = &srv->cfg->up;
@@ -237,10 +235,42 @@ static int up_write_handshake(px_upstream *u, resp_buf *b) {
     return n;
 }
 
+/* The upstream's socket address, resolved once and again after a failed
+ * connect. getaddrinfo blocks, but only then: at most once per back-off
+ * period while Redis is unreachable. Returns 0, or -1 with a reason. */
+static int up_resolve(px_server *srv, char *why, size_t whylen) {
+    const px_upstream_addr *a = &srv->cfg->up;
+    if (srv->up_salen != 0) return 0;
+    if (a->is_unix) {
+        struct sockaddr_un *sun = (struct sockaddr_un *)&srv->up_sa;
+        memset(sun, 0, sizeof *sun);
+        sun->sun_family = AF_UNIX;
+        snprintf(sun->sun_path, sizeof sun->sun_path, "%s", a->path);
+        srv->up_salen = sizeof *sun;
+        return 0;
+    }
+    struct addrinfo hints, *res = NULL;
+    char port[16];
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(port, sizeof port, "%d", a->port);
+    int rc = getaddrinfo(a->host, port, &hints, &res);
+    if (rc != 0 || res == NULL) {
+        snprintf(why, whylen, "%s", rc ? gai_strerror(rc) : "no address");
+        return -1;
+    }
+    memcpy(&srv->up_sa, res->ai_addr, res->ai_addrlen);
+    srv->up_salen = (unsigned)res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+static const px_io_ops up_io_ops;
+
 static px_upstream *up_connect(px_pool *p) {
     px_server *srv = p->srv;
-    const px_upstream_addr *a = &srv->cfg->up;
-    char addr[300];
+    char addr[300], cause[256], why[600];
     px_upstream *u = calloc(1, sizeof *u);
     if (u == NULL) {
         snprintf(p->last_error, sizeof p->last_error, "out of memory");
@@ -252,40 +282,32 @@ static px_upstream *up_connect(px_pool *p) {
     u->id = ++next_upstream_id;
     u->state = PX_UP_CONNECTING;
     resp_reply_init(&u->rp, &srv->reply_limits);
-    u->bev = bufferevent_socket_new(srv->base, -1, BEV_OPT_CLOSE_ON_FREE);
-    if (u->bev == NULL) goto fail;
-    bufferevent_setcb(u->bev, up_read_cb, NULL, up_event_cb, u);
-    bufferevent_enable(u->bev, EV_READ | EV_WRITE);
-
-    int rc;
-    if (a->is_unix) {
-        struct sockaddr_un sun;
-        memset(&sun, 0, sizeof sun);
-        sun.sun_family = AF_UNIX;
-        snprintf(sun.sun_path, sizeof sun.sun_path, "%s", a->path);
-        rc = bufferevent_socket_connect(u->bev, (struct sockaddr *)&sun, sizeof sun);
-    } else {
-        rc = bufferevent_socket_connect_hostname(u->bev, srv->dns, AF_UNSPEC, a->host, a->port);
+    if (px_io_setup(&u->io, srv, &up_io_ops, u) != 0) {
+        snprintf(cause, sizeof cause, "out of memory");
+        goto fail;
     }
-    if (rc != 0) {
-        char why[400];
-        snprintf(why, sizeof why, "upstream %s unavailable: %s", up_addr(srv, addr, sizeof addr),
-                 errno ? strerror(errno) : "connect failed");
-        pool_backoff(p, why);
+    if (up_resolve(srv, cause, sizeof cause) != 0) goto fail;
+    if (px_io_connect(&u->io, (struct sockaddr *)&srv->up_sa, srv->up_salen) != 0) {
+        snprintf(cause, sizeof cause, "%s", strerror(errno));
+        srv->up_salen = 0;
         goto fail;
     }
 
     resp_buf hs;
     resp_buf_init(&hs);
     u->handshake_left = up_write_handshake(u, &hs);
-    if (hs.len > 0) bufferevent_write(u->bev, hs.data, hs.len);
+    if (hs.len > 0) px_io_write(&u->io, hs.data, hs.len);
     resp_buf_deinit(&hs);
     px_verbose("upstream connecting id=%llu addr=%s db=%d proto=%d",
                (unsigned long long)u->id, up_addr(srv, addr, sizeof addr), p->db, p->proto);
     return u;
 
 fail:
-    if (u->bev != NULL) bufferevent_free(u->bev);
+    snprintf(why, sizeof why, "upstream %s unavailable: %s", up_addr(srv, addr, sizeof addr), cause);
+    pool_backoff(p, why);
+    px_warning("upstream connect failed addr=%s err=\"%s\"", addr, cause);
+    px_io_close(&u->io);
+    px_io_deinit(&u->io);
     resp_reply_deinit(&u->rp);
     free(u);
     return NULL;
@@ -343,11 +365,11 @@ void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len) {
         u->head = r;
     u->tail = r;
     u->npending++;
-    bufferevent_write(u->bev, data, len);
+    px_io_write(&u->io, data, len);
 }
 
 void px_upstream_send_raw(px_upstream *u, const char *data, size_t len) {
-    bufferevent_write(u->bev, data, len);
+    px_io_write(&u->io, data, len);
 }
 
 /* Hands every pending request the error frame err (whole RESP frame). */
@@ -371,7 +393,7 @@ static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, c
     px_verbose("upstream closed id=%llu pending=%d reason=\"%s\"", (unsigned long long)u->id,
                u->npending, why);
     u->state = PX_UP_CLOSED;
-    bufferevent_disable(u->bev, EV_READ | EV_WRITE);
+    px_io_close(&u->io);
     pool_unlink_upstream(u);
     /* The owner learns first, so that it does not try to reuse this
      * connection while the errors below are delivered to it. */
@@ -392,7 +414,7 @@ void px_upstream_close(px_upstream *u, const char *why) {
 }
 
 void px_upstream_free(px_upstream *u) {
-    if (u->bev != NULL) bufferevent_free(u->bev);
+    px_io_deinit(&u->io);
     resp_reply_deinit(&u->rp);
     free(u);
 }
@@ -452,9 +474,9 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_client_on_reply(r->client, r, data, len);
 }
 
-static void up_read_cb(struct bufferevent *bev, void *arg) {
+static void up_on_read(void *arg) {
     px_upstream *u = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
+    struct evbuffer *in = u->io.in;
     while (u->state != PX_UP_CLOSED) {
         size_t len = evbuffer_get_length(in);
         if (len == 0 || (u->rp.need != 0 && len < u->rp.need)) break;
@@ -474,14 +496,14 @@ static void up_read_cb(struct bufferevent *bev, void *arg) {
     }
 }
 
-static void up_event_cb(struct bufferevent *bev, short what, void *arg) {
+static void up_on_event(void *arg, int what, int err) {
     px_upstream *u = arg;
     px_server *srv = u->srv;
-    char addr[300], why[512];
-    if (what & BEV_EVENT_CONNECTED) {
-        evutil_socket_t fd = bufferevent_getfd(bev);
+    char addr[300], why[600];
+    if (what == PX_IO_CONNECTED) {
         int one = 1;
-        if (!srv->cfg->up.is_unix && srv->cfg->tcp_nodelay) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (!srv->cfg->up.is_unix && srv->cfg->tcp_nodelay)
+            setsockopt(u->io.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         if (u->state == PX_UP_CONNECTING) {
             u->state = u->handshake_left ? PX_UP_HANDSHAKE : PX_UP_READY;
             if (u->state == PX_UP_READY) {
@@ -492,21 +514,17 @@ static void up_event_cb(struct bufferevent *bev, short what, void *arg) {
         px_verbose("upstream connected id=%llu", (unsigned long long)u->id);
         return;
     }
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
-        int dnserr = bufferevent_socket_get_dns_error(bev);
-        const char *cause = dnserr ? evutil_gai_strerror(dnserr)
-                            : (what & BEV_EVENT_EOF) ? "connection closed by upstream"
-                            : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR());
-        if (u->state == PX_UP_CONNECTING) {
-            snprintf(why, sizeof why, "upstream %s unavailable: %s", up_addr(srv, addr, sizeof addr), cause);
-            if (u->pool) pool_backoff(u->pool, why);
-            px_warning("upstream connect failed addr=%s err=\"%s\"", addr, cause);
-        } else {
-            snprintf(why, sizeof why, "upstream connection lost: %s", cause);
-            if (u->ever_ready || u->state == PX_UP_HANDSHAKE)
-                px_notice("upstream lost id=%llu pending=%d err=\"%s\"", (unsigned long long)u->id,
-                          u->npending, cause);
-        }
-        px_upstream_close(u, why);
+    const char *cause = what == PX_IO_EOF ? "connection closed by upstream" : strerror(err);
+    if (u->state == PX_UP_CONNECTING) {
+        snprintf(why, sizeof why, "upstream %s unavailable: %s", up_addr(srv, addr, sizeof addr), cause);
+        if (u->pool) pool_backoff(u->pool, why);
+        srv->up_salen = 0; /* resolve again: Redis may have moved */
+        px_warning("upstream connect failed addr=%s err=\"%s\"", addr, cause);
+    } else {
+        snprintf(why, sizeof why, "upstream connection lost: %s", cause);
+        px_notice("upstream lost id=%llu pending=%d err=\"%s\"", (unsigned long long)u->id, u->npending, cause);
     }
+    px_upstream_close(u, why);
 }
+
+static const px_io_ops up_io_ops = {up_on_read, NULL, up_on_event};

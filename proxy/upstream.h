@@ -34,9 +34,9 @@
 #include <stdint.h>
 
 #include "protocol/resp.h"
+#include "proxy/io.h"
 #include "proxy/server.h"
 
-struct bufferevent;
 struct evbuffer;
 struct px_client;
 
@@ -89,7 +89,7 @@ typedef struct px_upstream {
     px_pool *pool;
     struct px_upstream *next_idle;
     struct px_upstream *next_reap;
-    struct bufferevent *bev;
+    px_io io;
     int state;
     int handshake_left;        /* handshake replies still to swallow */
     int ever_ready;            /* a handshake completed on this connection */

@@ -1,0 +1,222 @@
+/*
+ * proxy/io.c — see io.h.
+ */
+#include "proxy/io.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#define PX_IO_READ_CHUNK 65536
+
+static void io_arm_write(px_io *io) {
+    if (!io->want_write && !io->closed) {
+        event_add(io->wev, NULL);
+        io->want_write = 1;
+    }
+}
+
+static void io_disarm_write(px_io *io) {
+    if (io->want_write) {
+        event_del(io->wev);
+        io->want_write = 0;
+    }
+}
+
+/* Writes what the socket takes. Returns 0, or -1 after reporting an error. */
+static int io_write_now(px_io *io) {
+    while (evbuffer_get_length(io->out) > 0) {
+        int n = evbuffer_write(io->out, io->fd);
+        if (n > 0) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            if (errno == EINTR) continue;
+            io_arm_write(io);
+            return 0;
+        }
+        int err = n < 0 ? errno : EPIPE;
+        io_disarm_write(io);
+        io->ops->on_event(io->arg, PX_IO_ERROR, err);
+        return -1;
+    }
+    io_disarm_write(io);
+    if (!io->closed && io->ops->on_drain) io->ops->on_drain(io->arg);
+    return 0;
+}
+
+static void io_queue_flush(px_io *io) {
+    if (io->flush_queued || io->closed || io->connecting) return;
+    io->flush_queued = 1;
+    io->next_flush = io->srv->flush_list;
+    io->srv->flush_list = io;
+    event_active(io->srv->flush_ev, EV_TIMEOUT, 0);
+}
+
+void px_io_flush_all(px_server *srv) {
+    px_io *io;
+    while ((io = srv->flush_list) != NULL) {
+        srv->flush_list = io->next_flush;
+        io->next_flush = NULL;
+        io->flush_queued = 0;
+        if (!io->closed && !io->want_write) io_write_now(io);
+    }
+}
+
+static void io_read_cb(evutil_socket_t fd, short what, void *arg) {
+    px_io *io = arg;
+    struct evbuffer_iovec vec;
+    if (evbuffer_reserve_space(io->in, PX_IO_READ_CHUNK, &vec, 1) < 1) {
+        io->ops->on_event(io->arg, PX_IO_ERROR, ENOMEM);
+        return;
+    }
+    ssize_t n = read(fd, vec.iov_base, vec.iov_len);
+    if (n > 0) {
+        vec.iov_len = (size_t)n;
+        evbuffer_commit_space(io->in, &vec, 1);
+        io->ops->on_read(io->arg);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    io->ops->on_event(io->arg, n == 0 ? PX_IO_EOF : PX_IO_ERROR, n == 0 ? 0 : errno);
+}
+
+static void io_write_cb(evutil_socket_t fd, short what, void *arg) {
+    px_io *io = arg;
+    if (io->connecting) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) err = errno;
+        io->connecting = 0;
+        io_disarm_write(io);
+        if (err != 0) {
+            io->ops->on_event(io->arg, PX_IO_ERROR, err);
+            return;
+        }
+        io->ops->on_event(io->arg, PX_IO_CONNECTED, 0);
+        if (!io->closed && evbuffer_get_length(io->out) > 0) io_queue_flush(io);
+        return;
+    }
+    io->want_write = 0; /* a non-persistent event: it is disarmed now */
+    io_write_now(io);
+}
+
+int px_io_setup(px_io *io, px_server *srv, const px_io_ops *ops, void *arg) {
+    memset(io, 0, sizeof *io);
+    io->srv = srv;
+    io->fd = -1;
+    io->ops = ops;
+    io->arg = arg;
+    io->connecting = 1; /* no socket yet: nothing to flush */
+    io->in = evbuffer_new();
+    io->out = evbuffer_new();
+    if (!io->in || !io->out) {
+        px_io_deinit(io);
+        return -1;
+    }
+    return 0;
+}
+
+int px_io_attach(px_io *io, int fd, int connecting) {
+    io->fd = fd;
+    io->rev = event_new(io->srv->base, fd, EV_READ | EV_PERSIST, io_read_cb, io);
+    io->wev = event_new(io->srv->base, fd, EV_WRITE, io_write_cb, io);
+    if (!io->rev || !io->wev) {
+        close(fd);
+        io->fd = -1;
+        io->closed = 1;
+        return -1;
+    }
+    event_add(io->rev, NULL);
+    io->reading = 1;
+    io->connecting = connecting;
+    if (connecting)
+        io_arm_write(io);
+    else if (evbuffer_get_length(io->out) > 0)
+        io_queue_flush(io);
+    return 0;
+}
+
+int px_io_init(px_io *io, px_server *srv, int fd, const px_io_ops *ops, void *arg) {
+    if (px_io_setup(io, srv, ops, arg) != 0) {
+        close(fd);
+        return -1;
+    }
+    if (px_io_attach(io, fd, 0) != 0) {
+        px_io_deinit(io);
+        return -1;
+    }
+    return 0;
+}
+
+int px_io_connect(px_io *io, const struct sockaddr *addr, socklen_t len) {
+    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int rc = connect(fd, addr, len);
+    if (rc < 0 && errno != EINPROGRESS) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    /* Even a connect that finished at once (unix sockets) reports through
+     * the write event, so that the owner sees one path. */
+    if (px_io_attach(io, fd, 1) != 0) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return 0;
+}
+
+void px_io_write(px_io *io, const void *data, size_t len) {
+    if (io->closed) return;
+    evbuffer_add(io->out, data, len);
+    if (!io->want_write) io_queue_flush(io);
+}
+
+void px_io_write_buffer(px_io *io, struct evbuffer *buf) {
+    if (io->closed) {
+        evbuffer_drain(buf, evbuffer_get_length(buf));
+        return;
+    }
+    evbuffer_add_buffer(io->out, buf);
+    if (!io->want_write) io_queue_flush(io);
+}
+
+size_t px_io_pending(const px_io *io) { return io->out ? evbuffer_get_length(io->out) : 0; }
+
+void px_io_pause_read(px_io *io) {
+    if (io->reading && !io->closed) {
+        event_del(io->rev);
+        io->reading = 0;
+    }
+}
+
+void px_io_resume_read(px_io *io) {
+    if (!io->reading && !io->closed) {
+        event_add(io->rev, NULL);
+        io->reading = 1;
+    }
+}
+
+void px_io_close(px_io *io) {
+    if (io->closed) return;
+    io->closed = 1;
+    if (io->rev) event_del(io->rev);
+    if (io->wev) event_del(io->wev);
+    io->reading = io->want_write = 0;
+    if (io->fd >= 0) close(io->fd);
+    io->fd = -1;
+    /* a queued flush skips closed sockets; the list entry goes at flush */
+}
+
+void px_io_deinit(px_io *io) {
+    if (io->rev) event_free(io->rev);
+    if (io->wev) event_free(io->wev);
+    if (io->in) evbuffer_free(io->in);
+    if (io->out) evbuffer_free(io->out);
+    io->rev = io->wev = NULL;
+    io->in = io->out = NULL;
+}

@@ -1,0 +1,93 @@
+/*
+ * proxy/io.h — one non-blocking socket with an input and an output buffer,
+ * and the write-behind that makes a proxy hop cheap.
+ *
+ * Why not bufferevents: a bufferevent writes only when the loop reports the
+ * socket writable, which costs an epoll_ctl to arm, a loop iteration, a
+ * writev and another epoll_ctl to disarm, for every reply. Redis writes
+ * replies from beforeSleep() straight to the socket; so does this: writes
+ * are appended to the output buffer, the socket is queued once, and a flush
+ * event that runs after every read callback of the same loop iteration
+ * writes each queued socket with one writev. Only a socket that cannot take
+ * everything gets a write event, until its buffer is empty.
+ *
+ * Reads are one read(2) into space reserved in the input buffer (no
+ * FIONREAD ioctl).
+ *
+ * Lifetime: px_io_close() stops the events and closes the socket at once;
+ * the buffers stay readable until px_io_deinit(), which the owner calls at
+ * reap time. No callback runs after px_io_close().
+ */
+#ifndef SIDECACHE_PROXY_IO_H
+#define SIDECACHE_PROXY_IO_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+#include "proxy/server.h"
+
+struct evbuffer;
+struct event;
+
+enum px_io_event {
+    PX_IO_EOF = 1,       /* the peer closed */
+    PX_IO_ERROR = 2,     /* a socket error; err holds errno */
+    PX_IO_CONNECTED = 3, /* a connect finished */
+};
+
+typedef struct px_io_ops {
+    void (*on_read)(void *arg);                    /* new bytes are in io->in */
+    void (*on_drain)(void *arg);                   /* io->out was fully written */
+    void (*on_event)(void *arg, int what, int err); /* enum px_io_event */
+} px_io_ops;
+
+typedef struct px_io {
+    px_server *srv;
+    int fd;
+    struct evbuffer *in, *out;
+    struct event *rev, *wev;
+    const px_io_ops *ops;
+    void *arg;
+    int connecting;       /* waiting for connect() to finish */
+    int reading;          /* read event armed */
+    int want_write;       /* write event armed */
+    int flush_queued;     /* on srv's flush list */
+    int closed;
+    struct px_io *next_flush;
+} px_io;
+
+/* Sets up the buffers of an io that has no socket yet: writes are kept
+ * until px_io_attach or px_io_connect gives it one. Returns 0 or -1 (OOM). */
+int px_io_setup(px_io *io, px_server *srv, const px_io_ops *ops, void *arg);
+
+/* Gives io its socket fd (non-blocking) and starts reading. connecting: a
+ * connect() is in progress on fd; ops->on_event gets PX_IO_CONNECTED or an
+ * error when it ends. Returns 0, or -1 (OOM; fd closed). */
+int px_io_attach(px_io *io, int fd, int connecting);
+
+/* px_io_setup + px_io_attach for an accepted socket. */
+int px_io_init(px_io *io, px_server *srv, int fd, const px_io_ops *ops, void *arg);
+
+/* Starts a non-blocking connect to addr on an io made by px_io_setup.
+ * Returns 0, or -1 with errno set. */
+int px_io_connect(px_io *io, const struct sockaddr *addr, socklen_t len);
+
+/* Appends bytes to the output; they leave at the end of this loop iteration. */
+void px_io_write(px_io *io, const void *data, size_t len);
+/* Moves all of buf to the output (buf is left empty). */
+void px_io_write_buffer(px_io *io, struct evbuffer *buf);
+/* Bytes not yet written to the socket. */
+size_t px_io_pending(const px_io *io);
+
+void px_io_pause_read(px_io *io);
+void px_io_resume_read(px_io *io);
+
+/* Stops everything and closes the socket; buffers survive until deinit. */
+void px_io_close(px_io *io);
+/* Frees the buffers and events. Call once, after px_io_close. */
+void px_io_deinit(px_io *io);
+
+/* Writes every queued socket: the flush event of the server. */
+void px_io_flush_all(px_server *srv);
+
+#endif
