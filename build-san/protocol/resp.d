@@ -1,2 +1,0 @@
-build-san/protocol/resp.o: protocol/resp.c protocol/resp.h
-protocol/resp.h:

@@ -1,3 +1,0 @@
-build-san/proxy/log.o: proxy/log.c proxy/log.h proxy/config.h
-proxy/log.h:
-proxy/config.h:

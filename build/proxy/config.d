@@ -1,2 +1,0 @@
-build/proxy/config.o: proxy/config.c proxy/config.h
-proxy/config.h:
