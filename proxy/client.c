@@ -28,6 +28,7 @@
 #include <event2/event.h>
 
 #include "protocol/commands.h"
+#include "proxy/caching.h"
 #include "proxy/log.h"
 
 /* Reading stops while this much output waits for a slow reader, and resumes
@@ -218,6 +219,8 @@ static void maybe_unpin(px_client *c) {
 /* ------------------------------------------------------------------------ */
 /* replies from upstream */
 
+static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len);
+
 static int is_error_frame(const char *data, size_t len) {
     return len > 0 && (data[0] == '-' || data[0] == '!');
 }
@@ -254,7 +257,57 @@ static void apply_state_change(px_client *c, px_req *r, int ok) {
     c->barrier = 0;
 }
 
+/* INFO's reply with the "# sidecache" section appended; the same type
+ * (bulk, or RESP3 verbatim text). Returns 0, or -1 to relay it unchanged. */
+static int info_with_section(px_client *c, const char *data, size_t len, resp_buf *out) {
+    const char *text;
+    size_t tlen, i = 1, n = 0;
+    if (len < 4 || (data[0] != '$' && data[0] != '=')) return -1;
+    while (i < len && data[i] >= '0' && data[i] <= '9') n = n * 10 + (size_t)(data[i++] - '0');
+    if (i + 2 + n + 2 != len) return -1;
+    text = data + i + 2;
+    tlen = n;
+    if (data[0] == '=') {
+        if (tlen < 4) return -1;
+        text += 4, tlen -= 4; /* "txt:" */
+    }
+    resp_buf sec;
+    resp_buf_init(&sec);
+    resp_buf_append(&sec, text, tlen);
+    if (tlen > 0) resp_buf_append(&sec, "\r\n", 2);
+    px_caching_info(c->srv, &sec);
+    if (data[0] == '=')
+        resp_enc_verbatim(out, "txt", sec.data, sec.len, 3);
+    else
+        resp_enc_bulk(out, sec.data, sec.len);
+    resp_buf_deinit(&sec);
+    return 0;
+}
+
 void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
+    resp_buf info;
+    int info_used = 0;
+    /* The cache learns from every reply, also one its client no longer
+     * waits for: a write that happened must invalidate all the same. */
+    if (c->srv->caching != NULL) {
+        px_caching_on_reply(c, r, data, len);
+        if (r->aux_flags & PX_AUX_EXEC) px_caching_txn_end(c, 1);
+        if ((r->aux_flags & PX_AUX_INFO) && c->state != PX_CLIENT_CLOSED) {
+            resp_buf_init(&info);
+            if (info_with_section(c, data, len, &info) == 0) {
+                data = info.data;
+                len = info.len;
+                info_used = 1;
+            } else {
+                resp_buf_deinit(&info);
+            }
+        }
+    }
+    on_reply_deliver(c, r, data, len);
+    if (info_used) resp_buf_deinit(&info);
+}
+
+static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len) {
     c->inflight--;
     if (c->inflight == 0) c->inflight_on = NULL;
     if (c->state == PX_CLIENT_CLOSED) {
@@ -343,20 +396,22 @@ static void request_bytes(px_client *c, const char *frame, const char **out, siz
     *outlen = c->scratch.len;
 }
 
-static int forward_to(px_client *c, px_upstream *u, int kind, const char *data, size_t len) {
+/* Sends a request and takes its reply slot. Returns the record, or NULL
+ * (the client is closed: out of memory). */
+static px_req *forward_to(px_client *c, px_upstream *u, int kind, const char *data, size_t len) {
     px_req *r = px_req_new(c->srv, c, kind);
     if (r == NULL) {
         client_close(c, "out of memory");
-        return -1;
+        return NULL;
     }
     slot_append(c, r);
     c->inflight++;
     c->inflight_on = u;
     px_upstream_send(u, r, data, len);
-    return 0;
+    return r;
 }
 
-static int forward_current(px_client *c, px_upstream *u, const char *frame) {
+static px_req *forward_current(px_client *c, px_upstream *u, const char *frame) {
     const char *data;
     size_t len;
     request_bytes(c, frame, &data, &len);
@@ -380,6 +435,20 @@ static void track_txn(px_client *c, int id) {
         if (!c->in_multi) c->watching = 0;
         break;
     }
+}
+
+/* Forwards to the client's own connection, keeping the transaction state
+ * and what the cache must learn from it: writes queued in MULTI are
+ * invalidated when queued and again when EXEC's reply comes (C1). */
+static void forward_pinned(px_client *c, int id, const char *frame) {
+    int queued = c->in_multi && id != CMD_EXEC && id != CMD_DISCARD && id != CMD_MULTI;
+    int is_exec = c->in_multi && id == CMD_EXEC;
+    if (c->in_multi && id == CMD_DISCARD) px_caching_txn_end(c, 0);
+    track_txn(c, id);
+    px_req *r = forward_current(c, c->pinned, frame);
+    if (r == NULL) return;
+    px_caching_on_send(c, r, 0, queued);
+    if (is_exec) r->aux_flags |= PX_AUX_EXEC;
 }
 
 /* Takes a connection of the client's own. Returns 0, or -1 after replying
@@ -686,6 +755,9 @@ static int client_dispatch(px_client *c, const char *frame) {
     if (c->mode == PX_MODE_TUNNEL) {
         const char *data;
         size_t len;
+        /* no reply is matched in a tunnel: a write invalidates when sent,
+         * and Redis's own invalidation follows */
+        px_caching_on_send(c, NULL, 0, 0);
         request_bytes(c, frame, &data, &len);
         if (c->pinned != NULL) px_upstream_send_raw(c->pinned, data, len);
         return DISPATCH_DONE;
@@ -711,8 +783,7 @@ static int client_dispatch(px_client *c, const char *frame) {
             return DISPATCH_DONE;
         }
         if (act == ACT_STATE || act == ACT_STICKY || act == ACT_LOCAL) c->mode = PX_MODE_STICKY;
-        track_txn(c, id);
-        forward_current(c, c->pinned, frame);
+        forward_pinned(c, id, frame);
         return DISPATCH_DONE;
     }
     if (c->mode == PX_MODE_PINNED) {
@@ -734,8 +805,7 @@ static int client_dispatch(px_client *c, const char *frame) {
         default:
             break;
         }
-        track_txn(c, id);
-        forward_current(c, c->pinned, frame);
+        forward_pinned(c, id, frame);
         return DISPATCH_DONE;
     }
 
@@ -762,19 +832,21 @@ static int client_dispatch(px_client *c, const char *frame) {
             return DISPATCH_DONE;
         }
         if (act == ACT_BLOCK) c->blocking = 1;
-        track_txn(c, id);
-        forward_current(c, c->pinned, frame);
+        forward_pinned(c, id, frame);
         return DISPATCH_DONE;
     default:
         break;
     }
+    int cacheable = 0;
+    if (c->srv->caching != NULL && px_caching_try_hit(c, &cacheable)) return DISPATCH_DONE;
     px_upstream *u = shared_conn(c);
     if (u == NULL) {
         reply_unavailable(c, c->pool);
         return DISPATCH_DONE;
     }
     if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
-    forward_current(c, u, frame);
+    px_req *r = forward_current(c, u, frame);
+    if (r != NULL) px_caching_on_send(c, r, cacheable, 0);
     return DISPATCH_DONE;
 }
 
@@ -865,12 +937,14 @@ px_client *px_client_new(px_server *srv, int fd, const char *addr) {
     c->last_active_ms = px_now_ms();
     resp_req_init(&c->rq, &srv->req_limits);
     resp_buf_init(&c->scratch);
+    resp_buf_init(&c->txn_keys);
     c->pool = px_pool_ref(srv, NULL, NULL, c->db, 2);
     if (c->pool == NULL || px_io_init(&c->io, srv, fd, &client_io_ops, c) != 0) {
         if (c->pool == NULL) evutil_closesocket(fd);
         px_pool_unref(c->pool);
         resp_req_deinit(&c->rq);
         resp_buf_deinit(&c->scratch);
+        resp_buf_deinit(&c->txn_keys);
         free(c);
         return NULL;
     }
@@ -919,6 +993,7 @@ void px_client_free(px_client *c) {
     px_pool_unref(c->pool);
     resp_req_deinit(&c->rq);
     resp_buf_deinit(&c->scratch);
+    resp_buf_deinit(&c->txn_keys);
     free(c->user);
     free(c->pass);
     free(c->name);

@@ -68,6 +68,8 @@ typedef struct px_client {
     px_upstream *pinned;       /* own connection in PINNED/STICKY/TUNNEL */
     int watching, in_multi;    /* transaction state, as sent to Redis */
     int blocking;              /* a blocking command is in flight on pinned */
+    resp_buf txn_keys;         /* keys written by commands queued in MULTI */
+    int txn_flush;             /* ... or a write whose keys cannot be known */
 
     /* in flight */
     px_req *slots_head, *slots_tail;

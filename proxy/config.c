@@ -53,6 +53,8 @@ enum px_ctype {
     PX_CT_OCTAL,    /* int field, octal digits */
     PX_CT_LIST,     /* char *[max] field, count at off2 */
     PX_CT_UPSTREAM, /* char[size] URL, parsed px_upstream_addr at off2 */
+    PX_CT_APPEND,   /* char[max][size] entries, count at off2: each line adds one;
+                       min = number of arguments, joined by one space */
 };
 
 #define PX_CF_MEMORY 0x1 /* a byte size: accepts k/kb/m/mb/g/gb */
@@ -78,6 +80,8 @@ typedef struct px_directive {
 #define PX_GB (1024LL * 1024 * 1024)
 
 static const char *const px_loglevel_names[] = {"debug", "verbose", "notice", "warning", NULL};
+static const char *const px_profile_names[] = {"none", "juicefs", NULL};
+static const char *const px_tracking_names[] = {"bcast", NULL};
 
 /* The default bind address; a static string, so init cannot run out of
  * memory. Never written to; never freed (see bind_free). */
@@ -126,6 +130,32 @@ static const px_directive px_directives[] = {
      PX_FIELD(client_output_buffer_limit), .min = 0, .max = LLONG_MAX, .def = "256mb",
      .arg = "<bytes>",
      .help = "Most reply bytes pending for one client before it is closed; 0 = no limit"},
+    {.name = "profile", .type = PX_CT_ENUM, PX_FIELD(profile), .names = px_profile_names,
+     .def = "juicefs", .arg = "<none|juicefs>",
+     .help = "Built-in cache rules: juicefs caches GET i<ino> and HGET d<ino> (see conf/juicefs.conf)"},
+    {.name = "key-prefix", .type = PX_CT_STRING, PX_FIELD(key_prefix), .def = "", .arg = "<prefix>",
+     .help = "Put before every rule pattern, e.g. {1} for JuiceFS on Redis Cluster"},
+    {.name = "cache-rule", .type = PX_CT_APPEND, PX_FIELD(cache_rules),
+     .off2 = offsetof(px_config, ncache_rules), .min = 2, .max = PX_MAX_RULES, .def = "",
+     .arg = "<GET|HGET> <pattern>", .help = "Cache this read of keys matching the glob pattern (repeatable)"},
+    {.name = "cache-readonly-script", .type = PX_CT_APPEND, PX_FIELD(readonly_scripts),
+     .off2 = offsetof(px_config, nreadonly_scripts), .min = 1, .max = PX_MAX_SCRIPTS, .def = "",
+     .arg = "<sha1>", .help = "EVALSHA of this script writes nothing: no cache flush (repeatable)"},
+    {.name = "cache-max-memory", .type = PX_CT_LL, .flags = PX_CF_MEMORY, PX_FIELD(cache_max_memory),
+     .min = 0, .max = LLONG_MAX, .def = "256mb", .arg = "<bytes>",
+     .help = "Most bytes the cache holds, all overhead counted; 0 = no caching"},
+    {.name = "cache-max-value", .type = PX_CT_LL, .flags = PX_CF_MEMORY, PX_FIELD(cache_max_value),
+     .min = 0, .max = LLONG_MAX, .def = "64kb", .arg = "<bytes>",
+     .help = "Values larger than this pass through uncached"},
+    {.name = "cache-ttl", .type = PX_CT_INT, PX_FIELD(cache_ttl), .min = 0, .max = INT_MAX, .def = "0",
+     .arg = "<seconds>", .help = "Entries older than this are read again; 0 = no expiry"},
+    {.name = "tracking-mode", .type = PX_CT_ENUM, PX_FIELD(tracking_mode), .names = px_tracking_names,
+     .def = "bcast", .arg = "<bcast>", .help = "How Redis tracks what the cache holds"},
+    {.name = "tracking-keepalive-ms", .type = PX_CT_INT, PX_FIELD(tracking_keepalive_ms), .min = 10,
+     .max = 600000, .def = "1000", .arg = "<ms>", .help = "PING period on the invalidation connection"},
+    {.name = "tracking-timeout-ms", .type = PX_CT_INT, PX_FIELD(tracking_timeout_ms), .min = 10,
+     .max = 600000, .def = "3000", .arg = "<ms>",
+     .help = "A PING not answered in this time empties the cache and reconnects"},
 };
 
 #define PX_NDIRECTIVES (sizeof(px_directives) / sizeof(px_directives[0]))
@@ -349,13 +379,55 @@ static int set_upstream(const px_directive *d, px_config *c, int argc, char **ar
     return 0;
 }
 
+static int is_hex40(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (!isxdigit((unsigned char)s[n])) return 0;
+    return n == 40;
+}
+
+/* One more entry: its arguments joined by a space, checked by directive. */
+static int set_append(const px_directive *d, px_config *c, int argc, char **argv,
+                      char *err, size_t errlen) {
+    int *count = field(c, d->off2);
+    char *entries = field(c, d->off);
+    size_t width = d->size / (size_t)d->max;
+    char buf[1024];
+    if (*count >= d->max) {
+        seterr(err, errlen, "%s: at most %lld lines", d->name, d->max);
+        return -1;
+    }
+    if (strcmp(d->name, "cache-rule") == 0) {
+        if (strcasecmp(argv[0], "GET") != 0 && strcasecmp(argv[0], "HGET") != 0) {
+            seterr(err, errlen, "%s: command '%.32s' cannot be cached (GET or HGET)", d->name, argv[0]);
+            return -1;
+        }
+        if (argv[1][0] == '\0' || strchr(argv[1], ' ') != NULL) {
+            seterr(err, errlen, "%s: the pattern must be one word, not empty", d->name);
+            return -1;
+        }
+    } else if (!is_hex40(argv[0])) {
+        seterr(err, errlen, "%s: '%.64s' is not a SHA1 (40 hex digits)", d->name, argv[0]);
+        return -1;
+    }
+    int n = argc == 2 ? snprintf(buf, sizeof buf, "%s %s", argv[0], argv[1])
+                      : snprintf(buf, sizeof buf, "%s", argv[0]);
+    if (n < 0 || (size_t)n >= width) {
+        seterr(err, errlen, "%s: too long (at most %zu bytes)", d->name, width - 1);
+        return -1;
+    }
+    memcpy(entries + (size_t)*count * width, buf, (size_t)n + 1);
+    (*count)++;
+    return 0;
+}
+
 typedef int (*px_setter)(const px_directive *d, px_config *c, int argc, char **argv,
                          char *err, size_t errlen);
 
 static const px_setter px_setters[] = {
     [PX_CT_INT] = set_number,     [PX_CT_LL] = set_number,   [PX_CT_BOOL] = set_bool,
     [PX_CT_ENUM] = set_enum,      [PX_CT_STRING] = set_string, [PX_CT_OCTAL] = set_octal,
-    [PX_CT_LIST] = set_list,      [PX_CT_UPSTREAM] = set_upstream,
+    [PX_CT_LIST] = set_list,      [PX_CT_UPSTREAM] = set_upstream, [PX_CT_APPEND] = set_append,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -371,6 +443,7 @@ void px_config_init(px_config *c) {
         assert((d->type != PX_CT_INT && d->type != PX_CT_BOOL && d->type != PX_CT_ENUM &&
                 d->type != PX_CT_OCTAL) || d->size == sizeof(int));
         assert(d->type != PX_CT_LL || d->size == sizeof(long long));
+        if (d->type == PX_CT_APPEND) continue; /* starts empty */
         if (d->type == PX_CT_LIST) {
             char **list = field(c, d->off);
             assert(strcmp(d->def, px_default_bind) == 0);
@@ -398,7 +471,13 @@ int px_config_set(px_config *c, const char *name, int argc, char **argv,
         seterr(err, errlen, "unknown directive '%.64s'", name);
         return -1;
     }
-    if (d->type == PX_CT_LIST) {
+    if (d->type == PX_CT_APPEND) {
+        if (argc != d->min) {
+            seterr(err, errlen, "%s takes %lld argument%s (got %d)", d->name, d->min, d->min == 1 ? "" : "s",
+                   argc);
+            return -1;
+        }
+    } else if (d->type == PX_CT_LIST) {
         if (argc < d->min || argc > d->max) {
             seterr(err, errlen, "%s takes %lld to %lld arguments (got %d)", d->name, d->min,
                    d->max, argc);
@@ -773,11 +852,35 @@ static void write_value(FILE *f, const px_directive *d, const px_config *c, int 
         else
             write_word(f, buf);
         break;
+    case PX_CT_APPEND: /* written by px_config_dump, one line per entry */
+        break;
     }
 }
 
 int px_config_dump(const px_config *c, FILE *f, int flags) {
     for (size_t i = 0; i < PX_NDIRECTIVES; i++) {
+        const px_directive *d = &px_directives[i];
+        if (d->type == PX_CT_APPEND) {
+            /* one line per entry, its words as given */
+            size_t width = d->size / (size_t)d->max;
+            int n = *(const int *)cfield(c, d->off2);
+            for (int k = 0; k < n; k++) {
+                const char *e = (const char *)cfield(c, d->off) + (size_t)k * width;
+                const char *sp = strchr(e, ' ');
+                fprintf(f, "%s ", d->name);
+                if (sp != NULL) {
+                    char first[64];
+                    snprintf(first, sizeof first, "%.*s", (int)(sp - e), e);
+                    write_word(f, first);
+                    fputc(' ', f);
+                    write_word(f, sp + 1);
+                } else {
+                    write_word(f, e);
+                }
+                fputc('\n', f);
+            }
+            continue;
+        }
         fprintf(f, "%s ", px_directives[i].name);
         write_value(f, &px_directives[i], c, flags);
         fputc('\n', f);

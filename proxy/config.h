@@ -17,6 +17,12 @@
 #include <stdio.h>
 
 #define PX_MAX_BIND 16
+#define PX_MAX_RULES 64
+#define PX_RULE_LEN 320
+#define PX_MAX_SCRIPTS 32
+
+enum px_profile { PX_PROFILE_NONE, PX_PROFILE_JUICEFS };
+enum px_tracking_mode { PX_TRACKING_BCAST };
 
 /* px_config_from_args's results other than 0 (run) and -1 (error). */
 enum { PX_ARGS_HELP = 1, PX_ARGS_VERSION = 2 };
@@ -61,6 +67,20 @@ typedef struct px_config {
     long long max_multibulk_len;   /* elements in one request */
     long long client_query_buffer_limit;  /* bytes buffered per client input */
     long long client_output_buffer_limit; /* bytes pending per client output */
+
+    /* the cache */
+    int profile;                   /* enum px_profile: rules that come built in */
+    char key_prefix[64];           /* put before every rule pattern ("{1}") */
+    char cache_rules[PX_MAX_RULES][PX_RULE_LEN]; /* "COMMAND PATTERN", one per cache-rule line */
+    int ncache_rules;
+    char readonly_scripts[PX_MAX_SCRIPTS][41];   /* SHA1s of scripts that write nothing */
+    int nreadonly_scripts;
+    long long cache_max_memory;    /* bytes; 0 = no caching */
+    long long cache_max_value;     /* bytes; larger values pass uncached */
+    int cache_ttl;                 /* seconds; 0 = no expiry */
+    int tracking_mode;             /* enum px_tracking_mode */
+    int tracking_keepalive_ms;     /* PING period on the invalidation connection */
+    int tracking_timeout_ms;       /* ... and how long its answer may take */
 } px_config;
 
 /* Sets every directive to its default. */

@@ -17,6 +17,7 @@
 
 #include <event2/event.h>
 
+#include "proxy/caching.h"
 #include "proxy/client.h"
 #include "proxy/io.h"
 #include "proxy/listener.h"
@@ -123,6 +124,10 @@ int px_server_run(px_config *cfg) {
     event_add(srv.sig_term, NULL);
     event_add(srv.sig_int, NULL);
 
+    if (px_caching_init(&srv) != 0) {
+        srv.exit_code = 1;
+        goto out;
+    }
     if (px_listeners_open(&srv) != 0) {
         srv.exit_code = 1;
         goto out;
@@ -151,6 +156,7 @@ out:
     reap_cb(-1, 0, &srv);
     px_pools_free_all(&srv);
     reap_cb(-1, 0, &srv);
+    px_caching_deinit(&srv);
     while (srv.free_reqs != NULL) {
         px_req *r = srv.free_reqs;
         srv.free_reqs = r->next_up;

@@ -25,6 +25,7 @@ struct px_client;
 struct px_pool;
 struct px_upstream;
 struct px_req;
+struct px_caching;
 
 #define PX_MAX_LISTENERS (PX_MAX_BIND + 1)
 
@@ -42,6 +43,7 @@ typedef struct px_server {
     uint64_t next_client_id;
 
     struct px_pool *pools;     /* singly linked */
+    struct px_caching *caching; /* the cache, NULL when off (proxy/caching.c) */
 
     struct px_req *free_reqs;  /* recycled request records */
     int nfree_reqs;

@@ -58,6 +58,8 @@ px_req *px_req_new(px_server *srv, px_client *c, int kind) {
 
 void px_req_release(px_server *srv, px_req *r) {
     if (r->early != NULL) evbuffer_free(r->early);
+    free(r->aux);
+    r->aux = NULL;
     if (srv->nfree_reqs < PX_MAX_FREE_REQS) {
         r->early = NULL;
         r->next_up = srv->free_reqs;
@@ -238,7 +240,7 @@ static int up_write_handshake(px_upstream *u, resp_buf *b) {
 /* The upstream's socket address, resolved once and again after a failed
  * connect. getaddrinfo blocks, but only then: at most once per back-off
  * period while Redis is unreachable. Returns 0, or -1 with a reason. */
-static int up_resolve(px_server *srv, char *why, size_t whylen) {
+int px_upstream_resolve(px_server *srv, char *why, size_t whylen) {
     const px_upstream_addr *a = &srv->cfg->up;
     if (srv->up_salen != 0) return 0;
     if (a->is_unix) {
@@ -286,7 +288,7 @@ static px_upstream *up_connect(px_pool *p) {
         snprintf(cause, sizeof cause, "out of memory");
         goto fail;
     }
-    if (up_resolve(srv, cause, sizeof cause) != 0) goto fail;
+    if (px_upstream_resolve(srv, cause, sizeof cause) != 0) goto fail;
     if (px_io_connect(&u->io, (struct sockaddr *)&srv->up_sa, srv->up_salen) != 0) {
         snprintf(cause, sizeof cause, "%s", strerror(errno));
         srv->up_salen = 0;

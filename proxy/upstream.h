@@ -54,6 +54,15 @@ enum px_req_kind {
  * only when every earlier slot is written, so replies from different
  * upstream connections and local answers keep the order of the requests.
  */
+/* What a reply must do besides reaching its client (proxy/caching.c). */
+enum px_aux_flag {
+    PX_AUX_FILL = 1 << 0,  /* aux: the entry's identity; fill_token */
+    PX_AUX_INVAL = 1 << 1, /* aux: keys to invalidate again */
+    PX_AUX_FLUSH = 1 << 2, /* a write whose keys cannot be known */
+    PX_AUX_INFO = 1 << 3,  /* INFO: append the sidecache section */
+    PX_AUX_EXEC = 1 << 4,  /* EXEC: invalidate the transaction's writes */
+};
+
 typedef struct px_req {
     struct px_req *next_up;     /* FIFO of the upstream connection */
     struct px_req *next_slot;   /* FIFO of the client's reply slots */
@@ -62,6 +71,10 @@ typedef struct px_req {
     int kind;
     int done;                   /* reply present (in early) */
     int pending;                /* still awaited from an upstream connection */
+    unsigned aux_flags;         /* enum px_aux_flag */
+    char *aux;                  /* owned; see px_aux_flag */
+    size_t aux_len;
+    uint64_t fill_token;
 } px_req;
 
 enum px_up_state { PX_UP_CONNECTING, PX_UP_HANDSHAKE, PX_UP_READY, PX_UP_CLOSED };
@@ -134,6 +147,10 @@ void px_upstream_close(px_upstream *u, const char *why);
 
 /* Frees what px_upstream_close left, at reap time. */
 void px_upstream_free(px_upstream *u);
+
+/* Resolves the upstream address into srv->up_sa (once; again after a failed
+ * connect reset it). Returns 0, or -1 with a reason in why. May block on DNS. */
+int px_upstream_resolve(px_server *srv, char *why, size_t whylen);
 
 /* Frees idle pools unused for a while; called from cron. */
 void px_pools_sweep(px_server *srv, int64_t now_ms);

@@ -1,0 +1,128 @@
+/*
+ * cache/cache.h — the local cache of read replies: entries, the index, key
+ * groups, LRU, byte accounting and fill tokens. Pure: no I/O, no clocks
+ * (callers pass now_ms), no globals.
+ *
+ * Data model
+ * ----------
+ * An entry caches the reply of one cacheable read, identified by
+ *     (partition, db, kind, key, field)
+ * - partition: the upstream user the reply was read as (ACL partition, C8);
+ * - db: the database;
+ * - kind: which read (CACHE_KIND_GET, CACHE_KIND_HGET, ...), so that GET k
+ *   and HGET k f never share an entry;
+ * - key: the Redis key; field: the hash field for HGET ("" otherwise).
+ * The value is the reply's payload (a bulk string) or nil: entries store no
+ * RESP framing, so one entry serves RESP2 and RESP3 clients alike.
+ *
+ * Every entry belongs to the group of its key (by key bytes alone): all
+ * entries of one key, whatever the partition, db, kind or field. Redis's
+ * invalidation messages name keys only, without db or user, so an
+ * invalidation purges the whole group, at a cost proportional to the
+ * entries purged, never a scan of the cache.
+ *
+ * Fills and tokens (the consistency contract, C3)
+ * -----------------------------------------------
+ * A miss that goes to Redis first calls cache_fill_begin(), which places a
+ * pending entry (a placeholder, no value) and returns a token. Any
+ * invalidation or flush of the key deletes the placeholder. The reply is
+ * offered with cache_fill_complete(token): it is stored only if the
+ * placeholder with that very token is still there. A later read of the
+ * same key that begins its own fill while the first is pending shares the
+ * placeholder and its token. So a reply that was read before a write
+ * (however the reply and the invalidation race home) never fills, and an
+ * ABA sequence (invalidate, re-begin, old reply arrives) fails the token
+ * check. Tokens are never reused (64-bit counter).
+ *
+ * Memory (C9)
+ * -----------
+ * used_bytes counts every byte the cache holds: entry structs, key, field
+ * and value copies, and the hash tables' handles and buckets. After each
+ * fill, least recently used entries are evicted until used_bytes <=
+ * max_bytes. Values larger than max_value are not cached. Placeholders are
+ * counted and evictable too (evicting one only makes its fill fail).
+ *
+ * Lifetime: values returned by cache_get() are valid until the next call
+ * that changes the cache; the caller copies them into its output at once.
+ */
+#ifndef SIDECACHE_CACHE_CACHE_H
+#define SIDECACHE_CACHE_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum cache_kind {
+    CACHE_KIND_GET = 1,  /* GET key -> bulk or nil */
+    CACHE_KIND_HGET = 2, /* HGET key field -> bulk or nil */
+};
+
+typedef struct cache_config {
+    size_t max_bytes;  /* cache-max-memory: bound on used_bytes; 0 = cache nothing */
+    size_t max_value;  /* cache-max-value: larger values pass uncached */
+    int64_t ttl_ms;    /* cache-ttl: entries older than this miss; 0 = off */
+} cache_config;
+
+typedef struct cache_stats {
+    uint64_t hits, misses;
+    uint64_t fills;              /* replies stored */
+    uint64_t fills_rejected;     /* replies refused: token no longer valid (race) */
+    uint64_t fills_too_big;      /* replies above max_value */
+    uint64_t invalidations;      /* cache_invalidate_key calls */
+    uint64_t keys_purged;        /* entries deleted by invalidations */
+    uint64_t flushes;            /* cache_flush calls */
+    uint64_t evictions;          /* entries evicted for memory */
+    uint64_t expired;            /* entries dropped by ttl */
+    size_t entries;              /* valid entries (placeholders excluded) */
+    size_t pending;              /* placeholders */
+    size_t used_bytes;           /* every byte held, see above */
+} cache_stats;
+
+typedef struct cache cache;
+
+/* Returns a new empty cache, or NULL on OOM. */
+cache *cache_new(const cache_config *cfg);
+void cache_free(cache *c);
+/* Changes the limits at run time (evicts at once to the new max_bytes). */
+void cache_set_config(cache *c, const cache_config *cfg);
+const cache_stats *cache_get_stats(const cache *c);
+
+/*
+ * Looks up a valid entry. Returns 1 on a hit, with *is_nil set and, when
+ * not nil, *val and *vlen pointing at the value (valid until the cache changes);
+ * 0 on a miss (no entry, a placeholder, or an expired entry, which is then
+ * dropped). A hit makes the entry most recently used.
+ */
+int cache_get(cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
+              const char *field, size_t flen, int64_t now_ms, const char **val, size_t *vlen,
+              int *is_nil);
+
+/*
+ * Begins a fill for a miss that is about to be sent to Redis. Returns its
+ * token (> 0), or 0 when the reply must not fill (no memory for the
+ * placeholder, max_bytes == 0, key too long). See the header comment.
+ */
+uint64_t cache_fill_begin(cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
+                          const char *field, size_t flen, int64_t now_ms);
+
+/*
+ * Offers the reply to a fill. is_nil: the reply was nil (val ignored).
+ * Returns 1 if stored, 0 if refused (token stale, value too big, OOM).
+ * Evicts least recently used entries to stay within max_bytes.
+ */
+int cache_fill_complete(cache *c, uint64_t token, uint32_t part, int db, int kind, const char *key,
+                        size_t klen, const char *field, size_t flen, const char *val, size_t vlen,
+                        int is_nil, int64_t now_ms);
+
+/* Abandons a fill whose reply is not cacheable (an error): removes the
+ * placeholder if it still carries this token. */
+void cache_fill_abort(cache *c, uint64_t token, uint32_t part, int db, int kind, const char *key,
+                      size_t klen, const char *field, size_t flen);
+
+/* Purges every entry and placeholder of key (all partitions, dbs, kinds,
+ * fields). Returns how many were purged. */
+size_t cache_invalidate_key(cache *c, const char *key, size_t klen);
+
+/* Purges everything, placeholders included (so pending fills fail). */
+void cache_flush(cache *c);
+
+#endif

@@ -1,0 +1,189 @@
+/*
+ * cache/rules.c — see rules.h.
+ */
+#include "cache/rules.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cache/cache.h"
+
+void cache_rules_init(cache_rules *r) { memset(r, 0, sizeof *r); }
+
+static void clear_prefixes(cache_rules *r) {
+    for (int i = 0; i < r->nprefixes; i++) free(r->prefixes[i]);
+    r->nprefixes = 0;
+    r->all_keys = 0;
+}
+
+void cache_rules_deinit(cache_rules *r) { clear_prefixes(r); }
+
+int cache_rules_add(cache_rules *r, const char *command, const char *pattern, const char *key_prefix,
+                    char *err, size_t errlen) {
+    int kind;
+    if (strcasecmp(command, "GET") == 0)
+        kind = CACHE_KIND_GET;
+    else if (strcasecmp(command, "HGET") == 0)
+        kind = CACHE_KIND_HGET;
+    else {
+        snprintf(err, errlen, "cache-rule: command '%.32s' cannot be cached (GET or HGET)", command);
+        return -1;
+    }
+    if (r->nrules >= CACHE_MAX_RULES) {
+        snprintf(err, errlen, "cache-rule: at most %d rules", CACHE_MAX_RULES);
+        return -1;
+    }
+    cache_rule *rule = &r->rules[r->nrules];
+    int n = snprintf(rule->pattern, sizeof rule->pattern, "%s%s", key_prefix ? key_prefix : "", pattern);
+    if (n < 0 || (size_t)n >= sizeof rule->pattern) {
+        snprintf(err, errlen, "cache-rule: pattern too long (at most %zu bytes)", sizeof rule->pattern - 1);
+        return -1;
+    }
+    rule->kind = kind;
+    r->nrules++;
+    return 0;
+}
+
+int cache_glob_match(const char *p, size_t plen, const char *s, size_t slen) {
+    while (plen > 0) {
+        switch (*p) {
+        case '*':
+            while (plen > 1 && p[1] == '*') p++, plen--;
+            if (plen == 1) return 1;
+            for (size_t i = 0; i <= slen; i++)
+                if (cache_glob_match(p + 1, plen - 1, s + i, slen - i)) return 1;
+            return 0;
+        case '?':
+            if (slen == 0) return 0;
+            s++, slen--;
+            break;
+        case '[': {
+            if (slen == 0) return 0;
+            p++, plen--;
+            int negate = plen > 0 && *p == '^';
+            if (negate) p++, plen--;
+            int match = 0;
+            while (plen > 0 && *p != ']') {
+                if (*p == '\\' && plen >= 2) {
+                    p++, plen--;
+                    if (*p == *s) match = 1;
+                } else if (plen >= 3 && p[1] == '-' && p[2] != ']') {
+                    unsigned char lo = (unsigned char)p[0], hi = (unsigned char)p[2];
+                    if (lo > hi) { unsigned char t = lo; lo = hi; hi = t; }
+                    if ((unsigned char)*s >= lo && (unsigned char)*s <= hi) match = 1;
+                    p += 2, plen -= 2;
+                } else if (*p == *s) {
+                    match = 1;
+                }
+                p++, plen--;
+            }
+            if (negate) match = !match;
+            if (!match) return 0;
+            s++, slen--;
+            break;
+        }
+        case '\\':
+            if (plen >= 2) p++, plen--;
+            /* fall through */
+        default:
+            if (slen == 0 || *p != *s) return 0;
+            s++, slen--;
+            break;
+        }
+        if (plen == 0) break;
+        p++, plen--;
+    }
+    return slen == 0;
+}
+
+int cache_rules_match(const cache_rules *r, int kind, const char *key, size_t klen) {
+    for (int i = 0; i < r->nrules; i++)
+        if (r->rules[i].kind == kind &&
+            cache_glob_match(r->rules[i].pattern, strlen(r->rules[i].pattern), key, klen))
+            return 1;
+    return 0;
+}
+
+static int add_prefix(cache_rules *r, const char *p, size_t n, char *err, size_t errlen) {
+    if (n == 0) {
+        r->all_keys = 1;
+        return 0;
+    }
+    for (int i = 0; i < r->nprefixes; i++)
+        if (strlen(r->prefixes[i]) == n && memcmp(r->prefixes[i], p, n) == 0) return 0;
+    if (r->nprefixes >= CACHE_MAX_PREFIXES) {
+        snprintf(err, errlen, "cache rules imply more than %d tracking prefixes", CACHE_MAX_PREFIXES);
+        return -1;
+    }
+    char *s = malloc(n + 1);
+    if (s == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(s, p, n);
+    s[n] = '\0';
+    r->prefixes[r->nprefixes++] = s;
+    return 0;
+}
+
+/* The prefixes of one pattern: its literal head, times a leading class. */
+static int pattern_prefixes(cache_rules *r, const char *pat, char *err, size_t errlen) {
+    char lit[256];
+    size_t n = 0;
+    const char *p = pat;
+    while (*p && *p != '*' && *p != '?' && *p != '[') {
+        if (*p == '\\' && p[1]) p++;
+        lit[n++] = *p++;
+    }
+    if (*p != '[') return add_prefix(r, lit, n, err, errlen);
+    /* expand a small class: [1-9], [abc]; a negated or large one stops here */
+    const char *q = p + 1;
+    if (*q == '^') return add_prefix(r, lit, n, err, errlen);
+    unsigned char set[256] = {0};
+    int count = 0;
+    while (*q && *q != ']') {
+        unsigned char lo = (unsigned char)*q, hi = lo;
+        if (*q == '\\' && q[1]) q++, lo = hi = (unsigned char)*q;
+        else if (q[1] == '-' && q[2] && q[2] != ']') hi = (unsigned char)q[2], q += 2;
+        if (lo > hi) { unsigned char t = lo; lo = hi; hi = t; }
+        for (int c = lo; c <= hi; c++) if (!set[c]) set[c] = 1, count++;
+        q++;
+    }
+    if (*q != ']' || count > 64 || n + 1 >= sizeof lit) return add_prefix(r, lit, n, err, errlen);
+    for (int c = 0; c < 256; c++) {
+        if (!set[c]) continue;
+        lit[n] = (char)c;
+        if (add_prefix(r, lit, n + 1, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+static int is_prefix_of(const char *a, const char *b) {
+    size_t n = strlen(a);
+    return strlen(b) >= n && memcmp(a, b, n) == 0;
+}
+
+int cache_rules_derive_prefixes(cache_rules *r, char *err, size_t errlen) {
+    clear_prefixes(r);
+    for (int i = 0; i < r->nrules; i++)
+        if (pattern_prefixes(r, r->rules[i].pattern, err, errlen) != 0) return -1;
+    if (r->all_keys) {
+        clear_prefixes(r);
+        r->all_keys = 1;
+        return 0;
+    }
+    /* drop every prefix that a shorter one covers */
+    for (int i = 0; i < r->nprefixes; i++) {
+        for (int j = 0; j < r->nprefixes; j++) {
+            if (i != j && is_prefix_of(r->prefixes[j], r->prefixes[i])) {
+                free(r->prefixes[i]);
+                r->prefixes[i] = r->prefixes[--r->nprefixes];
+                i--;
+                break;
+            }
+        }
+    }
+    return 0;
+}

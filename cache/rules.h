@@ -1,0 +1,61 @@
+/*
+ * cache/rules.h — which reads are cacheable: a table of (command, key
+ * pattern) rules from the configuration, and the tracking prefixes they
+ * imply.
+ *
+ *   cache-rule GET i[1-9]*      GET of inode keys
+ *   cache-rule HGET d[1-9]*     HGET of dentry hashes
+ *
+ * Patterns are globs as Redis's KEYS/SCAN MATCH read them (*, ?, [a-z],
+ * [^x], \ escapes). A key prefix (JuiceFS on Redis Cluster: "{1}") is put in
+ * front of every pattern.
+ *
+ * Tracking prefixes: Redis tracks in BCAST mode by key prefix, so each
+ * pattern gives the literal text before its first wildcard, with a leading
+ * character class expanded ("i[1-9]*" gives i1 ... i9: a bare "i" would
+ * also cover keys that change all the time and are never cached). Prefixes
+ * that another prefix covers are dropped (Redis refuses overlapping ones);
+ * an empty prefix means every key.
+ *
+ * Pure: no I/O, no globals.
+ */
+#ifndef SIDECACHE_CACHE_RULES_H
+#define SIDECACHE_CACHE_RULES_H
+
+#include <stddef.h>
+
+#define CACHE_MAX_RULES 64
+#define CACHE_MAX_PREFIXES 256
+
+typedef struct cache_rule {
+    int kind;         /* enum cache_kind */
+    char pattern[256];
+} cache_rule;
+
+typedef struct cache_rules {
+    cache_rule rules[CACHE_MAX_RULES];
+    int nrules;
+    char *prefixes[CACHE_MAX_PREFIXES]; /* derived, owned */
+    int nprefixes;
+    int all_keys;                       /* a rule covers every key: track without prefixes */
+} cache_rules;
+
+void cache_rules_init(cache_rules *r);
+void cache_rules_deinit(cache_rules *r);
+
+/* Adds "COMMAND PATTERN" (command GET or HGET, any case) with key_prefix put
+ * in front of the pattern. Returns 0, or -1 with a reason in err. */
+int cache_rules_add(cache_rules *r, const char *command, const char *pattern, const char *key_prefix,
+                    char *err, size_t errlen);
+
+/* Derives the tracking prefixes (see above). Returns 0, or -1 on OOM or too
+ * many prefixes (err says which). */
+int cache_rules_derive_prefixes(cache_rules *r, char *err, size_t errlen);
+
+/* Is a read of this kind of this key cacheable? */
+int cache_rules_match(const cache_rules *r, int kind, const char *key, size_t klen);
+
+/* Glob match as Redis's stringmatchlen (case-sensitive). */
+int cache_glob_match(const char *pat, size_t plen, const char *s, size_t slen);
+
+#endif

@@ -1,0 +1,437 @@
+/*
+ * invalidation/tracking.c — see tracking.h.
+ *
+ * One connection, not on any hot path: it uses a plain bufferevent and the
+ * protocol/ reply framer. Replies arrive in the order of the requests of
+ * SETUP; after that only messages and keep-alive answers arrive, which are
+ * told apart by their first element.
+ */
+#include "invalidation/tracking.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "protocol/resp.h"
+#include "proxy/log.h"
+
+#define INV_BACKOFF_MIN_MS 100
+#define INV_BACKOFF_MAX_MS 2000
+#define INV_REFUSED_BACKOFF_MS 30000
+#define INV_SETUP_DEADLINE_MS 10000
+#define INV_CHANNEL "__redis__:invalidate"
+
+/* What the next reply answers, during SETUP. */
+enum inv_expect { EXP_AUTH, EXP_COMMAND, EXP_CLIENT_ID, EXP_TRACKING, EXP_SUBSCRIBE };
+
+struct inv_conn {
+    struct event_base *base;
+    inv_config cfg;
+    char *user, *pass;
+    char **prefixes;
+    inv_callbacks cb;
+    void *arg;
+
+    enum inv_state state;
+    struct bufferevent *bev;
+    struct event *timer;      /* keep-alive, setup deadline, back-off */
+    resp_reply_parser rp;     /* frames replies */
+    resp_reply_parser ep;     /* frames elements inside a reply */
+    enum inv_expect expect[8];
+    int nexpect;
+    int backoff_ms;
+    int64_t setup_deadline_ms;
+    int64_t ping_sent_ms;     /* outstanding ping, 0 if none */
+    int64_t last_ping_ms;
+    inv_stats stats;
+};
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+const char *inv_state_name(enum inv_state s) {
+    static const char *names[] = {"idle", "connecting", "setup", "active", "backoff"};
+    return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
+}
+
+static void arm_timer(inv_conn *t, int ms) {
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    event_add(t->timer, &tv);
+}
+
+/* The one transition function. Leaving ACTIVE flushes before anything else
+ * can happen; entering it is announced last, when all is in place. */
+static void inv_set_state(inv_conn *t, enum inv_state to, const char *why) {
+    enum inv_state from = t->state;
+    /* legal moves */
+    assert((from == INV_IDLE && to == INV_CONNECTING) || (from == INV_BACKOFF && to == INV_CONNECTING) ||
+           (from == INV_CONNECTING && (to == INV_SETUP || to == INV_BACKOFF)) ||
+           (from == INV_SETUP && (to == INV_ACTIVE || to == INV_BACKOFF)) ||
+           (from == INV_ACTIVE && to == INV_BACKOFF) || to == INV_IDLE);
+    t->state = to;
+    if (from == INV_ACTIVE) {
+        t->stats.losses++;
+        t->cb.on_flush(t->arg, why ? why : "tracking lost");
+        t->cb.on_active(t->arg, 0);
+    }
+    if (to == INV_ACTIVE || from == INV_ACTIVE || to == INV_BACKOFF)
+        px_log(to == INV_ACTIVE ? PX_LOG_NOTICE : PX_LOG_WARNING, "tracking state=%s from=%s reason=\"%s\"",
+               inv_state_name(to), inv_state_name(from), why ? why : "");
+    else
+        px_verbose("tracking state=%s from=%s", inv_state_name(to), inv_state_name(from));
+    if (to == INV_ACTIVE) {
+        t->stats.last_error[0] = '\0';
+        t->cb.on_active(t->arg, 1);
+    }
+}
+
+static void drop_connection(inv_conn *t) {
+    if (t->bev != NULL) {
+        bufferevent_free(t->bev);
+        t->bev = NULL;
+    }
+    resp_reply_reset(&t->rp);
+    t->nexpect = 0;
+    t->ping_sent_ms = 0;
+}
+
+/* Any failure: drop the connection and try again after a back-off. */
+static void inv_fail(inv_conn *t, const char *why, int refused) {
+    snprintf(t->stats.last_error, sizeof t->stats.last_error, "%s", why);
+    drop_connection(t);
+    if (refused) {
+        t->backoff_ms = INV_REFUSED_BACKOFF_MS;
+    } else {
+        t->backoff_ms = t->backoff_ms ? t->backoff_ms * 2 : INV_BACKOFF_MIN_MS;
+        if (t->backoff_ms > INV_BACKOFF_MAX_MS) t->backoff_ms = INV_BACKOFF_MAX_MS;
+    }
+    inv_set_state(t, INV_BACKOFF, why);
+    if (refused) px_warning("tracking refused by Redis, caching is off (pass-through goes on): %s", why);
+    arm_timer(t, t->backoff_ms);
+}
+
+static void send_cmd(inv_conn *t, const char *a0, ...) {
+    /* at most a few words; built with the protocol/ encoder */
+    resp_buf b;
+    resp_buf_init(&b);
+    const char *words[64];
+    int n = 0;
+    va_list ap;
+    va_start(ap, a0);
+    for (const char *w = a0; w != NULL && n < 64; w = va_arg(ap, const char *)) words[n++] = w;
+    va_end(ap);
+    resp_arg argv[64];
+    for (int i = 0; i < n; i++) argv[i].ptr = words[i], argv[i].len = strlen(words[i]);
+    resp_enc_command(&b, n, argv);
+    bufferevent_write(t->bev, b.data, b.len);
+    resp_buf_deinit(&b);
+}
+
+static void expect(inv_conn *t, enum inv_expect e) {
+    assert(t->nexpect < (int)(sizeof t->expect / sizeof t->expect[0]));
+    t->expect[t->nexpect++] = e;
+}
+
+static void send_tracking(inv_conn *t, long long id) {
+    resp_buf b;
+    resp_buf_init(&b);
+    int n = 5 + 2 * t->cfg.nprefixes;
+    resp_arg *argv = calloc((size_t)n, sizeof *argv);
+    char idbuf[32];
+    snprintf(idbuf, sizeof idbuf, "%lld", id);
+    const char *fixed[] = {"CLIENT", "TRACKING", "ON", "REDIRECT", idbuf};
+    for (int i = 0; i < 5; i++) argv[i].ptr = fixed[i], argv[i].len = strlen(fixed[i]);
+    for (int i = 0; i < t->cfg.nprefixes; i++) {
+        argv[5 + 2 * i].ptr = "PREFIX", argv[5 + 2 * i].len = 6;
+        argv[6 + 2 * i].ptr = t->prefixes[i], argv[6 + 2 * i].len = strlen(t->prefixes[i]);
+    }
+    /* BCAST goes before the prefixes */
+    resp_arg *full = calloc((size_t)n + 1, sizeof *full);
+    memcpy(full, argv, 5 * sizeof *argv);
+    full[5].ptr = "BCAST", full[5].len = 5;
+    memcpy(full + 6, argv + 5, (size_t)(n - 5) * sizeof *argv);
+    resp_enc_command(&b, n + 1, full);
+    bufferevent_write(t->bev, b.data, b.len);
+    resp_buf_deinit(&b);
+    free(argv);
+    free(full);
+    expect(t, EXP_TRACKING);
+    send_cmd(t, "SUBSCRIBE", INV_CHANNEL, NULL);
+    expect(t, EXP_SUBSCRIBE);
+}
+
+/* Frames the element of an aggregate that starts at buf[*off]. Returns 0
+ * with its type, payload and the offset after it, or -1. */
+static int next_elem(inv_conn *t, const char *buf, size_t len, size_t *off, char *type, const char **p,
+                     size_t *plen, long long *count) {
+    if (*off >= len) return -1;
+    resp_reply_reset(&t->ep);
+    if (resp_reply_parse(&t->ep, buf + *off, len - *off) != RESP_OK) return -1;
+    *type = t->ep.type;
+    *p = buf + *off + t->ep.payload_off;
+    *plen = t->ep.payload_len;
+    if (count) *count = t->ep.count;
+    if (t->ep.type == '*' || t->ep.type == '>' || t->ep.type == '~') {
+        /* payload of an aggregate: its elements, for the caller to walk */
+        *p = buf + *off;
+        *plen = t->ep.frame_len;
+    }
+    *off += t->ep.frame_len;
+    return 0;
+}
+
+/* Offset of the first element of the aggregate frame at buf. */
+static size_t first_elem_off(const char *buf, size_t len) {
+    const char *nl = memchr(buf, '\n', len);
+    return nl ? (size_t)(nl - buf) + 1 : len;
+}
+
+static int is_word(const char *p, size_t n, const char *w) { return strlen(w) == n && strncasecmp(p, w, n) == 0; }
+
+/* "message __redis__:invalidate <keys or null>" and "pong" in ACTIVE. */
+static void on_push(inv_conn *t, const char *buf, size_t len) {
+    size_t off = first_elem_off(buf, len);
+    char type;
+    const char *p;
+    size_t n;
+    long long count;
+    if (next_elem(t, buf, len, &off, &type, &p, &n, NULL) != 0) goto bad;
+    if (is_word(p, n, "pong")) {
+        t->ping_sent_ms = 0;
+        return;
+    }
+    if (!is_word(p, n, "message")) return; /* subscribe confirmations again, etc. */
+    if (next_elem(t, buf, len, &off, &type, &p, &n, NULL) != 0 || !is_word(p, n, INV_CHANNEL)) return;
+    if (next_elem(t, buf, len, &off, &type, &p, &n, &count) != 0) goto bad;
+    t->stats.messages++;
+    if (type == '_' || count < 0) {
+        t->stats.null_messages++;
+        t->cb.on_flush(t->arg, "null invalidation (FLUSHALL, FLUSHDB or resync)");
+        return;
+    }
+    if (type == '$') { /* one key as a bulk string (not sent by Redis 6+, but cheap) */
+        t->stats.keys++;
+        t->cb.on_invalidate(t->arg, p, n);
+        return;
+    }
+    if (type != '*') goto bad;
+    const char *arr = p;
+    size_t alen = n, aoff = first_elem_off(arr, alen);
+    for (long long i = 0; i < count; i++) {
+        if (next_elem(t, arr, alen, &aoff, &type, &p, &n, NULL) != 0 || type != '$') goto bad;
+        t->stats.keys++;
+        t->cb.on_invalidate(t->arg, p, n);
+    }
+    return;
+bad:
+    /* A message we cannot read may have named keys: treat as loss. */
+    inv_fail(t, "unreadable invalidation message", 0);
+}
+
+static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
+    char why[400];
+    enum inv_expect e = t->expect[0];
+    memmove(t->expect, t->expect + 1, (size_t)(--t->nexpect) * sizeof t->expect[0]);
+    char type = t->rp.type;
+    if (type == '-' || type == '!') {
+        snprintf(why, sizeof why, "%s refused: %.*s", e == EXP_AUTH ? "AUTH" : e == EXP_COMMAND ? "COMMAND"
+                                                      : e == EXP_CLIENT_ID ? "CLIENT ID"
+                                                      : e == EXP_TRACKING  ? "CLIENT TRACKING"
+                                                                           : "SUBSCRIBE",
+                 (int)(t->rp.payload_len > 300 ? 300 : t->rp.payload_len), buf + t->rp.payload_off);
+        inv_fail(t, why, 1);
+        return;
+    }
+    switch (e) {
+    case EXP_AUTH:
+    case EXP_TRACKING:
+        break;
+    case EXP_COMMAND:
+        if (t->cb.on_command_table) t->cb.on_command_table(t->arg, buf, len);
+        break;
+    case EXP_CLIENT_ID:
+        if (type != ':') {
+            inv_fail(t, "CLIENT ID: unexpected reply", 1);
+            return;
+        }
+        send_tracking(t, t->rp.count);
+        break;
+    case EXP_SUBSCRIBE:
+        if (type != '*') {
+            inv_fail(t, "SUBSCRIBE: unexpected reply", 1);
+            return;
+        }
+        t->backoff_ms = 0;
+        t->last_ping_ms = now_ms();
+        inv_set_state(t, INV_ACTIVE, "tracking on");
+        arm_timer(t, t->cfg.ping_ms);
+        break;
+    }
+}
+
+static void read_cb(struct bufferevent *bev, void *arg) {
+    inv_conn *t = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    while (t->bev != NULL) {
+        size_t len = evbuffer_get_length(in);
+        if (len == 0 || (t->rp.need && len < t->rp.need)) return;
+        const char *buf = (const char *)evbuffer_pullup(in, -1);
+        int rc = resp_reply_parse(&t->rp, buf, len);
+        if (rc == RESP_AGAIN) return;
+        if (rc == RESP_ERR) {
+            char why[300];
+            snprintf(why, sizeof why, "malformed reply on the invalidation connection (%s)", t->rp.err);
+            inv_fail(t, why, 0);
+            return;
+        }
+        size_t flen = t->rp.frame_len;
+        if (t->nexpect > 0)
+            on_setup_reply(t, buf, flen);
+        else if (t->state == INV_ACTIVE && (t->rp.type == '*' || t->rp.type == '>'))
+            on_push(t, buf, flen);
+        else if (t->state == INV_ACTIVE && t->rp.type != '-')
+            ; /* nothing else is expected; harmless */
+        else {
+            inv_fail(t, "unexpected reply on the invalidation connection", 0);
+            return;
+        }
+        if (t->bev == NULL) return; /* failed while handling: buffer is gone */
+        evbuffer_drain(in, flen);
+    }
+}
+
+static void event_cb(struct bufferevent *bev, short what, void *arg) {
+    inv_conn *t = arg;
+    if (what & BEV_EVENT_CONNECTED) {
+        inv_set_state(t, INV_SETUP, NULL);
+        t->stats.connects++;
+        t->setup_deadline_ms = now_ms() + INV_SETUP_DEADLINE_MS;
+        if (t->pass != NULL) {
+            if (t->user != NULL)
+                send_cmd(t, "AUTH", t->user, t->pass, NULL);
+            else
+                send_cmd(t, "AUTH", t->pass, NULL);
+            expect(t, EXP_AUTH);
+        }
+        send_cmd(t, "COMMAND", NULL);
+        expect(t, EXP_COMMAND);
+        send_cmd(t, "CLIENT", "ID", NULL);
+        expect(t, EXP_CLIENT_ID);
+        arm_timer(t, 200);
+        return;
+    }
+    char why[300];
+    int err = EVUTIL_SOCKET_ERROR();
+    snprintf(why, sizeof why, "invalidation connection %s: %s", t->state == INV_CONNECTING ? "failed" : "lost",
+             (what & BEV_EVENT_EOF) ? "closed by Redis" : evutil_socket_error_to_string(err));
+    inv_fail(t, why, 0);
+}
+
+static void connect_now(inv_conn *t) {
+    inv_set_state(t, INV_CONNECTING, NULL);
+    t->bev = bufferevent_socket_new(t->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (t->bev == NULL) {
+        inv_fail(t, "out of memory", 0);
+        return;
+    }
+    bufferevent_setcb(t->bev, read_cb, NULL, event_cb, t);
+    bufferevent_enable(t->bev, EV_READ | EV_WRITE);
+    if (bufferevent_socket_connect(t->bev, (struct sockaddr *)&t->cfg.addr, (int)t->cfg.addrlen) != 0) {
+        char why[300];
+        snprintf(why, sizeof why, "invalidation connection failed: %s", strerror(errno));
+        inv_fail(t, why, 0);
+    }
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg) {
+    inv_conn *t = arg;
+    int64_t now = now_ms();
+    switch (t->state) {
+    case INV_BACKOFF:
+        connect_now(t);
+        return;
+    case INV_SETUP:
+        if (now > t->setup_deadline_ms) {
+            inv_fail(t, "tracking setup timed out", 0);
+            return;
+        }
+        arm_timer(t, 200);
+        return;
+    case INV_ACTIVE:
+        if (t->ping_sent_ms != 0 && now - t->ping_sent_ms > t->cfg.timeout_ms) {
+            inv_fail(t, "keep-alive PING not answered in time", 0);
+            return;
+        }
+        if (t->ping_sent_ms == 0 && now - t->last_ping_ms >= t->cfg.ping_ms) {
+            send_cmd(t, "PING", NULL);
+            t->ping_sent_ms = t->last_ping_ms = now;
+        }
+        arm_timer(t, t->cfg.ping_ms < 100 ? t->cfg.ping_ms : 100);
+        return;
+    default:
+        return;
+    }
+}
+
+inv_conn *inv_new(struct event_base *base, const inv_config *cfg, const inv_callbacks *cb, void *arg) {
+    inv_conn *t = calloc(1, sizeof *t);
+    if (t == NULL) return NULL;
+    t->base = base;
+    t->cfg = *cfg;
+    t->cb = *cb;
+    t->arg = arg;
+    t->user = cfg->user ? strdup(cfg->user) : NULL;
+    t->pass = cfg->pass ? strdup(cfg->pass) : NULL;
+    t->prefixes = calloc((size_t)cfg->nprefixes + 1, sizeof *t->prefixes);
+    t->timer = evtimer_new(base, timer_cb, t);
+    resp_limits lim;
+    resp_limits_default(&lim);
+    lim.max_multibulk_len = 1LL << 32;
+    resp_reply_init(&t->rp, &lim);
+    resp_reply_init(&t->ep, &lim);
+    int ok = t->prefixes && t->timer && (!cfg->user || t->user) && (!cfg->pass || t->pass);
+    for (int i = 0; ok && i < cfg->nprefixes; i++) ok = (t->prefixes[i] = strdup(cfg->prefixes[i])) != NULL;
+    t->cfg.user = t->user;
+    t->cfg.pass = t->pass;
+    t->cfg.prefixes = (const char *const *)t->prefixes;
+    if (t->cfg.ping_ms <= 0) t->cfg.ping_ms = 1000;
+    if (t->cfg.timeout_ms <= 0) t->cfg.timeout_ms = 3000;
+    if (!ok) {
+        inv_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+void inv_start(inv_conn *t) {
+    if (t->state == INV_IDLE) connect_now(t);
+}
+
+void inv_free(inv_conn *t) {
+    if (t == NULL) return;
+    if (t->state != INV_IDLE) inv_set_state(t, INV_IDLE, "shutdown");
+    drop_connection(t);
+    if (t->timer) event_free(t->timer);
+    resp_reply_deinit(&t->rp);
+    resp_reply_deinit(&t->ep);
+    for (int i = 0; t->prefixes && i < t->cfg.nprefixes; i++) free(t->prefixes[i]);
+    free(t->prefixes);
+    free(t->user);
+    free(t->pass);
+    free(t);
+}
+
+enum inv_state inv_get_state(const inv_conn *t) { return t->state; }
+const inv_stats *inv_get_stats(const inv_conn *t) { return &t->stats; }

@@ -1,0 +1,85 @@
+/*
+ * invalidation/tracking.h — the invalidation connection: one connection to
+ * Redis that turns on server-assisted client-side caching (CLIENT TRACKING,
+ * BCAST mode) and receives the invalidation messages that keep the cache
+ * coherent.
+ *
+ * State machine (one transition function, inv_set_state, asserts and logs):
+ *
+ *   IDLE ──start──► CONNECTING ──connected──► SETUP ──tracking on +
+ *     ▲                 │                      │      subscribed──► ACTIVE
+ *     │                 ▼                      ▼                      │
+ *     └──back-off── BACKOFF ◄──────── error, refusal, ping deadline ───┘
+ *                                                                     
+ * SETUP sends, on one RESP2 connection: [AUTH], COMMAND (the owner learns
+ * which commands write which keys), CLIENT ID, then CLIENT TRACKING ON
+ * REDIRECT <own id> BCAST PREFIX p ... and SUBSCRIBE __redis__:invalidate.
+ * Redis then delivers "message __redis__:invalidate [keys]" on this same
+ * connection (verified on redis-server 7.0).
+ *
+ * Only in ACTIVE may the owner serve hits or begin fills. Leaving ACTIVE for
+ * any reason calls on_flush first: whatever Redis changed while nobody was
+ * listening is unknown (C4). A null key list (FLUSHALL, FLUSHDB, a replica
+ * resync) calls on_flush too (C5). A keep-alive PING goes out every
+ * ping_ms; no answer within timeout_ms counts as a lost connection.
+ *
+ * If Redis refuses tracking (Redis 5, an ACL without the permission), the
+ * connection backs off for a long while and logs why; the proxy goes on as
+ * a plain pass-through proxy meanwhile.
+ */
+#ifndef SIDECACHE_INVALIDATION_TRACKING_H
+#define SIDECACHE_INVALIDATION_TRACKING_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct event_base;
+
+enum inv_state { INV_IDLE, INV_CONNECTING, INV_SETUP, INV_ACTIVE, INV_BACKOFF };
+
+typedef struct inv_callbacks {
+    /* Redis says key may have changed. */
+    void (*on_invalidate)(void *arg, const char *key, size_t klen);
+    /* Everything may have changed: empty the cache. why is for logs. */
+    void (*on_flush)(void *arg, const char *why);
+    /* ACTIVE entered (1) or left (0). */
+    void (*on_active)(void *arg, int active);
+    /* The reply to COMMAND, one whole RESP2 frame, each time it is read. */
+    void (*on_command_table)(void *arg, const char *reply, size_t len);
+} inv_callbacks;
+
+typedef struct inv_config {
+    struct sockaddr_storage addr; /* where Redis is */
+    socklen_t addrlen;
+    const char *user, *pass;      /* AUTH, when pass != NULL */
+    const char *const *prefixes;  /* BCAST prefixes, non-overlapping */
+    int nprefixes;
+    int ping_ms;                  /* keep-alive period */
+    int timeout_ms;               /* ping answer deadline */
+} inv_config;
+
+typedef struct inv_conn inv_conn;
+
+/* A new connection in IDLE; copies cfg. NULL on OOM. */
+inv_conn *inv_new(struct event_base *base, const inv_config *cfg, const inv_callbacks *cb, void *arg);
+/* IDLE -> CONNECTING. */
+void inv_start(inv_conn *t);
+/* Closes the connection (on_flush and on_active(0) if it was active). */
+void inv_free(inv_conn *t);
+
+enum inv_state inv_get_state(const inv_conn *t);
+const char *inv_state_name(enum inv_state s);
+
+typedef struct inv_stats {
+    uint64_t messages;       /* invalidation messages received */
+    uint64_t keys;           /* keys named in them */
+    uint64_t null_messages;  /* null key lists (flush) */
+    uint64_t connects;       /* setups started */
+    uint64_t losses;         /* times ACTIVE was left */
+    char last_error[256];    /* why tracking is not active, if it is not */
+} inv_stats;
+
+const inv_stats *inv_get_stats(const inv_conn *t);
+
+#endif

@@ -1,0 +1,74 @@
+/*
+ * proxy/caching.h — the cache as the router sees it: which requests are
+ * hits, which replies fill, which writes invalidate what, and the
+ * invalidation connection that keeps it coherent.
+ *
+ * The rules of the consistency contract (../shared/DESIGN.md) and where
+ * each is kept:
+ *   C1 read-your-writes: px_caching_on_send invalidates the keys a write
+ *      declares when it is sent, and px_caching_on_reply again before its
+ *      reply is relayed; a write whose keys cannot be known empties the
+ *      cache both times. A transaction's queued writes are invalidated
+ *      again at EXEC. A client with requests in flight gets no hits, so a
+ *      pipelined read after its own write never overtakes the write.
+ *   C2 no hits under WATCH or in MULTI: hits and fills only for clients in
+ *      the shared mode (client.c pins every other client).
+ *   C3 race-free fills: fill tokens (cache/cache.h).
+ *   C4/C5 loss or null invalidation flush: the tracking callbacks.
+ *   C6 failover replies (LOADING, READONLY, MASTERDOWN) flush.
+ *   C7 only bulk or nil replies fill.
+ *   C8 the cache is partitioned by the upstream user of the client.
+ *   C9 bounded memory: cache/cache.h.
+ */
+#ifndef SIDECACHE_PROXY_CACHING_H
+#define SIDECACHE_PROXY_CACHING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol/resp.h"
+#include "proxy/server.h"
+
+struct px_client;
+struct px_req;
+
+/* Sets up the cache, its rules and the invalidation connection from
+ * srv->cfg. Returns 0, or -1 after logging why (bad rules). With
+ * cache-max-memory 0 there is no cache, and nothing here costs anything. */
+int px_caching_init(px_server *srv);
+void px_caching_deinit(px_server *srv);
+
+/* Whether hits and fills are allowed now (tracking active, table known). */
+int px_caching_active(const px_server *srv);
+
+/*
+ * A request of a client in the shared mode. Returns 1 if it was answered
+ * from the cache (the reply is written), 0 if it must go to Redis; then
+ * *fill says whether the request is a cacheable read (px_caching_on_send
+ * makes its fill).
+ */
+int px_caching_try_hit(struct px_client *c, int *cacheable);
+
+/*
+ * A request is about to be sent to Redis as r (or, with r == NULL, through
+ * a tunnel, where no reply will be matched). Begins r's fill when it is a
+ * cacheable read, or invalidates what it writes (and records it in r, or in
+ * the client's transaction when in_multi, for the reply).
+ */
+void px_caching_on_send(struct px_client *c, struct px_req *r, int cacheable, int in_multi);
+
+/* The reply to r arrived: fill or invalidate before it is relayed. Also
+ * looks for replies that mean Redis changed role (C6). */
+void px_caching_on_reply(struct px_client *c, struct px_req *r, const char *data, size_t len);
+
+/* Frees what px_caching_on_send attached to r (reply never came). */
+void px_caching_release_req(struct px_req *r);
+
+/* A client's transaction ended: its queued writes (exec: invalidate them
+ * now, before the EXEC reply is relayed; discard: forget them). */
+void px_caching_txn_end(struct px_client *c, int exec);
+
+/* Appends the "# sidecache" INFO section to b (text, CRLF lines). */
+void px_caching_info(px_server *srv, resp_buf *b);
+
+#endif
