@@ -20,6 +20,38 @@
  * its declared keys also reported.
  *
  * Pure: no I/O, no globals. Names are matched case-insensitively.
+ *
+ * Which keys are reported
+ * -----------------------
+ * - A write whose keys COMMAND describes (first/last/step, no movablekeys):
+ *   every key of that range, read-only sources included (SINTERSTORE,
+ *   COPY, BITOP report their sources too). Reporting more keys than Redis
+ *   changes costs a purge; reporting fewer would break C1.
+ * - Movable-keys writes handled by rule: ZUNIONSTORE/ZINTERSTORE/ZDIFFSTORE
+ *   (dest only), SORT ... STORE dest, GEORADIUS[BYMEMBER] ... STORE|STOREDIST
+ *   dest (every argument after a STORE word is reported), LMPOP/ZMPOP/BLMPOP/
+ *   BZMPOP (all their keys), MIGRATE (its key or KEYS list, COPY or not),
+ *   XREADGROUP (its streams: their consumer groups change). Any other
+ *   movable-keys write is CMDT_WRITES_UNKNOWN.
+ * - PFCOUNT, flagged readonly, reports its keys (CMDT_WRITES_KEYS): it may
+ *   rewrite the cached cardinality stored in the HLL's value.
+ * - A write without keys (FLUSHALL, FLUSHDB, SWAPDB, FUNCTION LOAD/FLUSH/
+ *   DELETE/RESTORE) is CMDT_WRITES_UNKNOWN.
+ * - MULTI, EXEC, DISCARD, WATCH write nothing: the caller classifies the
+ *   queued commands one by one.
+ * - A request Redis refuses before it changes anything writes nothing:
+ *   unknown command or subcommand, wrong arity, a numkeys Redis would not
+ *   accept (integers are read as Redis's string2ll reads them: "+1", "01",
+ *   " 1" are refused). An option word Redis 7.0 does not know, where it
+ *   matters, gives CMDT_WRITES_UNKNOWN (a later Redis may accept it).
+ * - Keys are names only: MOVE, COPY ... DB n and SWAPDB change other
+ *   databases, so the caller purges a reported key in every database.
+ * - Not writes here, though they change data: DEBUG (RELOAD, POPULATE, ...),
+ *   REPLICAOF/SLAVEOF, FAILOVER. They reach the cache through invalidation
+ *   messages and C5/C6, not through this table.
+ *
+ * An empty table classifies every request as CMDT_WRITES_NOTHING: load
+ * COMMAND (and check the result) before serving any hit.
  */
 #ifndef SIDECACHE_PROTOCOL_CMDTABLE_H
 #define SIDECACHE_PROTOCOL_CMDTABLE_H
@@ -49,7 +81,10 @@ cmdtable *cmdtable_new(void);
 void cmdtable_free(cmdtable *t);
 
 /* Adds or replaces one command as COMMAND describes it. flags: CMDT_F_*.
- * Returns 0 or -1 on OOM. */
+ * The name is copied (lower-cased); "container|sub" names a subcommand, and
+ * adding one makes an already present container require a subcommand, so
+ * add the container first (the loader does). Returns 0, or -1 on OOM or a
+ * name that is empty or longer than 255 bytes. */
 int cmdtable_add(cmdtable *t, const char *name, size_t nlen, int arity, int flags, int first_key,
                  int last_key, int step);
 
@@ -57,6 +92,13 @@ int cmdtable_add(cmdtable *t, const char *name, size_t nlen, int arity, int flag
  * it: an array of per-command arrays [name, arity, flags(set/array of
  * status strings), first, last, step, ...]) and adds every command.
  * Returns the number added, or -1 if the reply is not of that shape. */
+/* Details: subcommands (Redis 7, element 10) are added as "name|sub" and
+ * counted in the result, which is the number of distinct names in the
+ * reply. Null entries (COMMAND INFO of an unknown name) are skipped. The
+ * bytes must be exactly one reply: anything after it is refused. Nothing is
+ * kept from `reply` after the call. On -1 the table is unchanged, except
+ * after OOM while merging into a table that was not empty, when it may hold
+ * part of the reply: don't trust a table whose load failed. */
 int cmdtable_load_command_reply(cmdtable *t, const char *reply, size_t len);
 
 /* Number of commands known. */
@@ -64,6 +106,7 @@ size_t cmdtable_count(const cmdtable *t);
 
 /* Marks a script (40 hex digits, any case) as read-only: EVALSHA of it
  * writes nothing. Returns 0 or -1. */
+/* (-1: not 40 hex digits, or OOM. Adding a digest twice is fine.) */
 int cmdtable_add_readonly_script(cmdtable *t, const char *sha1_hex);
 
 /*
@@ -74,6 +117,9 @@ int cmdtable_add_readonly_script(cmdtable *t, const char *sha1_hex);
  * as "name|sub" first when Redis reported subcommands; otherwise by name.
  * An arity error (as Redis would reject it) writes nothing.
  */
+/* Returns an enum cmdt_writes value. on_key may be NULL; it is called
+ * before cmdtable_writes returns, with pointers into argv, possibly more
+ * than once for one key (DEL a a). See "Which keys are reported" above. */
 int cmdtable_writes(const cmdtable *t, int argc, const resp_arg *argv,
                     void (*on_key)(void *arg, const char *key, size_t klen), void *arg);
 

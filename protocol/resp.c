@@ -531,6 +531,8 @@ static int req_multibulk(resp_req_parser *p, const char *buf, size_t len) {
         if (!parse_ll(buf + 1, cr - 1, &ll) || ll > p->lim.max_multibulk_len ||
             ll > INT_MAX || buf[cr + 1] != '\n')
             return req_fail(p, ERR_MBULK_LEN);
+        if (p->unauthenticated && ll > RESP_UNAUTH_MAX_MULTIBULK_LEN)
+            return req_fail(p, "Protocol error: unauthenticated multibulk length");
         p->pos = cr + 2;
         p->args_seen = 0;
         if (ll <= 0) /* "*0", "*-1", "*-5": Redis skips them silently */
@@ -566,6 +568,8 @@ static int req_multibulk(resp_req_parser *p, const char *buf, size_t len) {
                 ll > p->lim.max_bulk_len || buf[cr + 1] != '\n' ||
                 (unsigned long long)ll > SIZE_MAX - (cr + 2) - 2)
                 return req_fail(p, ERR_BULK_LEN);
+            if (p->unauthenticated && ll > RESP_UNAUTH_MAX_BULK_LEN)
+                return req_fail(p, "Protocol error: unauthenticated bulk length");
             p->bulk_len = ll;
             p->pos = cr + 2;
             p->state = REQ_BULK_DATA;

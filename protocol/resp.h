@@ -54,6 +54,9 @@ enum { RESP_OK = 0, RESP_AGAIN = 1, RESP_ERR = -1 };
 #define RESP_DEFAULT_MAX_MULTIBULK_LEN (1024LL * 1024)
 #define RESP_DEFAULT_MAX_DEPTH 128
 #define RESP_DEFAULT_MAX_INLINE_LEN (64 * 1024)
+/* Redis's limits for a client that has not authenticated yet. */
+#define RESP_UNAUTH_MAX_MULTIBULK_LEN 10
+#define RESP_UNAUTH_MAX_BULK_LEN 16384
 
 typedef struct resp_limits {
     long long max_bulk_len;      /* largest bulk/verbatim/blob payload */
@@ -97,6 +100,8 @@ typedef struct resp_req_parser {
     int argc;          /* 0 for an empty frame ("*0", "*-1", blank line) */
     resp_arg *argv;    /* argc entries */
     int is_inline;     /* 1 if the frame was an inline command */
+    int unauthenticated; /* set by the caller: Redis's tighter limits before
+                            AUTH (10 arguments, 16 KiB bulks) apply */
     size_t need;       /* with RESP_AGAIN: bytes needed in total, or 0 */
     const char *err;   /* with RESP_ERR: static message, no "-ERR " prefix */
     /* private: resumable state */

@@ -232,6 +232,9 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
     struct px_caching *pc = c->srv->caching;
     *cacheable = 0;
     if (pc == NULL || !px_caching_active(c->srv)) return 0;
+    /* A client that has not authenticated, where Redis wants a password,
+     * must get Redis's NOAUTH: never a cached value, never a fill. */
+    if (c->pass == NULL && c->srv->open_access != 1) return 0;
     const resp_arg *a = c->rq.argv;
     int kind = cacheable_kind(pc, a, c->rq.argc);
     if (kind == 0) return 0;
@@ -331,6 +334,11 @@ void px_caching_on_send(px_client *c, px_req *r, int cacheable, int in_multi) {
     resp_buf_init(&keys);
     key_sink ks = {pc, r != NULL || in_multi ? &keys : NULL};
     int w = cmdtable_writes(pc->cmdt, argc, a, invalidate_now, &ks);
+    /* Change data without being writes by Redis's flags: a role change
+     * (C6) or a DEBUG RELOAD/POPULATE. */
+    if (argc >= 1 && (resp_arg_is(a[0].ptr, a[0].len, "REPLICAOF") || resp_arg_is(a[0].ptr, a[0].len, "SLAVEOF") ||
+                      resp_arg_is(a[0].ptr, a[0].len, "FAILOVER") || resp_arg_is(a[0].ptr, a[0].len, "DEBUG")))
+        w = CMDT_WRITES_UNKNOWN;
     if (w == CMDT_WRITES_UNKNOWN) flush_for_write(pc, &a[0]);
     if (in_multi) {
         /* queued: invalidated again when EXEC's reply comes */

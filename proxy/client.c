@@ -869,6 +869,8 @@ static void client_process(px_client *c) {
             client_close(c, "out of memory");
             return;
         }
+        /* Redis's tighter limits before AUTH, where Redis wants one */
+        c->rq.unauthenticated = c->pass == NULL && c->srv->open_access == 0 && c->mode != PX_MODE_TUNNEL;
         int rc = resp_req_parse(&c->rq, data, len);
         if (rc == RESP_AGAIN) {
             if ((long long)len > c->srv->cfg->client_query_buffer_limit) goto too_big;

@@ -31,8 +31,9 @@ Fixtures
   other's keys, clients and MONITOR lines).
 - proxy_factory(upstream=None, args=(), upstream_url=None) -> the proxy (a
   ProxyProcess), or a DirectTarget in direct mode. Each proxy gets its own
-  port and log file; at teardown it gets SIGTERM, and a proxy that died
-  during the test (crash) fails the test with its log.
+  port and log file; at teardown it gets SIGTERM and must exit 0 within 5 s
+  (a sanitizer report makes that fail too), and a proxy that died during the
+  test (crash) fails the test with its log.
 - proxy: proxy_factory() in front of `upstream`.
 
 Markers: slow (long-running; deselect with -m "not slow"), proxy_only,
@@ -185,18 +186,27 @@ def proxy_factory(tmp_path_factory, upstream, request):
 
     yield make
 
-    crashed = []
+    problems = []
     for p in proxies:
         if isinstance(p, DirectTarget):
             continue
         if p.proc.poll() is not None and not p.stopped_on_purpose:
-            crashed.append(p.describe())
+            problems.append("sidecache died during the test:\n" + p.describe())
+            continue
+        if p.stopped_on_purpose:          # the test stopped it and checked how
+            p.kill()
+            continue
         try:
-            p.terminate(timeout=5)
-        except AssertionError:
-            pass
-    if crashed:
-        pytest.fail("sidecache died during the test:\n" + "\n\n".join(crashed), pytrace=False)
+            rc = p.terminate(timeout=5)
+        except AssertionError as e:
+            problems.append("%s\n%s" % (e, p.describe()))
+            continue
+        # SIGTERM must stop it cleanly; a sanitizer report also lands here.
+        if rc != 0:
+            problems.append("sidecache exited with status %s on SIGTERM at teardown:\n%s"
+                            % (rc, p.describe()))
+    if problems:
+        pytest.fail("\n\n".join(problems), pytrace=False)
 
 
 @pytest.fixture

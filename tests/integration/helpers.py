@@ -11,6 +11,7 @@ Nothing here is a pytest fixture; conftest.py builds the fixtures from it.
 - RawClient + RESP reader: send exact bytes, read exact frames (RESP2 and
   RESP3), tell apart "closed", "no data", and "frame".
 """
+import ctypes
 import os
 import signal
 import socket
@@ -150,7 +151,7 @@ def parse_frame(buf, pos=0):
         return BigNum(int(line)), nxt
     if t == ",":
         s = line.decode()
-        return Double(float(s.replace("inf", "inf"))), nxt
+        return Double(float(s)), nxt
     if t == "#":
         if line not in (b"t", b"f"):
             raise ProtocolViolation("bad boolean %r" % line)
@@ -375,6 +376,15 @@ class RawClient:
 # Processes
 
 
+def _die_with_parent():
+    """preexec_fn: the child gets SIGKILL if the test runner dies, so no
+    redis-server or proxy outlives a killed pytest."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def _wait_port(proc, port, timeout, what, logpath):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -467,7 +477,8 @@ class RedisServer(Endpoint):
                 self.port = free_port()
             self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL)
+                                         stderr=subprocess.DEVNULL,
+                                         preexec_fn=_die_with_parent)
             self.starts += 1
             try:
                 _wait_port(self.proc, self.port, timeout, "redis-server", self.logpath)
@@ -550,7 +561,7 @@ class ProxyProcess(Endpoint):
         try:
             self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
                                          stdout=out, stderr=subprocess.STDOUT,
-                                         cwd=self.workdir)
+                                         cwd=self.workdir, preexec_fn=_die_with_parent)
         finally:
             out.close()
         try:
@@ -575,6 +586,19 @@ class ProxyProcess(Endpoint):
             self.proc.wait(5)
             raise AssertionError("sidecache did not exit within %.0fs of SIGTERM"
                                  % timeout)
+
+    def signal(self, sig):
+        """Sends a signal without waiting (the test then calls wait_exit)."""
+        self.stopped_on_purpose = True
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout=10.0):
+        """Waits for the process to exit on its own (after signal());
+        returns the exit status (negative: killed by that signal)."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("sidecache still running %.0fs after the signal" % timeout)
 
     def kill(self):
         self.stopped_on_purpose = True

@@ -6,7 +6,7 @@ import re
 import pytest
 import redis
 
-from helpers import RMap, assert_same_runs, assert_same_steps
+from helpers import assert_same_runs, assert_same_steps, encode
 
 PASS = "s3cret"
 ID_RE = re.compile(rb"(\$2\r\nid\r\n):\d+\r\n")
@@ -16,18 +16,33 @@ def norm(raw):
     return ID_RE.sub(rb"\1:<id>\r\n", raw)
 
 
-@pytest.fixture(params=["url-with-password", "url-without-password"])
-def secured(request, redis_factory, ref_factory, proxy_factory):
+PROXY_USER = ["--user", "proxyuser", "on", ">ppw", "~*", "&*", "+@all"]
+
+
+@pytest.fixture
+def make_secured(redis_factory, ref_factory, proxy_factory):
     """(proxy, ref) in front of redis-servers with requirepass. The proxy is
-    given the password in its upstream URL (it needs it for its own
-    connections), or not; either way a client that has not sent AUTH must be
-    refused, as Redis refuses it."""
-    up = redis_factory(requirepass=PASS)
-    ref = ref_factory(like=up)
-    url = None
-    if request.param == "url-with-password":
-        url = "redis://default:%s@127.0.0.1:%d" % (PASS, up.port)
-    return proxy_factory(up=up, upstream_url=url), ref
+    given the default password in its upstream URL, or nothing, or another
+    ACL user of its own (credentials in the URL are for the proxy's own
+    connections); in every case a client that has not sent AUTH must be
+    refused, as Redis refuses it, and clients log in as themselves."""
+
+    def make(kind):
+        up = redis_factory(requirepass=PASS, args=PROXY_USER)
+        ref = ref_factory(like=up)
+        url = None
+        if kind == "url-with-password":
+            url = "redis://default:%s@127.0.0.1:%d" % (PASS, up.port)
+        elif kind == "url-with-acl-user":
+            url = "redis://proxyuser:ppw@127.0.0.1:%d" % up.port
+        return proxy_factory(up=up, upstream_url=url), ref
+
+    return make
+
+
+@pytest.fixture(params=["url-with-password", "url-without-password", "url-with-acl-user"])
+def secured(request, make_secured):
+    return make_secured(request.param)
 
 
 def test_auth_requirepass_noauth_then_wrongpass_then_ok(secured):
@@ -164,3 +179,70 @@ def test_acl_users_on_the_same_proxy_stay_separate(proxy, acl_pair):
             assert alice.cmd("GET", "i%d" % i).raw.startswith(b"-NOPERM"), i
             assert alice.cmd("SET", "a:%d" % i, "v").raw == b"+OK\r\n"
             assert admin.call("ACL", "WHOAMI") == b"default"
+
+
+def test_reset_logs_the_client_out_like_redis(secured):
+    """RESET re-authenticates as the default user: with requirepass, that
+    means unauthenticated again."""
+    proxy, ref = secured
+    steps = [("AUTH", PASS), ("SET", "k", "v"), ("SET", "i3", "v3"), ("GET", "i3"), ("GET", "i3"),
+             ("RESET",), ("GET", "k"), ("GET", "i3"), ("AUTH", PASS), ("GET", "k"), ("GET", "i3")]
+    got = assert_same_steps(proxy, ref, steps, auth=False)
+    assert got[5][1] == b"+RESET\r\n"
+    assert got[6][1] == b"-NOAUTH Authentication required.\r\n"
+    assert got[7][1] == b"-NOAUTH Authentication required.\r\n", "served from cache after RESET"
+    assert got[9][1] == b"$1\r\nv\r\n"
+
+
+def test_acl_reset_returns_to_default_user(proxy, acl_pair):
+    upstream, ref = acl_pair
+    steps = [("AUTH", "alice", "pw"), ("ACL", "WHOAMI"), ("RESET",), ("ACL", "WHOAMI"), ("SET", "b:9", "x")]
+    got = assert_same_steps(proxy, ref, steps, auth=False)
+    assert got[1][1] == b"$5\r\nalice\r\n"
+    assert got[3][1] == b"$7\r\ndefault\r\n"
+    assert got[4][1] == b"+OK\r\n"
+
+
+@pytest.mark.parametrize("data", [b"*11\r\n", b"*1\r\n$16385\r\n"], ids=["count", "bulk"])
+def test_unauthenticated_big_request_refused_like_redis(make_secured, data):
+    """Before AUTH, Redis refuses a request of more than 10 arguments or a
+    bulk above 16 KB ("unauthenticated multibulk/bulk length") and closes:
+    an unauthenticated client cannot make anyone buffer much."""
+    proxy, ref = make_secured("url-with-password")
+
+    def scenario(ep):
+        with ep.raw() as c:
+            c.send(data)
+            try:
+                reply = c.read_frame(timeout=2).raw
+            except OSError:
+                reply = b"<no reply within 2s: the request was accepted and is being buffered>"
+            try:
+                c.expect_closed(1)
+                closed = True
+            except AssertionError:
+                closed = False
+            return [("reply", reply), ("closed", closed)]
+
+    got = assert_same_runs(scenario, proxy, ref)
+    assert got[0][1].startswith(b"-ERR Protocol error: unauthenticated")
+
+
+def test_auth_pipelined_with_commands(secured):
+    """AUTH followed at once (same write) by commands: those after a good
+    AUTH run authenticated, those after a bad one get NOAUTH."""
+    proxy, ref = secured
+    cmds = [("AUTH", "bad"), ("SET", "k", "1"), ("AUTH", PASS), ("SET", "k", "2"), ("GET", "k"),
+            ("HELLO", "3", "AUTH", "default", PASS), ("GET", "nokey"), ("AUTH", "default", "bad"),
+            ("GET", "k")]
+
+    def scenario(ep):
+        with ep.raw() as c:
+            c.send(b"".join(encode(*x) for x in cmds))
+            return list(zip(cmds, (norm(f.raw) for f in c.read_frames(len(cmds)))))
+
+    got = assert_same_runs(scenario, proxy, ref)
+    assert got[1][1].startswith(b"-NOAUTH")
+    assert got[4][1] == b"$1\r\n2\r\n"
+    assert got[6][1] == b"_\r\n"
+    assert got[8][1] == b"$1\r\n2\r\n"

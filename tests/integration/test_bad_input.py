@@ -16,6 +16,9 @@ CASES = {
     "huge-bulk-length": (b"*1\r\n$99999999999\r\n", b"-ERR Protocol error: invalid bulk length\r\n"),
     "negative-bulk-length": (b"*1\r\n$-5\r\n", b"-ERR Protocol error: invalid bulk length\r\n"),
     "non-numeric-count": (b"*x\r\n", b"-ERR Protocol error: invalid multibulk length\r\n"),
+    "nested-multibulk": (b"*1\r\n*1\r\n", b"-ERR Protocol error: expected '$', got '*'\r\n"),
+    "inline-line-too-long": (b"A" * 70000, b"-ERR Protocol error: too big inline request\r\n"),
+    "bulk-header-too-long": (b"*1\r\n$" + b"1" * 70000, b"-ERR Protocol error: too big bulk count string\r\n"),
 }
 
 

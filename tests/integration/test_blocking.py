@@ -1,7 +1,6 @@
 """Blocking commands through the proxy: unblocked by another client (through
 the proxy or directly), timeouts look like Redis's, and one blocked client
 never stalls the others."""
-import threading
 import time
 
 import pytest

@@ -44,13 +44,19 @@ def test_client_names_are_per_client(proxy):
             c.close()
 
 
-def test_client_setinfo_like_redis(proxy, ref):
-    """Redis 7.0 has no CLIENT SETINFO (7.2 does): whatever the proxy
-    answers must be what this Redis answers (clients ignore the error)."""
-    steps = [("CLIENT", "SETINFO", "LIB-NAME", "redis-py"), ("CLIENT", "SETINFO", "LIB-VER", "8.1.0"),
-             ("CLIENT", "SETINFO", "BOGUS", "x"), ("CLIENT", "SETINFO"), ("PING",)]
-    got = assert_same_steps(proxy, ref, steps)
-    assert got[-1][1] == b"+PONG\r\n"
+@pytest.mark.proxy_only
+def test_client_setinfo_answered_like_redis_7_2(proxy):
+    """go-redis sends CLIENT SETINFO on every connection. Redis 7.0 does not
+    know it (7.2 does); the proxy answers as 7.2 does and keeps the values
+    per session, so they never land on a shared connection."""
+    with proxy.raw() as c:
+        assert c.cmd("CLIENT", "SETINFO", "LIB-NAME", "redis-py").raw == b"+OK\r\n"
+        assert c.cmd("CLIENT", "SETINFO", "lib-ver", "8.1.0").raw == b"+OK\r\n"
+        f = c.cmd("CLIENT", "SETINFO", "BOGUS", "x")
+        assert f.raw.startswith(b"-ERR Unrecognized option 'BOGUS'"), f
+        f = c.cmd("CLIENT", "SETINFO", "LIB-NAME", "has space")
+        assert f.raw.startswith(b"-ERR"), f
+        assert c.cmd("PING").raw == b"+PONG\r\n"
 
 
 def test_client_id_returns_integer_stable_and_distinct(proxy):
@@ -127,9 +133,11 @@ def test_client_reply_off_skip_on_like_redis(proxy, ref):
             return [(i, f.raw) for i, f in enumerate(frames)]
 
     got = assert_same_runs(scenario, proxy, ref)
-    assert [g for _, g in got][:5] == [b"+OK\r\n", b"+OK\r\n", b"$1\r\n2\r\n", b"$1\r\n3\r\n",
-                                       got[4][1]]
-    assert got[4][1].startswith(b"-ERR")
+    replies = [g for _, g in got]
+    assert replies[:4] == [b"+OK\r\n", b"+OK\r\n", b"$1\r\n2\r\n", b"$1\r\n3\r\n"], \
+        "CLIENT REPLY OFF/SKIP must suppress exactly the replies Redis suppresses"
+    assert replies[4].startswith(b"-ERR")
+    assert replies[5] == b"$1\r\n3\r\n"
 
 
 def test_monitor_shows_commands_of_other_clients(proxy):
@@ -209,3 +217,43 @@ def test_client_tracking_bcast_prefix(proxy):
         f = t.read_frame(timeout=3)
         assert f.raw == b">2\r\n$10\r\ninvalidate\r\n*1\r\n$6\r\nuser:1\r\n"
         t.expect_silence(0.3)
+
+
+def test_client_tracking_resp2_redirect_to_subscribed_client(proxy, upstream):
+    """The RESP2 way: one client takes its CLIENT ID and subscribes to
+    __redis__:invalidate, another turns tracking on with REDIRECT to that id;
+    a change of a key the second one read reaches the first as a message."""
+    w = proxy.client()
+    w.set("i88", "v0")
+    w.get("i88")
+    with proxy.raw() as sub, proxy.raw() as t:
+        sub_id = sub.call("CLIENT", "ID")
+        assert isinstance(sub_id, int)
+        sub.send_cmd("SUBSCRIBE", "__redis__:invalidate")
+        assert sub.read_frame().value == [b"subscribe", b"__redis__:invalidate", 1]
+        assert t.cmd("CLIENT", "TRACKING", "ON", "REDIRECT", sub_id).raw == b"+OK\r\n"
+        assert t.call("GET", "i88") == b"v0"
+        w.set("i88", "v1")
+        f = sub.read_frame(timeout=3)
+        assert f.raw == b"*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*1\r\n$3\r\ni88\r\n", f
+        assert t.call("GET", "i88") == b"v1"
+        upstream.client().set("i88", "v2")
+        assert sub.read_frame(timeout=3).value[2] == [b"i88"]
+        assert t.cmd("CLIENT", "TRACKING", "ON", "REDIRECT", 999999).raw == \
+            b"-ERR The client ID you want redirect to does not exist\r\n"
+
+
+def test_client_tracking_on_pipelined_with_reads(proxy):
+    """CLIENT TRACKING ON and the reads after it arrive in one write: those
+    reads are tracked."""
+    w = proxy.client()
+    w.set("pt1", "a")
+    w.set("i91", "b")
+    w.get("i91")
+    with proxy.raw(protocol=3) as t:
+        t.send(encode("CLIENT", "TRACKING", "ON") + encode("GET", "pt1") + encode("GET", "i91"))
+        assert [f.raw for f in t.read_frames(3)] == [b"+OK\r\n", b"$1\r\na\r\n", b"$1\r\nb\r\n"]
+        w.set("i91", "c")
+        assert t.read_frame(timeout=3).raw == b">2\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\ni91\r\n"
+        w.set("pt1", "c")
+        assert t.read_frame(timeout=3).raw == b">2\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\npt1\r\n"

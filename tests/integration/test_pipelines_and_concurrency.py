@@ -1,11 +1,12 @@
 """Deep pipelines keep their order; many concurrent clients keep exact counts
 and read their own writes."""
+import os
 import threading
 import time
 
 import pytest
 
-from helpers import Err, encode
+from helpers import Err, assert_same_runs, encode
 
 N_PIPELINE = 10_000
 
@@ -163,3 +164,84 @@ def test_read_after_another_clients_write_sees_it(proxy):
         b.hget(hkey, "name")
         a.hset(hkey, "name", i)
         assert b.hget(hkey, "name") == b"%d" % i
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_pipeline_across_blocking_watch_and_multi_keeps_order(proxy, ref, protocol):
+    """One write mixing plain commands with ones that need a connection of
+    the client's own (a blocking pop that times out, WATCH/MULTI/EXEC, WAIT):
+    every reply comes back in request order, as from Redis."""
+    cmds = [("SET", "a", "1"), ("GET", "a"), ("BLPOP", "nolist", "0.1"), ("GET", "a"),
+            ("INCR", "a"), ("WATCH", "a"), ("GET", "a"), ("MULTI",), ("INCR", "a"), ("GET", "i1"),
+            ("EXEC",), ("GET", "a"), ("RPUSH", "l", "x"), ("BLPOP", "l", "1"), ("WAIT", 0, 0),
+            ("MULTI",), ("SET", "i1", "t"), ("EXEC",), ("GET", "i1"), ("BRPOP", "nolist", "0.1"),
+            ("SELECT", 1), ("GET", "a"), ("SELECT", 0), ("GET", "a"), ("PING",)]
+
+    def scenario(ep):
+        with ep.raw(protocol=3 if protocol == 3 else None) as c:
+            c.send(b"".join(encode(*x) for x in cmds))
+            return list(zip(cmds, (f.raw for f in c.read_frames(len(cmds), timeout=10))))
+
+    got = assert_same_runs(scenario, proxy, ref)
+    assert got[10][1] == b"*2\r\n:3\r\n" + (b"_\r\n" if protocol == 3 else b"$-1\r\n")
+    assert got[-1][1] == b"+PONG\r\n"
+
+
+def test_slow_reader_gets_all_large_replies(proxy):
+    """A client pipelines 40 GETs of a 1 MB value and reads them only after a
+    pause: all arrive complete and in order."""
+    big = os.urandom(1 << 20)
+    r = proxy.client()
+    for i in range(4):
+        r.set("big%d" % i, big[i:] + big[:i])
+    with proxy.raw(timeout=30) as c:
+        c.send(b"".join(encode("GET", "big%d" % (i % 4)) for i in range(40)))
+        time.sleep(1.0)
+        frames = c.read_many_fast(40, timeout=30)
+    for i, f in enumerate(frames):
+        j = i % 4
+        assert f.value == big[j:] + big[:j], i
+
+
+@pytest.mark.parametrize("args", [(), ("--upstream-connections", "1")], ids=["default-pool", "one-conn"])
+def test_client_gone_with_replies_in_flight_does_not_misroute_replies(proxy_factory, args):
+    """Clients that send reads and vanish before their replies arrive must
+    not shift the reply stream: every other client still gets its own
+    replies, in order."""
+    proxy = proxy_factory(args=args)
+    r = proxy.client()
+    r.set("big", os.urandom(200_000))
+    with proxy.raw() as b:
+        for i in range(40):
+            s = proxy.raw()
+            s.send(encode("GET", "big") * 20 + encode("DEBUG", "SLEEP", "0.01") + encode("GET", "big"))
+            s.close()
+            b.send(encode("SET", "b%d" % i, "mine%d" % i) + encode("GET", "b%d" % i) + encode("ECHO", "e%d" % i))
+            got = [f.raw for f in b.read_frames(3, timeout=5)]
+            assert got == [b"+OK\r\n", b"$%d\r\nmine%d\r\n" % (len("mine%d" % i), i),
+                           b"$%d\r\ne%d\r\n" % (len("e%d" % i), i)], (i, got)
+
+
+@pytest.mark.parametrize("args", [(), ("--upstream-connections", "1")], ids=["default-pool", "one-conn"])
+def test_multi_of_one_client_does_not_capture_other_clients_commands(proxy_factory, args):
+    """While client A is inside MULTI (commands queued), client B's commands
+    run at once and are not queued in A's transaction — even when the two
+    share one upstream connection."""
+    proxy = proxy_factory(args=args)
+    with proxy.raw() as a, proxy.raw() as b, proxy.raw() as c:
+        assert a.cmd("MULTI").raw == b"+OK\r\n"
+        assert a.cmd("SET", "t", "from-a").raw == b"+QUEUED\r\n"
+        assert b.cmd("SET", "other", "from-b").raw == b"+OK\r\n", "B's SET was captured by A's MULTI"
+        assert c.cmd("GET", "other").raw == b"$6\r\nfrom-b\r\n"
+        assert c.cmd("GET", "t").raw == b"$-1\r\n", "A's queued SET ran before EXEC"
+        assert b.cmd("INCR", "n").raw == b":1\r\n"
+        assert a.cmd("INCR", "n").raw == b"+QUEUED\r\n"
+        assert b.cmd("INCR", "n").raw == b":2\r\n"
+        assert a.cmd("EXEC").raw == b"*2\r\n+OK\r\n:3\r\n"
+        assert c.cmd("GET", "t").raw == b"$6\r\nfrom-a\r\n"
+        # DISCARD leaves nothing behind either.
+        a.cmd("MULTI")
+        a.cmd("SET", "t", "discarded")
+        assert b.cmd("GET", "t").raw == b"$6\r\nfrom-a\r\n"
+        assert a.cmd("DISCARD").raw == b"+OK\r\n"
+        assert c.cmd("GET", "t").raw == b"$6\r\nfrom-a\r\n"

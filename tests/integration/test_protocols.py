@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from helpers import Double, RMap, RSet, assert_same_runs, assert_same_steps
+from helpers import Double, RMap, RSet, assert_same_runs, assert_same_steps, encode
 
 ID_RE = re.compile(rb"(\$2\r\nid\r\n):\d+\r\n")
 
@@ -116,7 +116,7 @@ def test_hello_2_and_3_reply_like_redis(proxy, ref):
     assert got[-1][1] == b"_\r\n"
 
 
-def test_hello_ids_are_integers_and_distinct_per_client(proxy):
+def test_hello_ids_are_integers(proxy):
     ids = []
     for _ in range(3):
         with proxy.raw() as c:
@@ -127,9 +127,11 @@ def test_hello_ids_are_integers_and_distinct_per_client(proxy):
             assert d[b"proto"] == 3
             assert d[b"server"] == b"redis"
             assert d[b"version"] == b"7.0.15"
-            assert c.cmd("CLIENT", "ID").value == d[b"id"]
             ids.append(d[b"id"])
-    assert len(set(ids)) == 3
+    # Through the proxy HELLO's id is that of the shared upstream connection
+    # the client starts on (README, "Session state"); CLIENT ID is the one
+    # that names the client's own connection (test_client_id_... below).
+    assert all(i > 0 for i in ids)
 
 
 def test_hello_with_setname_without_auth(proxy, ref):
@@ -184,3 +186,20 @@ def test_inline_commands_work_like_redis(proxy, ref):
 
     got = assert_same_runs(scenario, proxy, ref)
     assert got[2][1] == b"$3\r\na b\r\n"
+
+
+def test_protocol_switch_inside_a_pipeline(proxy, ref):
+    """HELLO 3 / HELLO 2 sent pipelined with other commands: each reply is in
+    the protocol in force when its command ran."""
+    cmds = [("GET", "nokey"), ("HELLO", "3"), ("GET", "nokey"), ("HGETALL", "h"), ("HSET", "h", "a", "1"),
+            ("HGETALL", "h"), ("HELLO", "2"), ("GET", "nokey"), ("HGETALL", "h"), ("HELLO", "4"),
+            ("GET", "nokey")]
+
+    def scenario(ep):
+        with ep.raw() as c:
+            c.send(b"".join(encode(*x) for x in cmds))
+            return list(zip(cmds, (norm_hello(f.raw) for f in c.read_frames(len(cmds)))))
+
+    got = assert_same_runs(scenario, proxy, ref)
+    assert got[2][1] == b"_\r\n" and got[7][1] == b"$-1\r\n"
+    assert got[5][1] == b"%1\r\n$1\r\na\r\n$1\r\n1\r\n"

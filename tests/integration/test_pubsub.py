@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from helpers import Push, assert_same_runs
+from helpers import Push, assert_same_runs, encode
 
 MSG = b"hello\r\nworld\x00!"
 
@@ -106,8 +106,16 @@ def test_pubsub_with_redis_py_both_protocols(proxy, protocol):
     assert got == [("message", b"chan", b"m1"), ("pmessage", b"pat.a", b"m2")]
     p.unsubscribe()
     p.punsubscribe()
-    p.close()
+    # Wait for both confirmations: after them Redis has processed the
+    # unsubscribes, so a publish must reach nobody.
+    gone = []
+    while len(gone) < 2 and time.monotonic() < deadline:
+        m = p.get_message(timeout=0.5)
+        if m:
+            gone.append(m["type"])
+    assert sorted(gone) == ["punsubscribe", "unsubscribe"]
     assert pub.publish("chan", b"m3") == 0
+    p.close()
     assert r.ping() is True
 
 
@@ -121,3 +129,21 @@ def test_subscribers_in_both_protocols_receive_the_same_message(proxy):
         f2, f3 = s2.read_frame(3), s3.read_frame(3)
         assert f2.raw == b"*3\r\n$7\r\nmessage\r\n$4\r\nboth\r\n$7\r\npayload\r\n"
         assert f3.raw == b">3\r\n$7\r\nmessage\r\n$4\r\nboth\r\n$7\r\npayload\r\n"
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_subscribe_inside_a_pipeline(proxy, ref, protocol):
+    """Commands before SUBSCRIBE, SUBSCRIBE itself and commands after it, all
+    in one write: replies in order, as Redis sends them."""
+    cmds = [("SET", "a", "1"), ("GET", "a"), ("SUBSCRIBE", "c1"), ("PING",), ("PSUBSCRIBE", "p*"),
+            ("UNSUBSCRIBE", "c1"), ("PUNSUBSCRIBE", "p*"), ("GET", "a"), ("PING",)]
+
+    def scenario(ep):
+        with ep.raw(protocol=3 if protocol == 3 else None) as c:
+            c.send(b"".join(encode(*x) for x in cmds))
+            got = [f.raw for f in c.read_frames(len(cmds), timeout=5)]
+            c.expect_silence(0.2)
+            return list(zip(cmds, got))
+
+    got = assert_same_runs(scenario, proxy, ref)
+    assert got[-2][1] == b"$1\r\n1\r\n" and got[-1][1] == b"+PONG\r\n"

@@ -88,7 +88,7 @@ def test_select_errors_match_redis(proxy, ref):
     assert got[11][1] == b"$-1\r\n"
 
 
-def test_client_db_from_upstream_url_and_select_inside_multi(proxy, ref):
+def test_select_inside_multi_changes_the_clients_db(proxy, ref):
     steps = [("MULTI",), ("SELECT", 2), ("SET", "k", "in2"), ("EXEC",), ("GET", "k"),
              ("SELECT", 0), ("GET", "k"), ("SELECT", 2), ("GET", "k")]
     got = assert_same_steps(proxy, ref, steps)

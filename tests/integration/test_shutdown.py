@@ -18,11 +18,11 @@ def test_sigterm_graceful_inflight_slow_command_gets_reply_then_exit_0(proxy):
         c.send_cmd("DEBUG", "SLEEP", "0.5")
         time.sleep(0.1)                      # the command is at Redis now
         t0 = time.monotonic()
-        proxy.proc.send_signal(signal.SIGTERM)
+        proxy.signal(signal.SIGTERM)
         f = c.read_frame(timeout=5)
         assert f.raw == b"+OK\r\n", "the in-flight DEBUG SLEEP lost its reply: %r" % f
         assert time.monotonic() - t0 >= 0.3
-    rc = proxy.terminate(timeout=10)
+    rc = proxy.wait_exit(timeout=10)     # no second signal: that one may mean "now"
     assert rc == 0, "exit status %r after SIGTERM" % rc
     idle.expect_closed(3)
     idle.close()

@@ -1,0 +1,709 @@
+/*
+ * cache/cache.c — the local cache of read replies. See cache.h for the data
+ * model, the fill contract (tokens) and the memory bound.
+ *
+ * Layout
+ * ------
+ *
+ *   c->index ──► uthash table of struct entry, keyed by the identity bytes
+ *                  | part u32 | db i32 | kind u8 | klen u32 | key | field |
+ *                (klen makes key "ab" + field "c" differ from "a" + "bc").
+ *                The table's application-order list (hh.prev / hh.next,
+ *                which uthash keeps anyway) doubles as the LRU list: the
+ *                head c->index is the least recently used entry, tbl->tail
+ *                the most recent. HASH_ADD appends, so a new entry starts
+ *                most recent; a hit moves it to the tail (lru_touch).
+ *
+ *   c->groups ─► uthash table of struct group, keyed by key bytes alone.
+ *                A group's node is the sentinel of a circular list of its
+ *                entries, so an entry leaves its group without a pointer to
+ *                it, and the group is known empty when its sentinel is left
+ *                alone (then it is freed at once: no group is ever empty).
+ *
+ *        group "d12" ──► [sentinel] ⇄ (1,0,HGET,"d12","a") ⇄ (2,0,HGET,"d12","a") ⇄ …
+ *
+ * An entry is one allocation: header, identity, then the value bytes. A
+ * placeholder has no value bytes. A fill of a non-empty value allocates
+ * the full entry, puts it in the placeholder's place (the index, its group)
+ * and frees the placeholder; a nil or empty fill just marks the placeholder
+ * valid. A pending entry keeps its token where a valid one keeps its fill
+ * time (one union).
+ *
+ * Both tables hash with MurmurHash64A under a per-cache seed (taken from
+ * the cache's address, so it differs between runs under ASLR) and only
+ * through the *_BYHASHVALUE forms: each hash is computed once per call.
+ *
+ * Memory accounting
+ * -----------------
+ * alloc_bytes is the sum of the sizes requested for entries and groups
+ * (malloc's own headers and rounding are not counted). used_bytes is
+ * alloc_bytes plus, for each table that exists, sizeof(UT_hash_table) and
+ * its bucket array; uthash handles live inside entries and groups, so they
+ * are in alloc_bytes. The bucket arrays grow and never shrink while a table
+ * has entries; uthash frees a table with its last element, so an empty
+ * cache counts 0 bytes (struct cache itself is not counted).
+ *
+ * Out of memory: HASH_NONFATAL_OOM is on. A failed HASH_ADD leaves the
+ * element out of the table with hh.tbl == NULL, which every add checks; the
+ * step that failed is undone (a new group or placeholder freed, a fill
+ * dropped with its placeholder) and the cache stays consistent.
+ *
+ * Invariants (cache_check() verifies them in the unit tests)
+ *   - every entry is in c->index and in exactly one group, the group of its key;
+ *   - no group is empty;
+ *   - stats.entries + stats.pending == number of entries in c->index;
+ *   - alloc_bytes and used_bytes are exact as described above;
+ *   - when a public call returns, used_bytes <= max_bytes. (Within a call
+ *     the peak can be a little higher: a table's old and new buckets while
+ *     it doubles, a placeholder and its filled replacement.)
+ */
+#include "cache/cache.h"
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Every allocation goes through these, so the unit tests can build a copy
+ * of this file that fails allocations on demand. */
+#ifndef CACHE_MALLOC
+#define CACHE_MALLOC(n) malloc(n)
+#define CACHE_FREE(p) free(p)
+#endif
+
+#define HASH_NONFATAL_OOM 1
+/* Failed adds are detected by hh.tbl == NULL after HASH_ADD (see above). */
+#define uthash_nonfatal_oom(elt) ((void)0)
+#define uthash_malloc(sz) CACHE_MALLOC(sz)
+#define uthash_free(ptr, sz) CACHE_FREE(ptr)
+/* Lookups pass a struct probe as the key (see probe_cmp); hashes are
+ * computed here with a seed and passed to the *_BYHASHVALUE forms, so a
+ * macro that would hash on its own does not compile. */
+#define HASH_KEYCMP(a, b, n) probe_cmp((const unsigned char *)(a), (const struct probe *)(const void *)(b))
+#define HASH_FUNCTION(keyptr, keylen, hashv) \
+    _Static_assert(0, "cache.c: use the _BYHASHVALUE forms with probe_hash()")
+#include <uthash.h>
+
+#define ID_HDR 13             /* part 4 + db 4 + kind 1 + klen 4 */
+#define KEY_MAX (64 * 1024)   /* longer keys or fields are never cached */
+
+enum { ST_PENDING = 0, ST_VALUE = 1, ST_NIL = 2 };
+
+struct link {
+    struct link *prev, *next;
+};
+
+struct entry {
+    UT_hash_handle hh;   /* first: c->index; app order = LRU */
+    struct link grp;     /* in the circular list of its group */
+    union {
+        uint64_t token;      /* ST_PENDING */
+        int64_t filled_ms;   /* ST_VALUE, ST_NIL */
+    } u;
+    uint32_t vlen;       /* value bytes after the identity (0 unless ST_VALUE) */
+    uint8_t state;
+    unsigned char id[];  /* identity (hh.keylen bytes), then the value */
+};
+#define ENTRY_BASE offsetof(struct entry, id)
+
+struct group {
+    UT_hash_handle hh;     /* c->groups, keyed by key */
+    struct link members;   /* sentinel */
+    unsigned char key[];
+};
+#define GROUP_BASE offsetof(struct group, key)
+
+struct cache {
+    struct entry *index;    /* uthash head = least recently used entry */
+    struct group *groups;
+    cache_config cfg;
+    cache_stats stats;
+    size_t alloc_bytes;     /* requested sizes of entries and groups */
+    uint64_t last_token;
+    uint64_t seed;
+};
+
+/* ------------------------------------------------------------------------ */
+/* probes: hashing and comparing identities without building them */
+
+/*
+ * A lookup never copies the caller's key into an identity buffer: the
+ * probe keeps the pieces, hashes them in place, and HASH_KEYCMP compares a
+ * stored identity against them piece by piece. (Building the identity and
+ * then reading it back costs a store-forwarding stall per 8-byte load, and
+ * a buffer of unbounded size.) Entries store the header as written here:
+ * w0 = part | db << 32 as a native u64, kind, klen as a native u32.
+ */
+struct probe {
+    uint64_t w0;                     /* entries: part | db << 32 */
+    const unsigned char *key, *field;
+    size_t klen, flen;
+    size_t len;                      /* hh.keylen of the match */
+    unsigned hv;
+    uint8_t kind;
+    uint8_t entry;                   /* 1: entry identity; 0: group key (key alone) */
+};
+
+#define MM_M 0xc6a4a7935bd1e995ULL
+
+/* MurmurHash64A (Austin Appleby, public domain), fed piece by piece. */
+static inline uint64_t mm_word(uint64_t h, uint64_t k) {
+    k *= MM_M;
+    k ^= k >> 47;
+    k *= MM_M;
+    h ^= k;
+    return h * MM_M;
+}
+
+static inline uint64_t mm_bytes(uint64_t h, const unsigned char *p, size_t n) {
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t k;
+        memcpy(&k, p, 8);
+        h = mm_word(h, k);
+    }
+    if (n > 0) {
+        /* in registers: a memcpy into a stack word, read back at once,
+         * stalls store forwarding (measured: a third of a hit's time) */
+        uint64_t t = 0;
+        for (size_t i = 0; i < n; i++) t |= (uint64_t)p[i] << (8 * i);
+        h = (h ^ t) * MM_M;
+    }
+    return h;
+}
+
+static inline unsigned mm_final(uint64_t h) {
+    h ^= h >> 47;
+    h *= MM_M;
+    h ^= h >> 47;
+    return (unsigned)(h ^ (h >> 32));
+}
+
+static inline unsigned probe_hash(uint64_t seed, const struct probe *p) {
+    uint64_t h = seed ^ ((uint64_t)p->len * MM_M);
+    if (p->entry) {
+        h = mm_word(h, p->w0);
+        h = mm_word(h, (uint64_t)p->kind | (uint64_t)p->klen << 8);
+    }
+    h = mm_bytes(h, p->key, p->klen);
+    if (p->flen > 0) h = mm_bytes(h, p->field, p->flen);
+    return mm_final(h);
+}
+
+/* 0 if the stored key a (an entry's identity or a group's key) matches p. */
+static inline int probe_cmp(const unsigned char *a, const struct probe *p) {
+    if (p->entry) {
+        uint64_t w0;
+        uint32_t kl;
+        memcpy(&w0, a, 8);
+        memcpy(&kl, a + 9, 4);
+        if (w0 != p->w0 || a[8] != p->kind || kl != p->klen) return 1;
+        a += ID_HDR;
+    }
+    if (p->klen > 0 && memcmp(a, p->key, p->klen) != 0) return 1;
+    return p->flen > 0 && memcmp(a + p->klen, p->field, p->flen) != 0;
+}
+
+/* Returns 0, or -1 when no entry can have this identity (bad kind, key or
+ * field too long). */
+static int probe_entry(const cache *c, struct probe *p, uint32_t part, int db, int kind,
+                       const char *key, size_t klen, const char *field, size_t flen) {
+    if (kind < 1 || kind > 255 || klen > KEY_MAX || flen > KEY_MAX) return -1;
+    p->w0 = (uint64_t)part | (uint64_t)(uint32_t)db << 32;
+    p->kind = (uint8_t)kind;
+    p->key = (const unsigned char *)key;
+    p->klen = klen;
+    p->field = (const unsigned char *)field;
+    p->flen = flen;
+    p->len = ID_HDR + klen + flen;
+    p->entry = 1;
+    p->hv = probe_hash(c->seed, p);
+    return 0;
+}
+
+static void probe_group(const cache *c, struct probe *p, const unsigned char *key, size_t klen) {
+    memset(p, 0, sizeof *p);
+    p->key = key;
+    p->klen = klen;
+    p->len = klen;
+    p->hv = probe_hash(c->seed, p);
+}
+
+/* Writes p's identity (p->len bytes) at id. */
+static void probe_store(const struct probe *p, unsigned char *id) {
+    uint32_t kl = (uint32_t)p->klen;
+    memcpy(id, &p->w0, 8);
+    id[8] = p->kind;
+    memcpy(id + 9, &kl, 4);
+    if (p->klen > 0) memcpy(id + ID_HDR, p->key, p->klen);
+    if (p->flen > 0) memcpy(id + ID_HDR + p->klen, p->field, p->flen);
+}
+
+/* ------------------------------------------------------------------------ */
+/* entries, groups, LRU, accounting */
+
+static size_t entry_bytes(const struct entry *e) {
+    return ENTRY_BASE + e->hh.keylen + e->vlen;
+}
+
+static size_t table_bytes(const UT_hash_handle *hh) {
+    return sizeof(UT_hash_table) + (size_t)hh->tbl->num_buckets * sizeof(UT_hash_bucket);
+}
+
+/* Brings stats.used_bytes up to date and returns it. */
+static size_t account(cache *c) {
+    size_t n = c->alloc_bytes;
+    if (c->index != NULL) n += table_bytes(&c->index->hh);
+    if (c->groups != NULL) n += table_bytes(&c->groups->hh);
+    c->stats.used_bytes = n;
+    return n;
+}
+
+static struct entry *entry_find(const cache *c, const struct probe *p) {
+    struct entry *e;
+    HASH_FIND_BYHASHVALUE(hh, c->index, p, p->len, p->hv, e);
+    return e;
+}
+
+static int entry_expired(const cache *c, const struct entry *e, int64_t now_ms) {
+    return c->cfg.ttl_ms > 0 && now_ms - e->u.filled_ms > c->cfg.ttl_ms;
+}
+
+/* Makes e the most recently used: moves it to the tail of the app order. */
+static void lru_touch(cache *c, struct entry *e) {
+    UT_hash_table *t = e->hh.tbl;
+    if (t->tail == &e->hh) return;
+    struct entry *prev = e->hh.prev, *next = e->hh.next; /* next != NULL: e is not the tail */
+    struct entry *last = ELMT_FROM_HH(t, t->tail);
+    if (prev != NULL)
+        prev->hh.next = next;
+    else
+        c->index = next;
+    next->hh.prev = prev;
+    last->hh.next = e;
+    e->hh.prev = last;
+    e->hh.next = NULL;
+    t->tail = &e->hh;
+}
+
+/* Takes e out of its group's list; frees the group if that empties it. */
+static void group_unlink(cache *c, struct entry *e) {
+    struct link *p = e->grp.prev, *n = e->grp.next;
+    p->next = n;
+    n->prev = p;
+    if (p == n) {
+        /* e and the sentinel were the whole circle: p is the sentinel */
+        struct group *g = (struct group *)(void *)((char *)p - offsetof(struct group, members));
+        HASH_DELETE(hh, c->groups, g);
+        c->alloc_bytes -= GROUP_BASE + g->hh.keylen;
+        CACHE_FREE(g);
+    }
+}
+
+/* Counts e out and frees it; e is already out of the index and its group. */
+static void entry_release(cache *c, struct entry *e) {
+    if (e->state == ST_PENDING)
+        c->stats.pending--;
+    else
+        c->stats.entries--;
+    c->alloc_bytes -= entry_bytes(e);
+    CACHE_FREE(e);
+}
+
+static void entry_del(cache *c, struct entry *e) {
+    HASH_DELETE(hh, c->index, e);
+    group_unlink(c, e);
+    entry_release(c, e);
+}
+
+/* The fewest bytes an entry can cost: itself, its group, and both tables
+ * at their smallest. An entry above this can never fit in max_bytes. */
+static size_t min_alone(const struct probe *p, size_t vlen) {
+    return ENTRY_BASE + p->len + vlen + GROUP_BASE + p->klen +
+           2 * (sizeof(UT_hash_table) + HASH_INITIAL_NUM_BUCKETS * sizeof(UT_hash_bucket));
+}
+
+/* Evicts least recently used entries until used_bytes <= max_bytes. keep
+ * (the entry just placed or filled, the most recent) goes only if it alone
+ * does not fit; returns 0 then, else 1. */
+static int evict_to_fit(cache *c, const struct entry *keep) {
+    int kept = 1;
+    while (account(c) > c->cfg.max_bytes) {
+        struct entry *v = c->index;
+        assert(v != NULL); /* an empty cache counts 0 bytes */
+        if (v == keep)
+            kept = 0;
+        else
+            c->stats.evictions++;
+        entry_del(c, v);
+    }
+    return kept;
+}
+
+/* Frees both tables and everything in them. */
+static void drop_all(cache *c) {
+    struct entry *e = c->index, *en;
+    struct group *g = c->groups, *gn;
+    /* HASH_CLEAR frees the table and buckets only; the app-order links
+     * stay readable until each element is freed. */
+    HASH_CLEAR(hh, c->index);
+    HASH_CLEAR(hh, c->groups);
+    for (; e != NULL; e = en) {
+        en = e->hh.next;
+        CACHE_FREE(e);
+    }
+    for (; g != NULL; g = gn) {
+        gn = g->hh.next;
+        CACHE_FREE(g);
+    }
+    c->alloc_bytes = 0;
+    c->stats.entries = 0;
+    c->stats.pending = 0;
+    account(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* public API */
+
+cache *cache_new(const cache_config *cfg) {
+    cache *c = CACHE_MALLOC(sizeof *c);
+    if (c == NULL) return NULL;
+    memset(c, 0, sizeof *c);
+    c->cfg = *cfg;
+    /* Bucket choice must not be predictable from outside (HGET fields are
+     * file names users choose): a seed that ASLR varies, mixed (fmix64). */
+    uint64_t s = (uint64_t)(uintptr_t)c ^ 0x9e3779b97f4a7c15ULL;
+    s ^= s >> 33;
+    s *= 0xff51afd7ed558ccdULL;
+    s ^= s >> 33;
+    s *= 0xc4ceb9fe1a85ec53ULL;
+    s ^= s >> 33;
+    c->seed = s;
+    return c;
+}
+
+void cache_free(cache *c) {
+    if (c == NULL) return;
+    drop_all(c);
+    CACHE_FREE(c);
+}
+
+void cache_set_config(cache *c, const cache_config *cfg) {
+    c->cfg = *cfg;
+    evict_to_fit(c, NULL);
+}
+
+const cache_stats *cache_get_stats(const cache *c) {
+    return &c->stats;
+}
+
+int cache_get(cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
+              const char *field, size_t flen, int64_t now_ms, const char **val, size_t *vlen,
+              int *is_nil) {
+    struct probe p;
+    struct entry *e;
+    if (c->index == NULL || probe_entry(c, &p, part, db, kind, key, klen, field, flen) != 0) goto miss;
+    e = entry_find(c, &p);
+    if (e == NULL || e->state == ST_PENDING) goto miss;
+    if (entry_expired(c, e, now_ms)) {
+        entry_del(c, e);
+        c->stats.expired++;
+        account(c);
+        goto miss;
+    }
+    lru_touch(c, e);
+    c->stats.hits++;
+    if (e->state == ST_NIL) {
+        *is_nil = 1;
+        *val = NULL;
+        *vlen = 0;
+    } else {
+        *is_nil = 0;
+        *val = (const char *)e->id + e->hh.keylen;
+        *vlen = e->vlen;
+    }
+    return 1;
+miss:
+    c->stats.misses++;
+    return 0;
+}
+
+/*
+ * Places a placeholder, or shares the one in place. An entry that is valid
+ * (not expired) means no fill is needed: returns 0 and leaves it. An
+ * expired one is dropped (stats.expired) and replaced by a placeholder.
+ */
+uint64_t cache_fill_begin(cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
+                          const char *field, size_t flen, int64_t now_ms) {
+    struct probe p, gp;
+    struct entry *e;
+    struct group *g;
+    int new_group = 0;
+
+    if (probe_entry(c, &p, part, db, kind, key, klen, field, flen) != 0) return 0;
+    if (min_alone(&p, 0) > c->cfg.max_bytes) return 0; /* also max_bytes == 0 */
+
+    e = entry_find(c, &p);
+    if (e != NULL) {
+        if (e->state == ST_PENDING) {
+            lru_touch(c, e);
+            return e->u.token;
+        }
+        if (!entry_expired(c, e, now_ms)) return 0;
+        entry_del(c, e);
+        c->stats.expired++;
+        account(c);
+    }
+
+    probe_group(c, &gp, p.key, klen);
+    HASH_FIND_BYHASHVALUE(hh, c->groups, &gp, gp.len, gp.hv, g);
+    if (g == NULL) {
+        g = CACHE_MALLOC(GROUP_BASE + klen);
+        if (g == NULL) return 0;
+        g->members.prev = g->members.next = &g->members;
+        if (klen > 0) memcpy(g->key, key, klen);
+        HASH_ADD_KEYPTR_BYHASHVALUE(hh, c->groups, g->key, klen, gp.hv, g);
+        if (g->hh.tbl == NULL) {
+            CACHE_FREE(g);
+            return 0;
+        }
+        c->alloc_bytes += GROUP_BASE + klen;
+        new_group = 1;
+    }
+
+    e = CACHE_MALLOC(ENTRY_BASE + p.len);
+    if (e == NULL) goto drop_group;
+    probe_store(&p, e->id);
+    e->vlen = 0;
+    e->state = ST_PENDING;
+    e->u.token = c->last_token + 1;
+    HASH_ADD_KEYPTR_BYHASHVALUE(hh, c->index, e->id, p.len, p.hv, e);
+    if (e->hh.tbl == NULL) {
+        CACHE_FREE(e);
+        goto drop_group;
+    }
+    c->last_token++;
+    e->grp.prev = g->members.prev;
+    e->grp.next = &g->members;
+    g->members.prev->next = &e->grp;
+    g->members.prev = &e->grp;
+    c->stats.pending++;
+    c->alloc_bytes += entry_bytes(e);
+    return evict_to_fit(c, e) ? c->last_token : 0;
+
+drop_group:
+    if (new_group) {
+        HASH_DELETE(hh, c->groups, g);
+        c->alloc_bytes -= GROUP_BASE + klen;
+        CACHE_FREE(g);
+        evict_to_fit(c, NULL); /* adding g may have grown the groups' buckets */
+    }
+    return 0;
+}
+
+/*
+ * Token 0 (no fill was begun) is ignored: returns 0, counts nothing. A fill
+ * that fails for memory (no room for the value, or a table that cannot grow)
+ * drops the placeholder and counts in fills_rejected. A value that does not
+ * fit max_bytes even alone is dropped and counts in fills_too_big.
+ */
+int cache_fill_complete(cache *c, uint64_t token, uint32_t part, int db, int kind, const char *key,
+                        size_t klen, const char *field, size_t flen, const char *val, size_t vlen,
+                        int is_nil, int64_t now_ms) {
+    struct probe p;
+    struct entry *e, *n;
+
+    if (token == 0) return 0;
+    e = NULL;
+    if (probe_entry(c, &p, part, db, kind, key, klen, field, flen) == 0) e = entry_find(c, &p);
+    if (e == NULL || e->state != ST_PENDING || e->u.token != token) {
+        c->stats.fills_rejected++;
+        return 0;
+    }
+    if (is_nil) vlen = 0;
+    if (vlen > c->cfg.max_value || vlen > UINT32_MAX || min_alone(&p, vlen) > c->cfg.max_bytes) {
+        entry_del(c, e);
+        c->stats.fills_too_big++;
+        account(c);
+        return 0;
+    }
+
+    if (vlen == 0) {
+        /* nil or empty: the placeholder becomes the entry */
+        e->state = is_nil ? ST_NIL : ST_VALUE;
+        e->u.filled_ms = now_ms;
+        c->stats.pending--;
+        c->stats.entries++;
+        lru_touch(c, e);
+        n = e;
+    } else {
+        n = CACHE_MALLOC(ENTRY_BASE + p.len + vlen);
+        if (n == NULL) {
+            entry_del(c, e);
+            c->stats.fills_rejected++;
+            account(c);
+            return 0;
+        }
+        memcpy(n->id, e->id, p.len);
+        memcpy(n->id + p.len, val, vlen);
+        n->vlen = (uint32_t)vlen;
+        n->state = ST_VALUE;
+        n->u.filled_ms = now_ms;
+        /* n takes e's place, most recently used: added first (the add
+         * fails only if the table must grow and cannot; no lookup sees the
+         * two alike meanwhile), then e goes */
+        HASH_ADD_KEYPTR_BYHASHVALUE(hh, c->index, n->id, p.len, p.hv, n);
+        if (n->hh.tbl == NULL) {
+            CACHE_FREE(n);
+            entry_del(c, e);
+            c->stats.fills_rejected++;
+            account(c);
+            return 0;
+        }
+        HASH_DELETE(hh, c->index, e);
+        n->grp = e->grp;
+        n->grp.prev->next = &n->grp;
+        n->grp.next->prev = &n->grp;
+        c->stats.entries++;
+        c->alloc_bytes += entry_bytes(n);
+        entry_release(c, e); /* pending-- */
+    }
+
+    if (!evict_to_fit(c, n)) {
+        c->stats.fills_too_big++;
+        return 0;
+    }
+    c->stats.fills++;
+    return 1;
+}
+
+void cache_fill_abort(cache *c, uint64_t token, uint32_t part, int db, int kind, const char *key,
+                      size_t klen, const char *field, size_t flen) {
+    struct probe p;
+    struct entry *e;
+    if (token == 0 || probe_entry(c, &p, part, db, kind, key, klen, field, flen) != 0) return;
+    e = entry_find(c, &p);
+    if (e != NULL && e->state == ST_PENDING && e->u.token == token) {
+        entry_del(c, e);
+        account(c);
+    }
+}
+
+size_t cache_invalidate_key(cache *c, const char *key, size_t klen) {
+    struct probe gp;
+    struct group *g;
+    size_t n = 0;
+    c->stats.invalidations++;
+    if (c->groups == NULL || klen > KEY_MAX) return 0;
+    probe_group(c, &gp, (const unsigned char *)key, klen);
+    HASH_FIND_BYHASHVALUE(hh, c->groups, &gp, gp.len, gp.hv, g);
+    if (g == NULL) return 0;
+    /* the whole circle goes, so no group_unlink per entry */
+    struct link *l = g->members.next;
+    while (l != &g->members) {
+        struct entry *e = (struct entry *)(void *)((char *)l - offsetof(struct entry, grp));
+        l = l->next;
+        HASH_DELETE(hh, c->index, e);
+        entry_release(c, e);
+        n++;
+    }
+    HASH_DELETE(hh, c->groups, g);
+    c->alloc_bytes -= GROUP_BASE + g->hh.keylen;
+    CACHE_FREE(g);
+    c->stats.keys_purged += n;
+    account(c);
+    return n;
+}
+
+void cache_flush(cache *c) {
+    c->stats.flushes++;
+    drop_all(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* consistency check, compiled into the unit tests only */
+
+#ifdef CACHE_TESTING
+/* The probe that finds a stored identity. */
+static void probe_of_id(const cache *c, struct probe *p, const unsigned char *id, size_t len) {
+    uint32_t kl;
+    memcpy(&p->w0, id, 8);
+    p->kind = id[8];
+    memcpy(&kl, id + 9, 4);
+    p->klen = kl;
+    p->key = id + ID_HDR;
+    p->field = id + ID_HDR + kl;
+    p->flen = len - ID_HDR - kl;
+    p->len = len;
+    p->entry = 1;
+    p->hv = probe_hash(c->seed, p);
+}
+
+/* Returns 0 if every invariant in the header comment holds, else a
+ * negative number naming the first one broken. O(entries + group sizes). */
+static int cache_check(const cache *c) {
+    size_t alloc = 0, nvalid = 0, npending = 0, nitems = 0, ingroups = 0;
+    const struct entry *e, *prev = NULL;
+    const struct group *g;
+    for (e = c->index; e != NULL; prev = e, e = e->hh.next) {
+        struct probe p, gp;
+        struct entry *f;
+        nitems++;
+        if (e->hh.prev != prev) return -1;
+        if (e->hh.key != e->id || e->hh.keylen < ID_HDR) return -2;
+        uint32_t kl;
+        memcpy(&kl, e->id + 9, 4);
+        if (ID_HDR + (size_t)kl > e->hh.keylen) return -3;
+        probe_of_id(c, &p, e->id, e->hh.keylen);
+        if (e->hh.hashv != p.hv) return -4;
+        HASH_FIND_BYHASHVALUE(hh, c->index, &p, p.len, p.hv, f);
+        if (f != e) return -5;
+        if (e->state == ST_PENDING) {
+            npending++;
+            if (e->u.token == 0 || e->u.token > c->last_token || e->vlen != 0) return -6;
+        } else if (e->state == ST_VALUE || e->state == ST_NIL) {
+            nvalid++;
+            if (e->state == ST_NIL && e->vlen != 0) return -7;
+        } else {
+            return -8;
+        }
+        /* in the group of its key */
+        probe_group(c, &gp, p.key, p.klen);
+        HASH_FIND_BYHASHVALUE(hh, c->groups, &gp, gp.len, gp.hv, g);
+        if (g == NULL) return -9;
+        const struct link *l;
+        int found = 0;
+        for (l = g->members.next; l != &g->members; l = l->next) {
+            if (l->next->prev != l) return -10;
+            if (l == &e->grp) found = 1;
+        }
+        if (!found) return -11;
+        alloc += entry_bytes(e);
+    }
+    if (c->index != NULL) {
+        if (c->index->hh.tbl->num_items != nitems) return -12;
+        if (ELMT_FROM_HH(c->index->hh.tbl, c->index->hh.tbl->tail) != prev) return -13;
+    }
+    for (g = c->groups; g != NULL; g = g->hh.next) {
+        const struct link *l;
+        if (g->members.next == &g->members) return -14; /* empty group */
+        for (l = g->members.next; l != &g->members; l = l->next) {
+            const struct entry *m = (const struct entry *)(const void *)((const char *)l - offsetof(struct entry, grp));
+            uint32_t kl;
+            memcpy(&kl, m->id + 9, 4);
+            if (kl != g->hh.keylen || memcmp(m->id + ID_HDR, g->key, kl) != 0) return -15;
+            ingroups++;
+        }
+        alloc += GROUP_BASE + g->hh.keylen;
+    }
+    if (ingroups != nitems) return -16;
+    if (nvalid != c->stats.entries || npending != c->stats.pending) return -17;
+    if (alloc != c->alloc_bytes) return -18;
+    size_t used = alloc;
+    if (c->index != NULL) used += table_bytes(&c->index->hh);
+    if (c->groups != NULL) used += table_bytes(&c->groups->hh);
+    if (used != c->stats.used_bytes) return -19;
+    if (used > c->cfg.max_bytes) return -20;
+    return 0;
+}
+#endif

@@ -1,0 +1,208 @@
+"""
+Cache behaviour beyond the contract items: negative caching, one cached
+entry serving RESP2 and RESP3 clients, the INFO section, which reads are
+cacheable, and the directives that turn caching off or change the rules.
+"""
+import time
+
+import pytest
+
+from cachehelpers import SIDECACHE_FIELDS, Stats, parse_sidecache_section, start_cached, warm
+from helpers import wait_until
+
+pytestmark = pytest.mark.proxy_only
+
+
+@pytest.mark.parametrize("kind", ["GET", "HGET"])
+def test_negative_caching(kind, proxy_factory, upstream):
+    """A read of a missing key / field is cached as nil (the second read is a
+    hit and returns nil); once the field is created directly on Redis, the
+    proxy shows it (bounded), and then serves the value from the cache."""
+    p, st = start_cached(proxy_factory)
+    rd = ("GET", "i9801") if kind == "GET" else ("HGET", "d9801", "missing")
+    d = upstream.client()
+    d.hset("d9801", "other", "x")       # the hash exists, the field does not
+    c = p.raw(auth=True)
+    assert warm(c, st, rd) == [None]
+    d.set("i9801", "now") if kind == "GET" else d.hset("d9801", "missing", "now")
+    wait_until(lambda: c.cmd(*rd).value == b"now", timeout=2.0, interval=0.005,
+               what="the new field to show through the proxy")
+    assert warm(c, st, rd) == [b"now"]
+
+
+def test_nil_and_values_in_each_clients_protocol(proxy_factory, upstream):
+    """One cached entry serves RESP2 and RESP3 clients, each in its own
+    encoding: nil is $-1 for RESP2 and _ for RESP3 (both served as hits),
+    whichever protocol filled the entry; a value is the same bulk string."""
+    p, st = start_cached(proxy_factory)
+    d = upstream.client()
+    d.set("i9811", "val")
+    r2 = p.raw(auth=True)
+    r3 = p.raw(auth=True, protocol=3)
+    cases = [
+        (r2, ("GET", "i9812")),               # nil filled by a RESP2 client
+        (r3, ("HGET", "d9812", "f")),         # nil filled by a RESP3 client
+        (r2, ("GET", "i9811")),               # a value
+    ]
+    for filler, rd in cases:
+        filler.cmd(*rd)
+        for cl, nil in ((r2, b"$-1\r\n"), (r3, b"_\r\n")):
+            with st.delta() as dd:
+                f = cl.cmd(*rd)
+            assert dd["cache_hits"] == 1, (rd, dict(dd))
+            if rd == ("GET", "i9811"):
+                assert f.raw == b"$3\r\nval\r\n", f
+            else:
+                assert f.raw == nil, "%r for a RESP%s client: %r" % (rd, 2 if cl is r2 else 3, f)
+
+
+def test_info_section(proxy_factory):
+    """INFO through the proxy has the # sidecache section with every field,
+    tracking active, and the configured memory bound."""
+    p, st = start_cached(proxy_factory, args=("--cache-max-memory", "8mb"))
+    s = st.get()
+    missing = [f for f in SIDECACHE_FIELDS if f not in s]
+    assert not missing, "missing fields %r in %r" % (missing, s)
+    assert s["cache_enabled"] == 1
+    assert s["tracking_state"] == "active"
+    assert s["cache_max_bytes"] == 8 * 1024 * 1024
+    assert s["tracking_connects"] >= 1
+    # plain INFO (no section) carries it too, along with Redis's own sections
+    with p.raw(auth=True) as c:
+        text = bytes(c.call("INFO")).decode()
+    assert "# sidecache" in text and "redis_version" in text
+    assert parse_sidecache_section(text)["cache_enabled"] == 1
+
+
+CACHE_OFF = pytest.mark.parametrize("args", [("--cache-max-memory", "0"), ("--profile", "none")],
+                                    ids=["max-memory-0", "profile-none"])
+
+
+@CACHE_OFF
+def test_cache_off_means_no_hits(args, proxy_factory, upstream):
+    """cache-max-memory 0 (or no rules at all) turns caching off: no read is
+    ever served from a cache: a change made directly on Redis is seen at
+    once, every time (60 changes, each read twice right after), and if INFO
+    shows our section its hit counter stays 0."""
+    p = proxy_factory(args=args)
+    st = Stats(p)
+    d = upstream.raw(auth=True)
+    c = p.raw(auth=True)
+    for i in range(30):
+        d.cmd("SET", "i9821", str(i))
+        d.cmd("HSET", "d9821", "f", str(i))
+        for _ in range(2):
+            assert c.cmd("GET", "i9821").value == str(i).encode()
+            assert c.cmd("HGET", "d9821", "f").value == str(i).encode()
+    s = st.get(required=False)
+    assert s.get("cache_hits", 0) == 0, s
+    assert s.get("cache_enabled", 0) == 0, s
+
+
+@CACHE_OFF
+def test_info_section_when_cache_off(args, proxy_factory):
+    """With caching off, INFO still has the # sidecache section, saying
+    cache_enabled:0 (the section is how an operator sees the cache is off)."""
+    p = proxy_factory(args=args)
+    with p.raw(auth=True) as c:
+        text = bytes(c.call("INFO")).decode()
+    s = parse_sidecache_section(text)
+    assert s, "INFO has no # sidecache section when caching is off"
+    assert s["cache_enabled"] == 0, s
+
+
+def test_only_rule_matching_reads_are_cached(proxy_factory, upstream):
+    """The juicefs profile caches GET i[1-9]* and HGET d[1-9]* only: not GET
+    of i0 / iX keys, not GET of a d key, not HGET of an i key, not other
+    reads (MGET, HGETALL, GETRANGE, STRLEN)."""
+    p, st = start_cached(proxy_factory)
+    d = upstream.client()
+    for k in ("i0", "ix1", "i", "d1s", "x1"):
+        d.set(k, "v")
+    d.hset("i5h", "f", "v")
+    d.hset("d0", "f", "v")
+    d.hset("dx", "f", "v")
+    c = p.raw(auth=True)
+    reads = [("GET", "i0"), ("GET", "ix1"), ("GET", "i"), ("GET", "d1s"), ("GET", "x1"),
+             ("HGET", "i5h", "f"), ("HGET", "d0", "f"), ("HGET", "dx", "f"),
+             ("MGET", "i1", "i2"), ("HGETALL", "d1"), ("GETRANGE", "i1", "0", "-1"),
+             ("STRLEN", "i1"), ("HMGET", "d1", "f")]
+    with st.delta() as dd:
+        for rd in reads:
+            for _ in range(3):
+                c.cmd(*rd)
+    assert dd["cache_hits"] == 0 and dd["cache_fills"] == 0, dict(dd)
+    # while the cacheable shapes are
+    d.set("i1", "v")
+    d.hset("d1", "f", "v")
+    warm(c, st, ("GET", "i1"), ("HGET", "d1", "f"))
+
+
+def test_cache_rule_directive(proxy_factory, upstream):
+    """--profile none --cache-rule GET 'user:*' caches exactly that."""
+    p, st = start_cached(proxy_factory, args=("--profile", "none",
+                                              "--cache-rule", "GET", "user:*"))
+    d = upstream.client()
+    d.set("user:1", "u")
+    d.set("i1", "v")
+    c = p.raw(auth=True)
+    assert warm(c, st, ("GET", "user:1")) == [b"u"]
+    with st.delta() as dd:
+        for _ in range(3):
+            assert c.cmd("GET", "i1").value == b"v"
+    assert dd["cache_hits"] == 0, dict(dd)
+    d.set("user:1", "u2")
+    wait_until(lambda: c.cmd("GET", "user:1").value == b"u2", timeout=2.0, interval=0.005,
+               what="invalidation of a custom-rule key")
+
+
+def test_key_prefix_directive(proxy_factory, upstream):
+    """--key-prefix {1}: the rules follow the prefix ({1}i5 cached, i5 not),
+    and invalidations of prefixed keys arrive."""
+    p, st = start_cached(proxy_factory, args=("--key-prefix", "{1}"))
+    d = upstream.client()
+    d.set("{1}i5", "p")
+    d.set("i5", "n")
+    d.hset("{1}d5", "f", "p")
+    c = p.raw(auth=True)
+    assert warm(c, st, ("GET", "{1}i5"), ("HGET", "{1}d5", "f")) == [b"p", b"p"]
+    with st.delta() as dd:
+        for _ in range(3):
+            assert c.cmd("GET", "i5").value == b"n"
+    assert dd["cache_hits"] == 0, dict(dd)
+    d.set("{1}i5", "p2")
+    wait_until(lambda: c.cmd("GET", "{1}i5").value == b"p2", timeout=2.0, interval=0.005,
+               what="invalidation of a prefixed key")
+
+
+def test_cache_ttl_directive(proxy_factory, upstream):
+    """--cache-ttl 1: an entry older than a second is read again from Redis."""
+    p, st = start_cached(proxy_factory, args=("--cache-ttl", "1"))
+    upstream.client().set("i9831", "v")
+    c = p.raw(auth=True)
+    warm(c, st, ("GET", "i9831"))
+    time.sleep(1.2)
+    with st.delta() as dd:
+        assert c.cmd("GET", "i9831").value == b"v"
+    assert dd["cache_hits"] == 0 and dd["cache_misses"] == 1, dict(dd)
+
+
+def test_caching_waits_for_tracking(proxy_factory, redis_factory):
+    """While tracking is not active (Redis refuses CLIENT TRACKING to the
+    proxy's user), the proxy passes through and never serves a hit."""
+    up = redis_factory(requirepass="pw", name="noacl")
+    a = up.client()
+    a.execute_command("ACL", "SETUSER", "sc", "on", ">scpw", "~*", "&*", "+@all",
+                      "-client|tracking")
+    p = proxy_factory(up=up, upstream_url="redis://sc:scpw@127.0.0.1:%d" % up.port)
+    st = Stats(p)
+    wait_until(lambda: st.get().get("tracking_state") not in ("idle", "connecting", "setup"),
+               timeout=5, what="tracking setup to end")
+    s = st.get()
+    assert s["tracking_state"] != "active", s
+    a.set("i9841", "v")
+    c = p.raw(auth=True)
+    with st.delta() as dd:
+        for _ in range(3):
+            assert c.cmd("GET", "i9841").value == b"v"
+    assert dd["cache_hits"] == 0, dict(dd)

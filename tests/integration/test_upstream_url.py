@@ -1,0 +1,31 @@
+"""What the upstream URL sets: the database sessions start in."""
+import pytest
+
+
+@pytest.mark.proxy_only
+def test_upstream_url_db_is_where_sessions_start(proxy_factory, upstream):
+    proxy = proxy_factory(upstream_url="redis://127.0.0.1:%d/2" % upstream.port)
+    r = proxy.client()
+    r.set("k", "in-db2")
+    assert r.get("k") == b"in-db2"
+    assert upstream.client(db=2).get("k") == b"in-db2"
+    assert upstream.client(db=0).get("k") is None
+    with proxy.raw() as c:
+        assert c.cmd("GET", "k").raw == b"$6\r\nin-db2\r\n"
+        assert c.cmd("SELECT", 0).raw == b"+OK\r\n"
+        assert c.cmd("GET", "k").raw == b"$-1\r\n"
+        assert c.cmd("SELECT", 2).raw == b"+OK\r\n"
+        assert c.cmd("GET", "k").raw == b"$6\r\nin-db2\r\n"
+
+
+@pytest.mark.proxy_only
+def test_upstream_url_with_acl_user_clients_still_log_in_as_themselves(proxy_factory, redis_factory):
+    up = redis_factory(args=["--user", "proxyuser", "on", ">ppw", "~*", "&*", "+@all"])
+    up.client().execute_command("ACL", "SETUSER", "alice", "on", ">pw", "~a:*", "+@all")
+    proxy = proxy_factory(up=up, upstream_url="redis://proxyuser:ppw@127.0.0.1:%d" % up.port)
+    with proxy.raw() as anon, proxy.raw() as alice:
+        # No requirepass: an unauthenticated client is Redis's default user.
+        assert anon.call("ACL", "WHOAMI") == b"default"
+        assert alice.cmd("AUTH", "alice", "pw").raw == b"+OK\r\n"
+        assert alice.call("ACL", "WHOAMI") == b"alice"
+        assert alice.cmd("GET", "b:1").raw.startswith(b"-NOPERM")
