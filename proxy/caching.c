@@ -328,7 +328,6 @@ void px_caching_on_send(px_client *c, px_req *r, int cacheable, int in_multi) {
          * which the tracking loss flushed. */
         return;
     }
-    if (argc >= 1 && resp_arg_is(a[0].ptr, a[0].len, "INFO") && r != NULL) r->aux_flags |= PX_AUX_INFO;
 
     resp_buf keys;
     resp_buf_init(&keys);
@@ -338,6 +337,12 @@ void px_caching_on_send(px_client *c, px_req *r, int cacheable, int in_multi) {
      * (C6) or a DEBUG RELOAD/POPULATE. */
     if (argc >= 1 && (resp_arg_is(a[0].ptr, a[0].len, "REPLICAOF") || resp_arg_is(a[0].ptr, a[0].len, "SLAVEOF") ||
                       resp_arg_is(a[0].ptr, a[0].len, "FAILOVER") || resp_arg_is(a[0].ptr, a[0].len, "DEBUG")))
+        w = CMDT_WRITES_UNKNOWN;
+    /* A permission change: what a user may read from the cache (C8) is
+     * what Redis now lets it read, so start over. */
+    if (argc >= 2 && resp_arg_is(a[0].ptr, a[0].len, "ACL") &&
+        (resp_arg_is(a[1].ptr, a[1].len, "SETUSER") || resp_arg_is(a[1].ptr, a[1].len, "DELUSER") ||
+         resp_arg_is(a[1].ptr, a[1].len, "LOAD")))
         w = CMDT_WRITES_UNKNOWN;
     if (w == CMDT_WRITES_UNKNOWN) flush_for_write(pc, &a[0]);
     if (in_multi) {

@@ -292,15 +292,15 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     if (c->srv->caching != NULL) {
         px_caching_on_reply(c, r, data, len);
         if (r->aux_flags & PX_AUX_EXEC) px_caching_txn_end(c, 1);
-        if ((r->aux_flags & PX_AUX_INFO) && c->state != PX_CLIENT_CLOSED) {
-            resp_buf_init(&info);
-            if (info_with_section(c, data, len, &info) == 0) {
-                data = info.data;
-                len = info.len;
-                info_used = 1;
-            } else {
-                resp_buf_deinit(&info);
-            }
+    }
+    if ((r->aux_flags & PX_AUX_INFO) && c->state != PX_CLIENT_CLOSED) {
+        resp_buf_init(&info);
+        if (info_with_section(c, data, len, &info) == 0) {
+            data = info.data;
+            len = info.len;
+            info_used = 1;
+        } else {
+            resp_buf_deinit(&info);
         }
     }
     on_reply_deliver(c, r, data, len);
@@ -411,11 +411,25 @@ static px_req *forward_to(px_client *c, px_upstream *u, int kind, const char *da
     return r;
 }
 
+/* INFO with no section, or one that includes ours, gets our section. */
+static int wants_info_section(px_client *c) {
+    const resp_arg *a = c->rq.argv;
+    if (!resp_arg_is(a[0].ptr, a[0].len, "INFO")) return 0;
+    if (c->rq.argc == 1) return 1;
+    for (int i = 1; i < c->rq.argc; i++)
+        if (resp_arg_is(a[i].ptr, a[i].len, "sidecache") || resp_arg_is(a[i].ptr, a[i].len, "all") ||
+            resp_arg_is(a[i].ptr, a[i].len, "everything") || resp_arg_is(a[i].ptr, a[i].len, "default"))
+            return 1;
+    return 0;
+}
+
 static px_req *forward_current(px_client *c, px_upstream *u, const char *frame) {
     const char *data;
     size_t len;
     request_bytes(c, frame, &data, &len);
-    return forward_to(c, u, PX_REQ_CLIENT, data, len);
+    px_req *r = forward_to(c, u, PX_REQ_CLIENT, data, len);
+    if (r != NULL && !c->in_multi && wants_info_section(c)) r->aux_flags |= PX_AUX_INFO;
+    return r;
 }
 
 /* Records what a forwarded command does to the transaction state. */

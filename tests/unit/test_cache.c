@@ -810,19 +810,32 @@ static unsigned rnd_below(rnd *r, unsigned n) {
     return (unsigned)(rnd_next(r) % n);
 }
 
-/* Slot <-> identity. GET uses field 0 ("") only. */
-static void slot_ident(int slot, uint32_t *part, int *db, int *kind, char *key, size_t *klen, char *field,
-                       size_t *flen) {
-    int f = slot % M_FIELDS, k = slot / M_FIELDS % M_KEYS, kd = slot / (M_FIELDS * M_KEYS) % 2;
-    int d = slot / (M_FIELDS * M_KEYS * 2) % M_DBS, p = slot / (M_FIELDS * M_KEYS * 2 * M_DBS);
-    *part = (uint32_t)p + 1;
-    *db = d;
-    *kind = kd ? H : G;
-    /* some keys are prefixes of others; one key is empty */
-    *klen = k == 0 ? 0 : (size_t)snprintf(key, 32, "%c%d", kd ? 'd' : 'i', k);
-    if (k == 0) key[0] = 0;
-    *flen = *kind == G ? 0 : (size_t)snprintf(field, 32, f % 2 ? "name%d" : "n%d", f);
-    if (*kind == G) field[0] = 0;
+/* Slot -> identity, computed once. GET uses field 0 ("") only. */
+typedef struct slot_id {
+    uint32_t part;
+    int db, kind;
+    char key[16], field[16];
+    size_t klen, flen;
+} slot_id;
+
+static slot_id slots[M_SLOTS];
+
+static void slots_init(void) {
+    for (int slot = 0; slot < M_SLOTS; slot++) {
+        slot_id *i = &slots[slot];
+        int f = slot % M_FIELDS, k = slot / M_FIELDS % M_KEYS, kd = slot / (M_FIELDS * M_KEYS) % 2;
+        int d = slot / (M_FIELDS * M_KEYS * 2) % M_DBS, p = slot / (M_FIELDS * M_KEYS * 2 * M_DBS);
+        i->part = (uint32_t)p + 1;
+        i->db = d;
+        i->kind = kd ? H : G;
+        /* some keys are prefixes of others; key 0 is the empty key, for both kinds */
+        i->klen = k == 0 ? 0 : (size_t)snprintf(i->key, sizeof i->key, "%c%d", kd ? 'd' : 'i', k);
+        i->flen = kd ? (size_t)snprintf(i->field, sizeof i->field, f % 2 ? "name%d" : "n%d", f) : 0;
+    }
+}
+
+static int same_key(const slot_id *i, const char *key, size_t klen) {
+    return i->klen == klen && memcmp(i->key, key, klen) == 0;
 }
 
 /* Half the draws go to a few hot keys, so that hits are frequent. */
@@ -848,27 +861,27 @@ static void random_ops(const cache_api *api, uint64_t seed, int nops, unsigned o
     rnd r = {seed};
     int64_t now = 0;
     cache_config cfg = {48 * 1024, 256, 0};
-    char key[32], field[32], val[300];
+    char val[300];
     unsigned long bad_model = 0, bad_bound = 0, bad_check = 0, hits = 0, stored = 0, refused_stale = 0;
     int first_check = 0;
 
     memset(model, 0, sizeof model);
+    slots_init();
     cache *c = api->new_(&cfg);
     REQUIRE(c != NULL);
     t_fail_one_in = oom;
     for (int op = 0; op < nops; op++) {
-        uint32_t part;
-        int db, kind, slot = rnd_slot(&r);
-        size_t klen, flen;
+        int slot = rnd_slot(&r);
+        const slot_id *id = &slots[slot];
         unsigned what = rnd_below(&r, 1000);
-        slot_ident(slot, &part, &db, &kind, key, &klen, field, &flen);
         now += rnd_below(&r, 3);
 
         if (what < 400) { /* get */
             const char *v;
             size_t vl;
             int nil;
-            if (api->get(c, part, db, kind, key, klen, field, flen, now, &v, &vl, &nil)) {
+            if (api->get(c, id->part, id->db, id->kind, id->key, id->klen, id->field, id->flen, now, &v, &vl,
+                         &nil)) {
                 model_slot *m = &model[slot];
                 hits++;
                 if (!m->valid || m->nil != nil || (cfg.ttl_ms > 0 && now - m->filled > cfg.ttl_ms) ||
@@ -878,29 +891,30 @@ static void random_ops(const cache_api *api, uint64_t seed, int nops, unsigned o
                 model[slot].valid = 0; /* evicted or expired: gone from the cache */
             }
         } else if (what < 650) { /* begin */
-            uint64_t t = api->begin(c, part, db, kind, key, klen, field, flen, now);
+            uint64_t t = api->begin(c, id->part, id->db, id->kind, id->key, id->klen, id->field, id->flen, now);
             if (t == 0) {
                 /* no fill needed: a valid entry is there (unless memory ran out) */
                 if (!oom && !model[slot].valid) bad_model++;
             } else if (nfills < M_PENDING) {
                 fills[nfills++] = (model_fill){slot, t, 0};
             } else {
-                api->abort_(c, t, part, db, kind, key, klen, field, flen);
+                api->abort_(c, t, id->part, id->db, id->kind, id->key, id->klen, id->field, id->flen);
             }
         } else if (what < 920) { /* a reply arrives */
             if (nfills == 0) continue; /* nothing in flight: nothing changed */
             int i = (int)rnd_below(&r, (unsigned)nfills);
             model_fill f = fills[i];
             fills[i] = fills[--nfills];
-            slot_ident(f.slot, &part, &db, &kind, key, &klen, field, &flen);
+            id = &slots[f.slot];
             int nil = rnd_below(&r, 6) == 0;
             size_t vl = rnd_below(&r, 290);
             int n = snprintf(val, sizeof val, "%d:%" PRIu64 ":", f.slot, f.token);
             for (size_t j = (size_t)n; j < vl; j++) val[j] = (char)('a' + (j + f.token) % 26);
             if (vl < (size_t)n) vl = (size_t)n;
             if (rnd_below(&r, 10) == 0) {
-                api->abort_(c, f.token, part, db, kind, key, klen, field, flen);
-            } else if (api->complete(c, f.token, part, db, kind, key, klen, field, flen, val, vl, nil, now)) {
+                api->abort_(c, f.token, id->part, id->db, id->kind, id->key, id->klen, id->field, id->flen);
+            } else if (api->complete(c, f.token, id->part, id->db, id->kind, id->key, id->klen, id->field,
+                                     id->flen, val, vl, nil, now)) {
                 model_slot *m = &model[f.slot];
                 stored++;
                 if (f.stale) bad_model++; /* C3: read before a write, must not fill */
@@ -913,24 +927,11 @@ static void random_ops(const cache_api *api, uint64_t seed, int nops, unsigned o
                 refused_stale++;
             }
         } else if (what < 995) { /* invalidate a key */
-            size_t n = api->invalidate(c, key, klen);
-            (void)n;
-            for (int s = 0; s < M_SLOTS; s++) {
-                char k2[32], f2[32];
-                uint32_t p2;
-                int d2, kd2;
-                size_t kl2, fl2;
-                slot_ident(s, &p2, &d2, &kd2, k2, &kl2, f2, &fl2);
-                if (kl2 == klen && memcmp(k2, key, klen) == 0) model[s].valid = 0;
-            }
-            for (int i = 0; i < nfills; i++) {
-                char k2[32], f2[32];
-                uint32_t p2;
-                int d2, kd2;
-                size_t kl2, fl2;
-                slot_ident(fills[i].slot, &p2, &d2, &kd2, k2, &kl2, f2, &fl2);
-                if (kl2 == klen && memcmp(k2, key, klen) == 0) fills[i].stale = 1;
-            }
+            api->invalidate(c, id->key, id->klen);
+            for (int i = 0; i < M_SLOTS; i++)
+                if (same_key(&slots[i], id->key, id->klen)) model[i].valid = 0;
+            for (int i = 0; i < nfills; i++)
+                if (same_key(&slots[fills[i].slot], id->key, id->klen)) fills[i].stale = 1;
         } else if (what < 997) { /* flush */
             api->flush(c);
             for (int s = 0; s < M_SLOTS; s++) model[s].valid = 0;
@@ -973,11 +974,11 @@ static void random_ops(const cache_api *api, uint64_t seed, int nops, unsigned o
 }
 
 static void test_random_ops_real(void) {
-    for (uint64_t seed = 1; seed <= 4; seed++) random_ops(&real_api, seed * 0x9e3779b97f4a7c15ULL, 60000, 0);
+    for (uint64_t seed = 1; seed <= 4; seed++) random_ops(&real_api, seed * 0x9e3779b97f4a7c15ULL, 150000, 0);
 }
 
 static void test_random_ops_checked(void) {
-    for (uint64_t seed = 1; seed <= 3; seed++) random_ops(&ck_api, seed * 0x2545f4914f6cdd1dULL, 20000, 0);
+    for (uint64_t seed = 1; seed <= 3; seed++) random_ops(&ck_api, seed * 0x2545f4914f6cdd1dULL, 40000, 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -988,7 +989,7 @@ static void test_random_ops_checked(void) {
 static void test_oom_random(void) {
     unsigned long before = t_failures;
     t_fail_rng = 0x1234567;
-    for (uint64_t seed = 1; seed <= 3; seed++) random_ops(&ck_api, seed * 0x9e3779b97f4a7c15ULL, 20000, 7);
+    for (uint64_t seed = 1; seed <= 3; seed++) random_ops(&ck_api, seed * 0x9e3779b97f4a7c15ULL, 40000, 7);
     CHECK(t_failures - before > 1000);
 }
 
