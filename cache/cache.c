@@ -147,6 +147,14 @@ struct probe {
 
 #define MM_M 0xc6a4a7935bd1e995ULL
 
+#ifdef CACHE_TESTING
+/* The unit tests narrow hashes to force collisions (see test_cache.c). */
+static unsigned cache_hash_mask = ~0u;
+#define HASH_MASK cache_hash_mask
+#else
+#define HASH_MASK (~0u)
+#endif
+
 /* MurmurHash64A (Austin Appleby, public domain), fed piece by piece. */
 static inline uint64_t mm_word(uint64_t h, uint64_t k) {
     k *= MM_M;
@@ -176,7 +184,7 @@ static inline unsigned mm_final(uint64_t h) {
     h ^= h >> 47;
     h *= MM_M;
     h ^= h >> 47;
-    return (unsigned)(h ^ (h >> 32));
+    return (unsigned)(h ^ (h >> 32)) & HASH_MASK;
 }
 
 static inline unsigned probe_hash(uint64_t seed, const struct probe *p) {

@@ -828,9 +828,13 @@ static void slots_init(void) {
         i->part = (uint32_t)p + 1;
         i->db = d;
         i->kind = kd ? H : G;
-        /* some keys are prefixes of others; key 0 is the empty key, for both kinds */
-        i->klen = k == 0 ? 0 : (size_t)snprintf(i->key, sizeof i->key, "%c%d", kd ? 'd' : 'i', k);
-        i->flen = kd ? (size_t)snprintf(i->field, sizeof i->field, f % 2 ? "name%d" : "n%d", f) : 0;
+        /* Both kinds use the same keys; some keys are prefixes of others
+         * and key + field is ambiguous without the boundary ("d1" "2x",
+         * "d12" "x"); key 0 is the empty key, field 0 the empty field. */
+        static const char *const fields[M_FIELDS] = {"", "x", "2x", "12x", "n4", "name5"};
+        i->klen = k == 0 ? 0 : (size_t)snprintf(i->key, sizeof i->key, "%c%d", k % 3 ? 'd' : 'i', k);
+        i->flen = kd ? strlen(fields[f]) : 0;
+        memcpy(i->field, kd ? fields[f] : "", i->flen + 1);
     }
 }
 
@@ -977,6 +981,42 @@ static void test_random_ops_real(void) {
     for (uint64_t seed = 1; seed <= 4; seed++) random_ops(&real_api, seed * 0x9e3779b97f4a7c15ULL, 150000, 0);
 }
 
+/* With every hash narrowed to 3 bits, all lookups walk long chains and
+ * compare identities: kind, key/field boundary, part and db must all count. */
+static void test_random_ops_colliding(void) {
+    cache_hash_mask = 7;
+    for (uint64_t seed = 1; seed <= 2; seed++) random_ops(&ck_api, seed * 0x5851f42d4c957f2dULL, 20000, 0);
+    cache_hash_mask = ~0u;
+}
+
+/* The identity comparison alone (what decides when hashes collide). */
+static void test_identity_compare(void) {
+    struct probe a, b;
+    unsigned char id[64];
+    cache_config cfg = {MB, 1024, 0};
+    cache *c = ck_cache_new(&cfg);
+    REQUIRE(c != NULL);
+    REQUIRE(probe_entry(c, &a, 7, 3, H, "d1", 2, "2x", 2) == 0);
+    probe_store(&a, id);
+    CHECK_EQ_INT(probe_cmp(id, &a), 0);
+    REQUIRE(probe_entry(c, &b, 7, 3, H, "d12", 3, "x", 1) == 0);
+    CHECK(probe_cmp(id, &b) != 0);
+    REQUIRE(probe_entry(c, &b, 7, 3, G, "d1", 2, "2x", 2) == 0);
+    CHECK(probe_cmp(id, &b) != 0);
+    REQUIRE(probe_entry(c, &b, 8, 3, H, "d1", 2, "2x", 2) == 0);
+    CHECK(probe_cmp(id, &b) != 0);
+    REQUIRE(probe_entry(c, &b, 7, 4, H, "d1", 2, "2x", 2) == 0);
+    CHECK(probe_cmp(id, &b) != 0);
+    REQUIRE(probe_entry(c, &b, 7, 3, H, "d2", 2, "2x", 2) == 0);
+    CHECK(probe_cmp(id, &b) != 0);
+    REQUIRE(probe_entry(c, &b, 7, 3, H, "d1", 2, "2y", 2) == 0);
+    CHECK(probe_cmp(id, &b) != 0);
+    REQUIRE(probe_entry(c, &b, 7, 3, H, "d1", 2, "2x", 2) == 0);
+    CHECK_EQ_INT(probe_cmp(id, &b), 0);
+    CHECK_EQ_INT(b.hv, a.hv);
+    ck_cache_free(c);
+}
+
 static void test_random_ops_checked(void) {
     for (uint64_t seed = 1; seed <= 3; seed++) random_ops(&ck_api, seed * 0x2545f4914f6cdd1dULL, 40000, 0);
 }
@@ -1053,6 +1093,8 @@ static void test_oom_while_tables_grow(void) {
             ck_cache_fill_complete(c, t, 1, 0, G, k, (size_t)kl, "", 0, "v", 1, 0, 0);
         }
         CHECK_EQ_INT(cache_check(c), 0);
+        /* every complete consumed its placeholder: stored, or dropped */
+        CHECK_EQ_INT(ck_cache_get_stats(c)->pending, 0);
         t_fail_reset();
         ck_cache_flush(c);
         CHECK_EQ_INT(ck_cache_get_stats(c)->used_bytes, 0);
@@ -1113,6 +1155,8 @@ int main(void) {
     RUN(test_set_config_shrink_evicts);
     RUN(test_random_ops_real);
     RUN(test_random_ops_checked);
+    RUN(test_random_ops_colliding);
+    RUN(test_identity_compare);
     RUN(test_oom_random);
     RUN(test_oom_each_allocation);
     RUN(test_oom_while_tables_grow);
