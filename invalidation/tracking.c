@@ -52,6 +52,7 @@ struct inv_conn {
     int64_t setup_deadline_ms;
     int64_t ping_sent_ms;     /* outstanding ping, 0 if none */
     int64_t last_ping_ms;
+    long long my_id;          /* from CLIENT ID */
     inv_stats stats;
 };
 
@@ -266,7 +267,13 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
             inv_fail(t, "CLIENT ID: unexpected reply", 1);
             return;
         }
-        send_tracking(t, t->rp.count);
+        t->my_id = t->rp.count;
+        if (t->cfg.bcast) {
+            send_tracking(t, t->rp.count);
+        } else {
+            send_cmd(t, "SUBSCRIBE", INV_CHANNEL, NULL);
+            expect(t, EXP_SUBSCRIBE);
+        }
         break;
     case EXP_SUBSCRIBE:
         if (type != '*') {
@@ -434,4 +441,5 @@ void inv_free(inv_conn *t) {
 }
 
 enum inv_state inv_get_state(const inv_conn *t) { return t->state; }
+long long inv_redirect_id(const inv_conn *t) { return t->state == INV_ACTIVE ? t->my_id : 0; }
 const inv_stats *inv_get_stats(const inv_conn *t) { return &t->stats; }

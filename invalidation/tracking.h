@@ -12,8 +12,10 @@
  *     └──back-off── BACKOFF ◄──────── error, refusal, ping deadline ───┘
  *                                                                     
  * SETUP sends, on one RESP2 connection: [AUTH], COMMAND (the owner learns
- * which commands write which keys), CLIENT ID, then CLIENT TRACKING ON
- * REDIRECT <own id> BCAST PREFIX p ... and SUBSCRIBE __redis__:invalidate.
+ * which commands write which keys), CLIENT ID, then (bcast mode) CLIENT
+ * TRACKING ON REDIRECT <own id> BCAST PREFIX p ... and SUBSCRIBE
+ * __redis__:invalidate. In the default and optin modes the data connections
+ * turn tracking on themselves, redirected to this connection's id.
  * Redis then delivers "message __redis__:invalidate [keys]" on this same
  * connection (verified on redis-server 7.0).
  *
@@ -55,6 +57,9 @@ typedef struct inv_config {
     const char *user, *pass;      /* AUTH, when pass != NULL */
     const char *const *prefixes;  /* BCAST prefixes, non-overlapping */
     int nprefixes;
+    int bcast;                    /* 1: track here in BCAST mode with the prefixes;
+                                     0: only receive what the data connections'
+                                     CLIENT TRACKING ... REDIRECT <our id> send */
     int ping_ms;                  /* keep-alive period */
     int timeout_ms;               /* ping answer deadline */
 } inv_config;
@@ -69,6 +74,9 @@ void inv_start(inv_conn *t);
 void inv_free(inv_conn *t);
 
 enum inv_state inv_get_state(const inv_conn *t);
+/* Redis's id of this connection while ACTIVE (the REDIRECT target of data
+ * connections in the default and optin modes), else 0. */
+long long inv_redirect_id(const inv_conn *t);
 const char *inv_state_name(enum inv_state s);
 
 typedef struct inv_stats {

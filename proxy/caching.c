@@ -38,6 +38,10 @@ struct px_caching {
     cmdtable *cmdt;          /* NULL until COMMAND was read */
     inv_conn *inv;
     int active;              /* tracking confirmed */
+    int mode;                /* enum px_tracking_mode */
+    uint64_t epoch;          /* changes whenever tracking starts or stops: a
+                                data connection is tracked only for the epoch
+                                it turned tracking on in */
     char *users[64];         /* partition id - 1 -> user name (ACL partition) */
     int nusers;
     /* flushes by cause */
@@ -64,9 +68,62 @@ static void on_flush(void *arg, const char *why) {
     px_notice("cache flushed reason=\"%s\"", why);
 }
 
+static void send_tracking_on(px_server *srv, px_upstream *u) {
+    struct px_caching *pc = srv->caching;
+    char id[32];
+    long long rid = inv_redirect_id(pc->inv);
+    if (rid <= 0 || u->tunnel) return;
+    snprintf(id, sizeof id, "%lld", rid);
+    resp_buf b;
+    resp_buf_init(&b);
+    if (pc->mode == PX_TRACKING_OPTIN)
+        resp_enc_commandv(&b, "CLIENT", "TRACKING", "ON", "REDIRECT", id, "OPTIN", NULL);
+    else
+        resp_enc_commandv(&b, "CLIENT", "TRACKING", "ON", "REDIRECT", id, NULL);
+    px_req *r = px_req_new(srv, NULL, PX_REQ_TRACKING);
+    if (r != NULL) {
+        r->fill_token = pc->epoch;
+        px_upstream_send(u, r, b.data, b.len);
+    }
+    resp_buf_deinit(&b);
+}
+
 static void on_active(void *arg, int active) {
     px_server *srv = arg;
-    srv->caching->active = active;
+    struct px_caching *pc = srv->caching;
+    pc->active = active;
+    pc->epoch++;
+    /* default/optin: every open data connection redirects to the new
+     * invalidation connection from now on; until its +OK it fills nothing */
+    if (active && pc->mode != PX_TRACKING_BCAST) px_pools_foreach_connection(srv, send_tracking_on);
+}
+
+void px_caching_on_connect(px_server *srv, px_upstream *u) {
+    struct px_caching *pc = srv->caching;
+    if (pc != NULL && pc->mode != PX_TRACKING_BCAST && pc->active) send_tracking_on(srv, u);
+}
+
+void px_caching_on_upstream_lost(px_server *srv, px_upstream *u) {
+    struct px_caching *pc = srv->caching;
+    if (pc == NULL || pc->mode == PX_TRACKING_BCAST || u->tracked_epoch != pc->epoch) return;
+    /* Redis forgets what a closed connection read: invalidations for the
+     * entries it filled would never come */
+    cache_flush(pc->cache);
+    pc->flush_tracking++;
+    px_notice("cache flushed reason=\"tracked upstream connection lost\" id=%llu", (unsigned long long)u->id);
+}
+
+void px_caching_before_read(px_client *c, px_upstream *u, int cacheable) {
+    struct px_caching *pc = c->srv->caching;
+    if (!cacheable || pc == NULL || pc->mode != PX_TRACKING_OPTIN || u->tracked_epoch != pc->epoch) return;
+    static const char caching_yes[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nYES\r\n";
+    px_req *r = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
+    if (r != NULL) px_upstream_send(u, r, caching_yes, sizeof caching_yes - 1);
+}
+
+/* May a read sent on u fill the cache? */
+static int conn_tracked(struct px_caching *pc, px_upstream *u) {
+    return pc->mode == PX_TRACKING_BCAST || (u != NULL && u->tracked_epoch == pc->epoch && pc->epoch != 0);
 }
 
 static void on_command_table(void *arg, const char *reply, size_t len) {
@@ -141,8 +198,10 @@ int px_caching_init(px_server *srv) {
         /* not fatal: Redis may come later; the pools resolve again */
         px_warning("cannot resolve the upstream for the invalidation connection yet: %s", err);
     }
+    pc->mode = cfg->tracking_mode;
     inv_config ic;
     memset(&ic, 0, sizeof ic);
+    ic.bcast = pc->mode == PX_TRACKING_BCAST;
     memcpy(&ic.addr, &srv->up_sa, sizeof ic.addr);
     ic.addrlen = srv->up_salen;
     ic.user = cfg->up.has_user ? cfg->up.user : NULL;
@@ -163,9 +222,10 @@ int px_caching_init(px_server *srv) {
         size_t n = 0;
         for (int i = 0; i < ic.nprefixes && n < sizeof list - 1; i++)
             n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? "," : "", pc->rules.prefixes[i]);
-        px_notice("cache on max_memory=%lld max_value=%lld rules=%d tracking=bcast prefixes=%s",
-                  cfg->cache_max_memory, cfg->cache_max_value, pc->rules.nrules,
-                  ic.nprefixes ? list : "(all keys)");
+        static const char *modes[] = {"bcast", "default", "optin"};
+        px_notice("cache on max_memory=%lld max_value=%lld rules=%d tracking=%s prefixes=%s",
+                  cfg->cache_max_memory, cfg->cache_max_value, pc->rules.nrules, modes[pc->mode],
+                  !ic.bcast ? "(tracked per read)" : ic.nprefixes ? list : "(all keys)");
     }
     return 0;
 
@@ -288,14 +348,14 @@ static void flush_for_write(struct px_caching *pc, const resp_arg *cmd) {
              cmd->ptr);
 }
 
-void px_caching_on_send(px_client *c, px_req *r, int cacheable, int in_multi) {
+void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, int in_multi) {
     struct px_caching *pc = c->srv->caching;
     if (pc == NULL) return;
     const resp_arg *a = c->rq.argv;
     int argc = c->rq.argc;
 
     if (cacheable && r != NULL && !in_multi) {
-        if (!px_caching_active(c->srv)) return;
+        if (!px_caching_active(c->srv) || !conn_tracked(pc, u)) return;
         int kind = cacheable_kind(pc, a, argc);
         uint32_t part = partition_of(pc, c->user);
         const char *field = kind == CACHE_KIND_HGET ? a[2].ptr : "";
@@ -318,6 +378,7 @@ void px_caching_on_send(px_client *c, px_req *r, int cacheable, int in_multi) {
         r->aux_len = n;
         r->aux_flags |= PX_AUX_FILL;
         r->fill_token = token;
+        u->filled = 1;
         pc->fills_begun++;
         return;
     }
@@ -460,7 +521,8 @@ void px_caching_info(px_server *srv, resp_buf *b) {
     uint64_t lookups = st->hits + st->misses;
     resp_buf_printf(b, "cache_enabled:1\r\n");
     resp_buf_printf(b, "tracking_state:%s\r\n", inv_state_name(inv_get_state(pc->inv)));
-    resp_buf_printf(b, "tracking_mode:bcast\r\n");
+    static const char *modes[] = {"bcast", "default", "optin"};
+    resp_buf_printf(b, "tracking_mode:%s\r\n", modes[pc->mode]);
     resp_buf_printf(b, "tracking_last_error:%s\r\n", is->last_error);
     resp_buf_printf(b, "cache_hits:%llu\r\n", (unsigned long long)st->hits);
     resp_buf_printf(b, "cache_misses:%llu\r\n", (unsigned long long)st->misses);

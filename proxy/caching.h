@@ -55,7 +55,8 @@ int px_caching_try_hit(struct px_client *c, int *cacheable);
  * cacheable read, or invalidates what it writes (and records it in r, or in
  * the client's transaction when in_multi, for the reply).
  */
-void px_caching_on_send(struct px_client *c, struct px_req *r, int cacheable, int in_multi);
+void px_caching_on_send(struct px_client *c, struct px_upstream *u, struct px_req *r, int cacheable,
+                        int in_multi);
 
 /* The reply to r arrived: fill or invalidate before it is relayed. Also
  * looks for replies that mean Redis changed role (C6). */
@@ -67,6 +68,14 @@ void px_caching_release_req(struct px_req *r);
 /* A client's transaction ended: its queued writes (exec: invalidate them
  * now, before the EXEC reply is relayed; discard: forget them). */
 void px_caching_txn_end(struct px_client *c, int exec);
+
+/* tracking-mode default/optin: a new upstream connection turns tracking
+ * on, redirected to the invalidation connection; one whose reads filled
+ * the cache empties it when lost (C4). No-ops in bcast mode. */
+void px_caching_on_connect(px_server *srv, struct px_upstream *u);
+void px_caching_on_upstream_lost(px_server *srv, struct px_upstream *u);
+/* optin: a cacheable read about to go to u is preceded by CLIENT CACHING YES. */
+void px_caching_before_read(struct px_client *c, struct px_upstream *u, int cacheable);
 
 /* Appends the "# sidecache" INFO section to b (text, CRLF lines). */
 void px_caching_info(px_server *srv, resp_buf *b);

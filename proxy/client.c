@@ -461,7 +461,7 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
     track_txn(c, id);
     px_req *r = forward_current(c, c->pinned, frame);
     if (r == NULL) return;
-    px_caching_on_send(c, r, 0, queued);
+    px_caching_on_send(c, c->pinned, r, 0, queued);
     if (is_exec) r->aux_flags |= PX_AUX_EXEC;
 }
 
@@ -771,7 +771,7 @@ static int client_dispatch(px_client *c, const char *frame) {
         size_t len;
         /* no reply is matched in a tunnel: a write invalidates when sent,
          * and Redis's own invalidation follows */
-        px_caching_on_send(c, NULL, 0, 0);
+        px_caching_on_send(c, NULL, NULL, 0, 0);
         request_bytes(c, frame, &data, &len);
         if (c->pinned != NULL) px_upstream_send_raw(c->pinned, data, len);
         return DISPATCH_DONE;
@@ -859,8 +859,9 @@ static int client_dispatch(px_client *c, const char *frame) {
         return DISPATCH_DONE;
     }
     if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
+    px_caching_before_read(c, u, cacheable);
     px_req *r = forward_current(c, u, frame);
-    if (r != NULL) px_caching_on_send(c, r, cacheable, 0);
+    if (r != NULL) px_caching_on_send(c, u, r, cacheable, 0);
     return DISPATCH_DONE;
 }
 

@@ -81,7 +81,7 @@ typedef struct px_directive {
 
 static const char *const px_loglevel_names[] = {"debug", "verbose", "notice", "warning", NULL};
 static const char *const px_profile_names[] = {"none", "juicefs", NULL};
-static const char *const px_tracking_names[] = {"bcast", NULL};
+static const char *const px_tracking_names[] = {"bcast", "default", "optin", NULL};
 
 /* The default bind address; a static string, so init cannot run out of
  * memory. Never written to; never freed (see bind_free). */
@@ -150,7 +150,7 @@ static const px_directive px_directives[] = {
     {.name = "cache-ttl", .type = PX_CT_INT, PX_FIELD(cache_ttl), .min = 0, .max = INT_MAX, .def = "0",
      .arg = "<seconds>", .help = "Entries older than this are read again; 0 = no expiry"},
     {.name = "tracking-mode", .type = PX_CT_ENUM, PX_FIELD(tracking_mode), .names = px_tracking_names,
-     .def = "bcast", .arg = "<bcast>", .help = "How Redis tracks what the cache holds"},
+     .def = "bcast", .arg = "<bcast|default|optin>", .help = "How Redis tracks what the cache holds"},
     {.name = "tracking-keepalive-ms", .type = PX_CT_INT, PX_FIELD(tracking_keepalive_ms), .min = 10,
      .max = 600000, .def = "1000", .arg = "<ms>", .help = "PING period on the invalidation connection"},
     {.name = "tracking-timeout-ms", .type = PX_CT_INT, PX_FIELD(tracking_timeout_ms), .min = 10,

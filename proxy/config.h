@@ -22,7 +22,7 @@
 #define PX_MAX_SCRIPTS 32
 
 enum px_profile { PX_PROFILE_NONE, PX_PROFILE_JUICEFS };
-enum px_tracking_mode { PX_TRACKING_BCAST };
+enum px_tracking_mode { PX_TRACKING_BCAST, PX_TRACKING_DEFAULT, PX_TRACKING_OPTIN };
 
 /* px_config_from_args's results other than 0 (run) and -1 (error). */
 enum { PX_ARGS_HELP = 1, PX_ARGS_VERSION = 2 };

@@ -26,6 +26,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "proxy/caching.h"
 #include "proxy/client.h"
 #include "proxy/io.h"
 #include "proxy/log.h"
@@ -150,6 +151,15 @@ static void pool_close_connections(px_pool *p) {
     for (int i = 0; i < p->nshared; i++)
         if (p->shared[i] != NULL) px_upstream_close(p->shared[i], "pool closed");
     while (p->idle != NULL) px_upstream_close(p->idle, "pool closed");
+}
+
+void px_pools_foreach_connection(px_server *srv, void (*fn)(px_server *, px_upstream *)) {
+    for (px_pool *p = srv->pools; p != NULL; p = p->next) {
+        for (int i = 0; i < p->nshared; i++)
+            if (p->shared[i] != NULL && p->shared[i]->state != PX_UP_CLOSED) fn(srv, p->shared[i]);
+        for (px_upstream *u = p->idle; u != NULL; u = u->next_idle)
+            if (u->state != PX_UP_CLOSED) fn(srv, u);
+    }
 }
 
 void px_pools_close_connections(px_server *srv) {
@@ -300,6 +310,7 @@ static px_upstream *up_connect(px_pool *p) {
     u->handshake_left = up_write_handshake(u, &hs);
     if (hs.len > 0) px_io_write(&u->io, hs.data, hs.len);
     resp_buf_deinit(&hs);
+    if (srv->caching != NULL) px_caching_on_connect(srv, u);
     px_verbose("upstream connecting id=%llu addr=%s db=%d proto=%d",
                (unsigned long long)u->id, up_addr(srv, addr, sizeof addr), p->db, p->proto);
     return u;
@@ -383,7 +394,7 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen) {
         u->npending--;
         r->pending = 0;
         r->next_up = NULL;
-        if (r->kind == PX_REQ_DISCARD)
+        if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING)
             px_req_release(u->srv, r);
         else
             px_client_on_reply(r->client, r, err, errlen);
@@ -397,6 +408,8 @@ static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, c
     u->state = PX_UP_CLOSED;
     px_io_close(&u->io);
     pool_unlink_upstream(u);
+    /* reads filled from a tracked connection are no longer tracked (C4) */
+    if (u->filled && u->srv->caching != NULL) px_caching_on_upstream_lost(u->srv, u);
     /* The owner learns first, so that it does not try to reuse this
      * connection while the errors below are delivered to it. */
     px_client *owner = u->owner;
@@ -449,7 +462,8 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         }
         return;
     }
-    if (u->tunnel) {
+    if (u->tunnel && u->head == NULL) {
+        /* internal requests sent before the tunnel opened answer first */
         if (u->owner != NULL) px_client_on_tunnel_data(u->owner, data, len);
         return;
     }
@@ -470,10 +484,14 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     u->npending--;
     r->pending = 0;
     r->next_up = NULL;
-    if (r->kind == PX_REQ_DISCARD)
+    if (r->kind == PX_REQ_TRACKING) {
+        if (type != '-' && type != '!') u->tracked_epoch = r->fill_token;
         px_req_release(u->srv, r);
-    else
+    } else if (r->kind == PX_REQ_DISCARD) {
+        px_req_release(u->srv, r);
+    } else {
         px_client_on_reply(r->client, r, data, len);
+    }
 }
 
 static void up_on_read(void *arg) {

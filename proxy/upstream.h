@@ -46,6 +46,8 @@ enum px_req_kind {
     PX_REQ_AUTH,
     PX_REQ_HELLO,
     PX_REQ_DISCARD,     /* internal request: reply dropped */
+    PX_REQ_TRACKING,    /* internal: CLIENT TRACKING ON REDIRECT; +OK marks the
+                           connection tracked for epoch fill_token */
 };
 
 /*
@@ -114,6 +116,8 @@ typedef struct px_upstream {
     int tunnel;                /* relay bytes to owner without matching */
     int shared_index;          /* index in pool->shared, or -1 */
     uint64_t id;               /* for logs */
+    uint64_t tracked_epoch;    /* tracking on, for this caching epoch (0: off) */
+    int filled;                /* a fill was read on this connection */
 } px_upstream;
 
 /* Finds or creates the pool of an identity; takes a reference. NULL on OOM. */
@@ -154,6 +158,8 @@ int px_upstream_resolve(px_server *srv, char *why, size_t whylen);
 
 /* Frees idle pools unused for a while; called from cron. */
 void px_pools_sweep(px_server *srv, int64_t now_ms);
+/* Calls fn for every open shared and idle connection of every pool. */
+void px_pools_foreach_connection(px_server *srv, void (*fn)(px_server *, px_upstream *));
 /* Closes every connection of every pool (shutdown, first step). */
 void px_pools_close_connections(px_server *srv);
 /* Closes every pool and connection (shutdown). */

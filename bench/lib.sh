@@ -1,0 +1,292 @@
+# bench/lib.sh — shared helpers of the bench scripts (sourced, not run).
+#
+# bench_init NAME sets up: $root (the repo), $here (bench/), $work (a temporary
+# directory), $RESULTS_DIR, log/die, and a cleanup trap that stops, in reverse
+# order, every process started with `start` (SIGTERM, then SIGKILL after 5 s),
+# and removes $work (kept, and named, when the script failed). Everything runs
+# on 127.0.0.1 on free ports.
+#
+# Binaries (environment overrides): REDIS_SERVER, REDIS_CLI, REDIS_BENCHMARK,
+# NUTCRACKER_BIN, SIDECACHE_BIN (default: build/sidecache when ./sidecache is an
+# ASan build or missing, else ./sidecache), LOADGEN_BIN (bench/build/loadgen,
+# compiled when missing or older than bench/loadgen.c), TOXIPROXY_BIN
+# (bench/build/toxiproxy-server, built with Go from bench/toxiproxy/).
+
+bench_init() {
+  bench_name=$1
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  here=$root/bench
+  RESULTS_DIR=${RESULTS_DIR:-/tmp}
+  BENCH_TIMEOUT=${BENCH_TIMEOUT:-300}
+  work=$(mktemp -d "${TMPDIR:-/tmp}/sidecache-$bench_name.XXXXXX")
+  pids=()
+  names=()
+  fg_pid=""
+  used_ports=" "
+  trap bench_cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
+
+log() { echo "$bench_name: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+bench_cleanup() {
+  local rc=$? i
+  trap - EXIT INT TERM
+  if [ -n "$fg_pid" ]; then
+    kill -TERM "$fg_pid" 2>/dev/null || true
+    wait "$fg_pid" 2>/dev/null || true
+  fi
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    [ -n "${pids[i]}" ] && stop_pid "${pids[i]}" "${names[i]}"
+  done
+  if [ "$rc" != 0 ]; then
+    log "failed (exit $rc); logs kept in $work"
+  else
+    rm -rf "$work"
+  fi
+  exit "$rc"
+}
+
+stop_pid() { # PID NAME: SIGTERM, wait up to 5 s, then SIGKILL
+  local pid=$1 name=$2
+  kill -TERM "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "$name (pid $pid) ignored SIGTERM; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
+pick_bin() { # first executable among the arguments (paths or names on PATH)
+  local b
+  for b in "$@"; do
+    [ -n "$b" ] || continue
+    if [ -x "$b" ] && [ ! -d "$b" ]; then echo "$b"; return 0; fi
+    if command -v "$b" >/dev/null 2>&1; then command -v "$b"; return 0; fi
+  done
+  return 1
+}
+
+find_redis() {
+  REDIS_SERVER=$(pick_bin "${REDIS_SERVER:-}" /usr/bin/redis-server redis-server) \
+    || die "redis-server not found (Debian package redis-server)"
+  REDIS_CLI=$(pick_bin "${REDIS_CLI:-}" /usr/bin/redis-cli redis-cli) \
+    || die "redis-cli not found (Debian package redis-tools)"
+}
+
+find_redis_benchmark() {
+  REDIS_BENCHMARK=$(pick_bin "${REDIS_BENCHMARK:-}" /usr/bin/redis-benchmark redis-benchmark) \
+    || die "redis-benchmark not found (Debian package redis-tools)"
+}
+
+is_asan() { ldd "$1" 2>/dev/null | grep -q libasan; }
+
+# Sets SIDECACHE_BIN. An ASan build (what CI and `make SANITIZE=1` make, and
+# what ./sidecache points to after them) is several times slower: the
+# non-sanitized build/sidecache is taken instead when it exists.
+find_sidecache() {
+  local b=${SIDECACHE_BIN:-}
+  if [ -z "$b" ]; then
+    b=$root/sidecache
+    if { [ ! -x "$b" ] || is_asan "$b"; } && [ -x "$root/build/sidecache" ]; then
+      b=$root/build/sidecache
+    fi
+  fi
+  case "$b" in /*) ;; *) b="$PWD/$b" ;; esac
+  [ -x "$b" ] && [ ! -d "$b" ] || die "sidecache binary $b is missing (build it with make, or set SIDECACHE_BIN)"
+  if is_asan "$b"; then
+    log "warning: $b is an ASan build: its numbers are not comparable (make without SANITIZE builds build/sidecache)"
+  fi
+  SIDECACHE_BIN=$b
+}
+
+find_nutcracker() { # sets NUTCRACKER_BIN, or empty
+  NUTCRACKER_BIN=$(pick_bin "${NUTCRACKER_BIN:-}" /usr/sbin/nutcracker nutcracker) || NUTCRACKER_BIN=""
+}
+
+# The load driver: compiled into bench/build/ when missing or older than its source.
+LOADGEN_CFLAGS="-O2 -Wall -Wextra"
+LOADGEN_LIBS="-lhiredis -levent -lm"
+build_loadgen() {
+  LOADGEN_BIN=${LOADGEN_BIN:-$here/build/loadgen}
+  if [ ! -x "$LOADGEN_BIN" ] || [ "$here/loadgen.c" -nt "$LOADGEN_BIN" ]; then
+    mkdir -p "$(dirname "$LOADGEN_BIN")"
+    log "compiling $LOADGEN_BIN"
+    # shellcheck disable=SC2086
+    ${CC:-cc} $LOADGEN_CFLAGS -o "$LOADGEN_BIN" "$here/loadgen.c" $LOADGEN_LIBS \
+      || die "cannot compile bench/loadgen.c (needs Debian libhiredis-dev and libevent-dev)"
+  fi
+}
+
+# toxiproxy with a microsecond latency toxic (bench/toxiproxy/), built with Go.
+build_toxiproxy() {
+  TOXIPROXY_BIN=${TOXIPROXY_BIN:-$here/build/toxiproxy-server}
+  if [ ! -x "$TOXIPROXY_BIN" ] || [ "$here/toxiproxy/main.go" -nt "$TOXIPROXY_BIN" ]; then
+    command -v go >/dev/null 2>&1 || die "go not found: needed to build toxiproxy (bench/toxiproxy)"
+    mkdir -p "$(dirname "$TOXIPROXY_BIN")"
+    log "building $TOXIPROXY_BIN (go build in bench/toxiproxy)"
+    (cd "$here/toxiproxy" && go build -o "$TOXIPROXY_BIN" .) >"$work/toxiproxy-build.log" 2>&1 \
+      || { cat "$work/toxiproxy-build.log" >&2; die "cannot build toxiproxy"; }
+  fi
+}
+
+# free_port sets $fport to a free loopback port that this run has not handed
+# out before, drawn from below the kernel's ephemeral range.
+free_port() {
+  local p
+  for _ in $(seq 200); do
+    p=$((20000 + RANDOM % 12000))
+    case "$used_ports" in *" $p "*) continue ;; esac
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      used_ports+="$p "
+      fport=$p
+      return 0
+    fi
+  done
+  die "no free port found"
+}
+
+# start NAME CMD... : runs CMD in the background (log in $work/NAME.log) and
+# remembers its pid; $last_pid is it.
+start() {
+  local name=$1
+  shift
+  "$@" >"$work/$name.log" 2>&1 &
+  last_pid=$!
+  pids+=("$last_pid")
+  names+=("$name")
+}
+
+pid_of() { # NAME: the pid of the running process started under NAME
+  local i
+  for ((i = ${#names[@]} - 1; i >= 0; i--)); do
+    if [ "${names[i]}" = "$1" ] && [ -n "${pids[i]}" ]; then echo "${pids[i]}"; return 0; fi
+  done
+  return 1
+}
+
+stop() { # NAME: stops the process started under NAME
+  local i
+  for ((i = ${#names[@]} - 1; i >= 0; i--)); do
+    if [ "${names[i]}" = "$1" ] && [ -n "${pids[i]}" ]; then
+      stop_pid "${pids[i]}" "$1"
+      pids[i]=""
+      return 0
+    fi
+  done
+}
+
+check_alive() { # every started process still runs
+  local i
+  for i in "${!pids[@]}"; do
+    [ -n "${pids[i]}" ] || continue
+    kill -0 "${pids[i]}" 2>/dev/null || die "${names[i]} died (log: $work/${names[i]}.log)"
+  done
+}
+
+rcli() { # PORT ARGS...: redis-cli against 127.0.0.1:PORT
+  local p=$1
+  shift
+  timeout 10 "$REDIS_CLI" -h 127.0.0.1 -p "$p" "$@"
+}
+
+# wait_ready NAME PORT: until PORT answers PING, while NAME's process lives.
+wait_ready() {
+  local name=$1 port=$2 pid
+  pid=$(pid_of "$name")
+  for _ in $(seq 100); do
+    kill -0 "$pid" 2>/dev/null || { log "$name exited during start-up:"; tail -n 20 "$work/$name.log" >&2; exit 1; }
+    [ "$(rcli "$port" PING 2>/dev/null)" = PONG ] && return 0
+    sleep 0.1
+  done
+  log "$name not ready on port $port after 10 s:"; tail -n 20 "$work/$name.log" >&2
+  exit 1
+}
+
+start_redis() { # NAME: sets $rport
+  free_port; rport=$fport
+  start "$1" "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$work" --daemonize no --protected-mode no
+  wait_ready "$1" "$rport"
+}
+
+# start_sidecache NAME UPSTREAM_PORT [ARGS...]: sets $sport; waits until the
+# cache is on (tracking_state:active) when caching is enabled.
+start_sidecache() {
+  local name=$1 up=$2
+  shift 2
+  free_port; sport=$fport
+  # shellcheck disable=SC2086 # SIDECACHE_ARGS is a word list on purpose
+  start "$name" "$SIDECACHE_BIN" --bind 127.0.0.1 --port "$sport" --upstream "redis://127.0.0.1:$up" \
+    --loglevel notice ${SIDECACHE_ARGS:-} "$@"
+  wait_ready "$name" "$sport"
+  for _ in $(seq 100); do
+    case "$(info_field "$sport" cache_enabled)/$(info_field "$sport" tracking_state)" in
+      0/*|1/active) return 0 ;;
+    esac
+    sleep 0.1
+  done
+  die "$name: tracking did not become active in 10 s"
+}
+
+start_twemproxy() { # NAME UPSTREAM_PORT: sets $tport
+  local name=$1 up=$2 sp
+  free_port; tport=$fport
+  free_port; sp=$fport
+  cat >"$work/$name.yml" <<EOF
+sidecache_bench:
+  listen: 127.0.0.1:$tport
+  redis: true
+  hash: fnv1a_64
+  distribution: ketama
+  auto_eject_hosts: false
+  preconnect: true
+  timeout: 10000
+  server_connections: 1
+  servers:
+   - 127.0.0.1:$up:1
+EOF
+  start "$name" "$NUTCRACKER_BIN" -c "$work/$name.yml" -s "$sp" -a 127.0.0.1 -p "$work/$name.pid"
+  wait_ready "$name" "$tport"
+}
+
+info_field() { # PORT FIELD: one field of INFO (all sections), or empty
+  rcli "$1" INFO everything 2>/dev/null | tr -d '\r' | sed -n "s/^$2://p" | head -n1
+}
+
+vmrss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
+# fg CMD...: runs CMD in the background with BENCH_TIMEOUT and waits for it,
+# so that a signal stops the script at once; returns CMD's status.
+fg() {
+  local rc=0
+  timeout "$BENCH_TIMEOUT" "$@" &
+  fg_pid=$!
+  wait "$fg_pid" || rc=$?
+  fg_pid=""
+  return "$rc"
+}
+
+ratio() { # A / B with two decimals, or empty
+  if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b }'; fi
+}
+
+fmt0() { # a number without decimals, or n/a
+  if [ -n "$1" ]; then awk -v a="$1" 'BEGIN { printf "%.0f", a }'; else echo "n/a"; fi
+}
+
+median() { # median of the numbers given as arguments, or empty
+  [ $# -gt 0 ] || return 0
+  printf '%s\n' "$@" | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+versions_line() {
+  local redis_ver sc_rev
+  redis_ver=$("$REDIS_SERVER" --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
+  sc_rev=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  git -C "$root" diff --quiet HEAD -- proxy protocol cache invalidation 2>/dev/null || sc_rev+="+dirty"
+  echo "redis-server $redis_ver; sidecache $sc_rev ($(basename "$(dirname "$SIDECACHE_BIN")")/$(basename "$SIDECACHE_BIN")); $(nproc) cores; $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+}
