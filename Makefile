@@ -36,8 +36,9 @@ UNIT_BIN     := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BIN := $(BUILD)/sidecache
 
 .PHONY: all test unit integration interop run bench deps test-deps clean fuzz
+# ./sidecache is the plain build; a sanitizer build stays in build-san/.
 all: $(BIN)
-	@ln -sf $(BIN) sidecache
+	@[ "$(SANITIZE)" = 1 ] || ln -sf $(BIN) sidecache
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -124,7 +124,12 @@ build_loadgen() {
 # toxiproxy with a microsecond latency toxic (bench/toxiproxy/), built with Go.
 build_toxiproxy() {
   TOXIPROXY_BIN=${TOXIPROXY_BIN:-$here/build/toxiproxy-server}
-  if [ ! -x "$TOXIPROXY_BIN" ] || [ "$here/toxiproxy/main.go" -nt "$TOXIPROXY_BIN" ]; then
+  local f stale=0
+  [ -x "$TOXIPROXY_BIN" ] || stale=1
+  for f in "$here"/toxiproxy/*.go "$here"/toxiproxy/go.mod; do
+    if [ "$f" -nt "$TOXIPROXY_BIN" ]; then stale=1; fi
+  done
+  if [ "$stale" = 1 ]; then
     command -v go >/dev/null 2>&1 || die "go not found: needed to build toxiproxy (bench/toxiproxy)"
     mkdir -p "$(dirname "$TOXIPROXY_BIN")"
     log "building $TOXIPROXY_BIN (go build in bench/toxiproxy)"
@@ -253,8 +258,8 @@ EOF
   wait_ready "$name" "$tport"
 }
 
-info_field() { # PORT FIELD: one field of INFO (all sections), or empty
-  rcli "$1" INFO everything 2>/dev/null | tr -d '\r' | sed -n "s/^$2://p" | head -n1
+info_field() { # PORT FIELD: one field of the proxy's INFO sidecache section, or empty
+  rcli "$1" INFO sidecache 2>/dev/null | tr -d '\r' | sed -n "s/^$2://p" | head -n1
 }
 
 vmrss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
@@ -288,5 +293,5 @@ versions_line() {
   redis_ver=$("$REDIS_SERVER" --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
   sc_rev=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
   git -C "$root" diff --quiet HEAD -- proxy protocol cache invalidation 2>/dev/null || sc_rev+="+dirty"
-  echo "redis-server $redis_ver; sidecache $sc_rev ($(basename "$(dirname "$SIDECACHE_BIN")")/$(basename "$SIDECACHE_BIN")); $(nproc) cores; $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "redis-server $redis_ver; sidecache $sc_rev (${SIDECACHE_BIN#"$root"/}); $(nproc) cores; $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 }

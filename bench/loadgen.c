@@ -686,7 +686,6 @@ static void op_done(op *o) {
             hist_add(&g.h[o->type], t - o->t0);
     }
     if (!o->failed && o->type == OP_CREATE) fifo_push(&o->item);
-    if (o->failed && o->type == OP_UNLINK) fifo_push(&o->item); /* try again later */
     c->active--;
     g.inflight--;
     g.completed++;

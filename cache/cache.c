@@ -6,8 +6,9 @@
  * ------
  *
  *   c->index ──► uthash table of struct entry, keyed by the identity bytes
- *                  | part u32 | db i32 | kind u8 | klen u32 | key | field |
- *                (klen makes key "ab" + field "c" differ from "a" + "bc").
+ *                  | part, db: u64 | kind: u8 | klen: u32 | key | field |
+ *                (the u64 is part | db << 32, the integers native-endian;
+ *                klen makes key "d1" + field "47x" differ from "d147" + "x").
  *                The table's application-order list (hh.prev / hh.next,
  *                which uthash keeps anyway) doubles as the LRU list: the
  *                head c->index is the least recently used entry, tbl->tail
@@ -29,9 +30,11 @@
  * valid. A pending entry keeps its token where a valid one keeps its fill
  * time (one union).
  *
- * Both tables hash with MurmurHash64A under a per-cache seed (taken from
- * the cache's address, so it differs between runs under ASLR) and only
- * through the *_BYHASHVALUE forms: each hash is computed once per call.
+ * Lookups build no identity: a struct probe holds the caller's pieces, is
+ * hashed in place (MurmurHash64A under a per-cache seed taken from the
+ * cache's address, so it differs between runs under ASLR), and is compared
+ * piece by piece against stored identities (HASH_KEYCMP). Only the
+ * *_BYHASHVALUE forms of uthash are used, so each hash is computed once.
  *
  * Memory accounting
  * -----------------
@@ -49,13 +52,19 @@
  * dropped with its placeholder) and the cache stays consistent.
  *
  * Invariants (cache_check() verifies them in the unit tests)
- *   - every entry is in c->index and in exactly one group, the group of its key;
- *   - no group is empty;
+ *   - every entry is in c->index, once, under the hash of its identity, and
+ *     in exactly one group, the group of its key; no group is empty;
+ *   - the app-order (LRU) links are consistent, head to tail;
+ *   - a pending entry has a token in 1..last_token and no value bytes;
  *   - stats.entries + stats.pending == number of entries in c->index;
  *   - alloc_bytes and used_bytes are exact as described above;
  *   - when a public call returns, used_bytes <= max_bytes. (Within a call
  *     the peak can be a little higher: a table's old and new buckets while
  *     it doubles, a placeholder and its filled replacement.)
+ *
+ * Test hooks, compiled in only with CACHE_TESTING (tests/unit/test_cache.c):
+ * CACHE_MALLOC/CACHE_FREE, cache_hash_mask (narrows hashes to force
+ * collisions) and cache_check().
  */
 #include "cache/cache.h"
 
@@ -378,8 +387,11 @@ cache *cache_new(const cache_config *cfg) {
     if (c == NULL) return NULL;
     memset(c, 0, sizeof *c);
     c->cfg = *cfg;
-    /* Bucket choice must not be predictable from outside (HGET fields are
-     * file names users choose): a seed that ASLR varies, mixed (fmix64). */
+    /* HGET fields are file names that users choose: a seed that ASLR
+     * varies (mixed with fmix64) keeps bucket choice from being computed
+     * offline. It is no keyed PRF: MurmurHash2-family functions have known
+     * seed-independent multicollisions; SipHash would close that, at about
+     * 15 ns more per lookup. */
     uint64_t s = (uint64_t)(uintptr_t)c ^ 0x9e3779b97f4a7c15ULL;
     s ^= s >> 33;
     s *= 0xff51afd7ed558ccdULL;

@@ -41,9 +41,23 @@
  * fill, least recently used entries are evicted until used_bytes <=
  * max_bytes. Values larger than max_value are not cached. Placeholders are
  * counted and evictable too (evicting one only makes its fill fail).
+ * Details (cache.c):
+ * - sizes are the sizes requested from malloc (its own headers and rounding
+ *   are not counted); struct cache itself is not counted, so an empty cache
+ *   has used_bytes 0;
+ * - every call returns with used_bytes <= max_bytes;
+ * - the two hash tables cost about 1.2 KB even for one entry, so a
+ *   max_bytes below about 1.5 KB caches nothing; their bucket arrays grow
+ *   with the cache and shrink only when it empties;
+ * - about 195 bytes per entry beyond key, field and value (measured for
+ *   8-byte GET keys; tests/unit/test_cache.c prints it).
+ *
+ * Keys and fields longer than 64 KiB are never cached: gets miss, begins
+ * return 0, invalidations purge nothing.
  *
  * Lifetime: values returned by cache_get() are valid until the next call
- * that changes the cache; the caller copies them into its output at once.
+ * on the cache (any but cache_get_stats); the caller copies them into its
+ * output at once. Nothing here allocates or frees on a hit.
  */
 #ifndef SIDECACHE_CACHE_CACHE_H
 #define SIDECACHE_CACHE_CACHE_H
@@ -65,13 +79,15 @@ typedef struct cache_config {
 typedef struct cache_stats {
     uint64_t hits, misses;
     uint64_t fills;              /* replies stored */
-    uint64_t fills_rejected;     /* replies refused: token no longer valid (race) */
-    uint64_t fills_too_big;      /* replies above max_value */
+    uint64_t fills_rejected;     /* replies refused: token no longer valid (race),
+                                    or no memory for the value */
+    uint64_t fills_too_big;      /* replies above max_value, or too big for
+                                    max_bytes even alone */
     uint64_t invalidations;      /* cache_invalidate_key calls */
-    uint64_t keys_purged;        /* entries deleted by invalidations */
+    uint64_t keys_purged;        /* entries deleted by invalidations (placeholders too) */
     uint64_t flushes;            /* cache_flush calls */
-    uint64_t evictions;          /* entries evicted for memory */
-    uint64_t expired;            /* entries dropped by ttl */
+    uint64_t evictions;          /* entries evicted for memory (placeholders too) */
+    uint64_t expired;            /* entries dropped by ttl (by cache_get or cache_fill_begin) */
     size_t entries;              /* valid entries (placeholders excluded) */
     size_t pending;              /* placeholders */
     size_t used_bytes;           /* every byte held, see above */
@@ -82,7 +98,9 @@ typedef struct cache cache;
 /* Returns a new empty cache, or NULL on OOM. */
 cache *cache_new(const cache_config *cfg);
 void cache_free(cache *c);
-/* Changes the limits at run time (evicts at once to the new max_bytes). */
+/* Changes the limits at run time (evicts at once to the new max_bytes). A
+ * new ttl applies to entries already cached (they keep their fill time); a
+ * lower max_value does not drop values already cached. */
 void cache_set_config(cache *c, const cache_config *cfg);
 const cache_stats *cache_get_stats(const cache *c);
 
@@ -100,6 +118,12 @@ int cache_get(cache *c, uint32_t part, int db, int kind, const char *key, size_t
  * Begins a fill for a miss that is about to be sent to Redis. Returns its
  * token (> 0), or 0 when the reply must not fill (no memory for the
  * placeholder, max_bytes == 0, key too long). See the header comment.
+ * - a placeholder already there (another read in flight): its token, shared;
+ * - a valid entry already there: 0, no fill needed (the entry stays); one
+ *   that has expired (now_ms) is dropped and a placeholder takes its place;
+ * - 0 also for a kind outside 1..255, a key or field over 64 KiB, or an
+ *   entry that could never fit max_bytes.
+ * Placing the placeholder may evict least recently used entries.
  */
 uint64_t cache_fill_begin(cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
                           const char *field, size_t flen, int64_t now_ms);
@@ -108,6 +132,9 @@ uint64_t cache_fill_begin(cache *c, uint32_t part, int db, int kind, const char 
  * Offers the reply to a fill. is_nil: the reply was nil (val ignored).
  * Returns 1 if stored, 0 if refused (token stale, value too big, OOM).
  * Evicts least recently used entries to stay within max_bytes.
+ * The value is copied; the stored entry is the most recently used. Every
+ * refusal but a stale token also drops the placeholder (it is the fill's
+ * own). Token 0 (cache_fill_begin said no) returns 0 and counts nothing.
  */
 int cache_fill_complete(cache *c, uint64_t token, uint32_t part, int db, int kind, const char *key,
                         size_t klen, const char *field, size_t flen, const char *val, size_t vlen,
@@ -119,7 +146,7 @@ void cache_fill_abort(cache *c, uint64_t token, uint32_t part, int db, int kind,
                       size_t klen, const char *field, size_t flen);
 
 /* Purges every entry and placeholder of key (all partitions, dbs, kinds,
- * fields). Returns how many were purged. */
+ * fields). Returns how many were purged. Costs O(entries purged). */
 size_t cache_invalidate_key(cache *c, const char *key, size_t klen);
 
 /* Purges everything, placeholders included (so pending fills fail). */

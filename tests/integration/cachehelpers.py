@@ -18,11 +18,13 @@ demand)
 -----
 The proxy opens every connection to one upstream address, so the relay sits
 in front of Redis for all of them, and tells the invalidation connection
-(the one that sends CLIENT TRACKING) from the data connections. It parses
+(the one that subscribes to __redis__:invalidate) from the data connections. It parses
 both directions, so it knows which command each reply answers, and can:
   - hold_reply(match): hold back the reply to the next command matching
     `match` (and, to keep order, every later reply on that connection) until
     released;
+  - hold_request(match): keep the next matching command (and everything
+    after it on that connection) from reaching Redis until released;
   - rewrite_reply(match, raw): replace the reply to the next matching command;
   - hold_tracking() / release_tracking(): hold back everything Redis sends
     on invalidation connections (existing and new ones): invalidation
@@ -244,6 +246,49 @@ def cmd_matcher(*words):
 # Relay
 
 
+def _is_invalidation_setup(cmd):
+    """The proxy's invalidation connection: it subscribes to the
+    invalidation channel (every mode) and, in bcast mode, turns BCAST
+    tracking on. (Data connections of the default and optin modes send
+    CLIENT TRACKING ON REDIRECT too, but never BCAST nor this SUBSCRIBE.)"""
+    name = _upper(cmd[0])
+    if name == b"SUBSCRIBE":
+        return any(bytes(a) == b"__redis__:invalidate" for a in cmd[1:])
+    if name == b"CLIENT" and len(cmd) >= 2 and _upper(cmd[1]) == b"TRACKING":
+        return any(_upper(a) == b"BCAST" for a in cmd[2:])
+    return False
+
+
+class RequestHold:
+    """One armed hold_request(): the matching command (and every later one on
+    its connection) is kept from Redis until release(). .held is set once the
+    command reached the relay."""
+
+    def __init__(self, relay, match):
+        self.relay = relay
+        self.match = match
+        self.conn = None
+        self.released = False
+        self.held = threading.Event()
+
+    def wait(self, timeout=5.0):
+        if not self.held.wait(timeout):
+            raise AssertionError("the relay saw no request %r within %.1fs"
+                                 % (getattr(self.match, "words", self.match), timeout))
+        return self
+
+    def release(self):
+        if self.released:
+            return
+        self.released = True
+        if self.conn is not None:
+            self.conn.release_req_hold(self)
+        else:
+            with self.relay.lock:
+                if self in self.relay.req_holds:
+                    self.relay.req_holds.remove(self)
+
+
 class Hold:
     """One armed hold_reply(). .held is set when the matching reply reached
     the relay and was held back; .value is that reply."""
@@ -294,6 +339,9 @@ class _RelayConn:
         self.pending = collections.deque()
         self.holding = None
         self.held = []
+        self.req_holding = None     # a RequestHold holding client->Redis bytes
+        self.req_held = []
+        self.slock = threading.Lock()   # serializes writes to Redis
         self.closed = False
 
     def start(self):
@@ -320,28 +368,63 @@ class _RelayConn:
 
     def _c2s(self):
         sp = RespSplitter()
+        opaque = False          # could not parse: forward bytes as they come
         try:
             while True:
                 data = self.csock.recv(1 << 16)
                 if not data:
                     break
+                if opaque:
+                    with self.slock:
+                        self.ssock.sendall(data)
+                    continue
                 try:
                     frames = sp.feed(data)
                 except Exception:
-                    frames = []
-                with self.lock:
-                    for _raw, v in frames:
-                        if isinstance(v, list) and v:
-                            if (len(v) >= 2 and _upper(v[0]) == b"CLIENT"
-                                    and _upper(v[1]) == b"TRACKING"):
+                    opaque = True
+                    with self.slock:
+                        self.ssock.sendall(bytes(sp.buf))
+                    continue
+                out = bytearray()
+                triggered = []
+                with self.slock:
+                    with self.lock:
+                        for raw, v in frames:
+                            cmd = v if isinstance(v, list) and v else None
+                            if cmd is not None and _is_invalidation_setup(cmd):
                                 self.tracking = True
-                            self.pending.append(v)
-                        else:
-                            self.pending.append(None)
-                self.ssock.sendall(data)
+                            self.pending.append(cmd)
+                            if self.req_holding is None and cmd is not None:
+                                h = self.relay._take_req_hold(cmd)
+                                if h is not None:
+                                    h.conn = self
+                                    self.req_holding = h
+                                    triggered.append(h)
+                            if self.req_holding is not None:
+                                self.req_held.append(raw)
+                            else:
+                                out += raw
+                    if out:
+                        self.ssock.sendall(out)
+                for h in triggered:
+                    h.held.set()
         except OSError:
             pass
         self.close()
+
+    def release_req_hold(self, h):
+        with self.slock:
+            with self.lock:
+                if self.req_holding is not h:
+                    return
+                data = b"".join(self.req_held)
+                self.req_held = []
+                self.req_holding = None
+            if data and not self.closed:
+                try:
+                    self.ssock.sendall(data)
+                except OSError:
+                    pass
 
     def _s2c(self):
         sp = RespSplitter()
@@ -431,6 +514,7 @@ class Relay(Endpoint):
         self.cond = threading.Condition(self.lock)
         self.conns = []
         self.holds = []
+        self.req_holds = []
         self.rewrites = []
         self.tracking_held = False
         self.invalidations = []  # (monotonic time, [keys] or None)
@@ -487,6 +571,25 @@ class Relay(Endpoint):
         with self.lock:
             self.holds.append(h)
         return h
+
+    def hold_request(self, match):
+        """Arms a hold of the next command (on any data connection) that
+        match(cmd_words) accepts: it does not reach Redis, nor does anything
+        after it on that connection, until release(). Returns a RequestHold."""
+        if isinstance(match, (tuple, list)):
+            match = cmd_matcher(*match)
+        h = RequestHold(self, match)
+        with self.lock:
+            self.req_holds.append(h)
+        return h
+
+    def _take_req_hold(self, cmd):
+        with self.lock:
+            for h in self.req_holds:
+                if not h.released and h.match(cmd):
+                    self.req_holds.remove(h)
+                    return h
+        return None
 
     def rewrite_reply(self, match, raw):
         if isinstance(match, (tuple, list)):
@@ -890,20 +993,33 @@ RELAY_ARGS = ("--tracking-timeout-ms", "20000")
 
 
 @pytest.fixture
-def relay(upstream):
-    """A Relay in front of `upstream`. Request it before proxy_factory so
-    that the proxies stop before the relay does."""
+def relay(upstream, proxy_factory):
+    """A Relay in front of `upstream` (pass it as proxy_factory's `up`). It is
+    torn down before the proxies are stopped, so a reply a failed test left
+    held cannot keep a proxy from stopping."""
     r = Relay(upstream)
     yield r
     r.close()
 
 
-def start_cached(proxy_factory, up=None, args=()):
-    """A caching proxy with tracking confirmed. Returns (proxy, stats)."""
+MODES = ("bcast", "default", "optin")
+
+
+def start_cached(proxy_factory, up=None, args=(), mode=None):
+    """A caching proxy with tracking confirmed, in tracking-mode `mode`
+    (None: the default, bcast). Returns (proxy, stats)."""
+    args = tuple(args)
+    if mode is not None:
+        args += ("--tracking-mode", mode)
     p = proxy_factory(up=up, args=args)
+    p.tracking_mode = mode or "bcast"
     st = Stats(p)
     wait_tracking_active(p, stats=st)
     return p, st
+
+
+def _bcast(st):
+    return getattr(st.ep, "tracking_mode", "bcast") == "bcast"
 
 
 def warm(c, st, *reads, attempts=5):
@@ -955,6 +1071,11 @@ def settle(st, write, n=1, timeout=3.0):
     """Runs write() (a direct write of n cacheable keys) and waits until the
     proxy has counted its invalidations, so that they cannot be mistaken
     for a later one."""
+    if not _bcast(st):
+        # default/optin: Redis invalidates only keys a tracked connection
+        # read; the tests write their keys before any read, so none comes
+        write()
+        return
     before = st["invalidation_keys"]
     write()
     wait_stat(st, "invalidation_keys", before + n, timeout=timeout, what="settle")
@@ -969,9 +1090,19 @@ def tracked_key(k):
 def relay_settle(relay, st, base_relay, base_keys, keys, timeout=3.0):
     """After direct writes of `keys`: waits until the relay has forwarded an
     invalidation of each (recorded after index base_relay) and the proxy has
-    counted every key forwarded since (its invalidation_keys was base_keys)."""
+    counted every key forwarded since (its invalidation_keys was base_keys).
+    Outside bcast mode nothing is waited for (see settle)."""
+    if not _bcast(st):
+        return
     for k in keys:
         relay.wait_invalidation(k, since=base_relay, timeout=timeout)
     with relay.lock:
         n = sum(len(ks) for _, ks in relay.invalidations[base_relay:] if ks is not None)
     wait_stat(st, "invalidation_keys", base_keys + n, timeout=timeout, what="relay_settle")
+
+
+def make_tracked(c, st, key="i9399"):
+    """Makes sure the upstream connection behind proxy connection c is one
+    whose reads may fill (in the default and optin modes a connection fills
+    only once its CLIENT TRACKING is confirmed): warms a key of its own on it."""
+    warm(c, st, ("GET", key), attempts=20)

@@ -56,6 +56,10 @@ if TARGET not in ("proxy", "direct"):
     raise RuntimeError("SIDECACHE_TARGET must be 'proxy' or 'direct', not %r" % TARGET)
 SIDECACHE_BIN = os.environ.get("SIDECACHE_BIN") or os.path.join(REPO, "sidecache")
 DEFAULT_TIMEOUT = float(os.environ.get("SIDECACHE_TEST_TIMEOUT", "60"))
+# Extra proxy arguments for every proxy a test starts, put before the test's
+# own (which win): `SIDECACHE_ARGS="--tracking-mode optin"` runs a suite in
+# another tracking mode (make test does, for the cache contract).
+EXTRA_ARGS = tuple(os.environ.get("SIDECACHE_ARGS", "").split())
 
 # Processes started by the running test, for the failure report.
 _current_procs = []
@@ -178,7 +182,7 @@ def proxy_factory(tmp_path_factory, upstream, request):
                         "SIDECACHE_BIN, or run with SIDECACHE_TARGET=direct)" % SIDECACHE_BIN,
                         pytrace=False)
         p = ProxyProcess(SIDECACHE_BIN, tmp_path_factory.mktemp("sidecache"), up,
-                         upstream_url=upstream_url, args=args, loglevel=loglevel)
+                         upstream_url=upstream_url, args=EXTRA_ARGS + tuple(args), loglevel=loglevel)
         proxies.append(p)
         _current_procs.append(p)
         p.start()

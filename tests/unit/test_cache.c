@@ -10,8 +10,10 @@
  *   names prefixed ck_, CACHE_TESTING on (its internal cache_check(), which
  *   verifies every invariant in its header comment, becomes callable) and
  *   every allocation going through t_malloc(), which fails on demand.
- * The randomized driver runs on both; the copy is also driven through
- * failing allocations (each one in turn, and at random).
+ * The randomized driver runs on both; the copy is also driven with hashes
+ * narrowed to 3 bits and to none (every lookup then depends on the identity
+ * comparison), and through failing allocations (each one in turn, at
+ * random, and exactly where a table must grow).
  *
  * The randomized driver keeps a model of what a hit may return: the value
  * of the last fill that was stored since the key was last invalidated or
@@ -19,7 +21,7 @@
  * always match it (never a stale or foreign value), and a fill begun before
  * an invalidation of its key must always be refused.
  *
- * Prints (stderr, for reports; nothing asserted on it) the bytes held per
+ * Prints (stderr, for reports; only its sign is asserted) the bytes held per
  * entry above key + value for 100,000 GET entries with 8-byte keys and
  * 72-byte values.
  */
@@ -637,6 +639,20 @@ static void test_accounting_is_exact(void) {
     CHECK_EQ_INT(st(c)->entries + st(c)->pending, 0);
     set_cfg(c, 256 * MB, 64 * 1024, 0);
 
+    /* key, field and value bytes are all counted */
+    {
+        size_t before = st(c)->used_bytes;
+        char *big = malloc(5000);
+        REQUIRE(big != NULL);
+        memset(big, 'v', 5000);
+        uint64_t tb = begin(c, 1, 0, H, "key-of-20-bytes-....", "field-of-20-bytes...", 0);
+        CHECK_EQ_INT(cache_fill_complete(c, tb, 1, 0, H, "key-of-20-bytes-....", 20, "field-of-20-bytes...", 20,
+                                         big, 5000, 0, 0), 1);
+        CHECK(st(c)->used_bytes >= before + 5000 + 20 + 20 + 20 /* the group's copy of the key */);
+        free(big);
+        cache_flush(c);
+    }
+
     /* expiry and abort */
     insert_mix(c, 2000, 0);
     set_cfg(c, 256 * MB, 64 * 1024, 10);
@@ -701,8 +717,41 @@ static void test_entry_larger_than_max_bytes(void) {
     CHECK_EQ_INT(st(c)->pending, 0);
     CHECK_EQ_INT(get(c, 1, 0, G, "small", ""), 1);
     CHECK_EQ_INT(cache_fill_begin(c, 1, 0, G, big, 7999, "", 0, 0), 0);
+    CHECK_EQ_INT(st(c)->evictions, 0);
+    CHECK_EQ_INT(get(c, 1, 0, G, "small", ""), 1);
     CHECK(st(c)->used_bytes <= 4096);
     free(big);
+    cache_free(c);
+}
+
+/* Tables never shrink while they hold anything. A value that would fit
+ * beside small tables, but not beside the grown ones, evicts everything
+ * and then itself (the tables go with the last entry): refused as too big,
+ * and the cache is left empty and within bounds. */
+static void test_fill_too_big_for_grown_tables(void) {
+    char k[16];
+    cache *c = mk(64 * MB, 64 * MB, 0);
+    for (int i = 0; i < 3000; i++) {
+        snprintf(k, sizeof k, "i%d", i);
+        CHECK_EQ_INT(put(c, 1, 0, G, k, "", "", 0), 1);
+    }
+    size_t u = st(c)->used_bytes;
+    set_cfg(c, u, 64 * MB, 0);
+    size_t vlen = u - 2000; /* fits beside 32-bucket tables; the grown ones hold far more than 2000 */
+    char *v = malloc(vlen);
+    REQUIRE(v != NULL);
+    memset(v, 'v', vlen);
+    uint64_t t = begin(c, 1, 0, G, "big", "", 0);
+    CHECK(t > 0);
+    CHECK_EQ_INT(cache_fill_complete(c, t, 1, 0, G, "big", 3, "", 0, v, vlen, 0, 0), 0);
+    CHECK_EQ_INT(st(c)->fills_too_big, 1);
+    CHECK_EQ_INT(st(c)->entries + st(c)->pending, 0);
+    CHECK_EQ_INT(st(c)->used_bytes, 0);
+    /* with the tables gone, it fits */
+    t = begin(c, 1, 0, G, "big", "", 0);
+    CHECK_EQ_INT(cache_fill_complete(c, t, 1, 0, G, "big", 3, "", 0, v, vlen, 0, 0), 1);
+    CHECK(st(c)->used_bytes <= u);
+    free(v);
     cache_free(c);
 }
 
@@ -1141,6 +1190,32 @@ static void test_oom_when_fill_grows_table(void) {
     ck_cache_free(c);
 }
 
+/* A begin that grew the groups' buckets, then found no memory for its
+ * placeholder, still leaves the cache within max_bytes. With every hash 0,
+ * the tenth group doubles the groups' buckets. */
+static void test_oom_after_group_table_grew(void) {
+    char k[16];
+    cache_config cfg = {MB, 1024, 0};
+    cache *c = ck_cache_new(&cfg);
+    REQUIRE(c != NULL);
+    cache_hash_mask = 0;
+    for (int i = 0; i < 9; i++) {
+        int kl = snprintf(k, sizeof k, "i%d", i);
+        uint64_t t = ck_cache_fill_begin(c, 1, 0, G, k, (size_t)kl, "", 0, 0);
+        CHECK_EQ_INT(ck_cache_fill_complete(c, t, 1, 0, G, k, (size_t)kl, "", 0, "v", 1, 0, 0), 1);
+    }
+    cfg.max_bytes = ck_cache_get_stats(c)->used_bytes;
+    ck_cache_set_config(c, &cfg);
+    t_fail_countdown = 2; /* the group and the doubled buckets; the placeholder fails */
+    CHECK_EQ_INT(ck_cache_fill_begin(c, 1, 0, G, "i9", 2, "", 0, 0), 0);
+    t_fail_reset();
+    CHECK(ck_cache_get_stats(c)->used_bytes <= cfg.max_bytes);
+    CHECK(ck_cache_get_stats(c)->evictions > 0);
+    CHECK_EQ_INT(cache_check(c), 0);
+    cache_hash_mask = ~0u;
+    ck_cache_free(c);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Measurement                                                              */
 
@@ -1158,6 +1233,7 @@ static void test_overhead_per_entry(void) {
     CHECK_EQ_INT(st(c)->entries, n);
     CHECK_EQ_INT(get(c, 1, 0, G, "i0054321", ""), 1);
     size_t payload = (size_t)n * (8 + 72);
+    CHECK(st(c)->used_bytes > payload);
     double over = (double)(st(c)->used_bytes - payload) / n;
     fprintf(stderr, "cache overhead: %.1f bytes per entry above key+value (%d GET entries, 8-byte keys, "
                     "72-byte values; used_bytes %zu)\n", over, n, st(c)->used_bytes);
@@ -1188,6 +1264,7 @@ int main(void) {
     RUN(test_accounting_is_exact);
     RUN(test_max_value);
     RUN(test_entry_larger_than_max_bytes);
+    RUN(test_fill_too_big_for_grown_tables);
     RUN(test_ttl_expiry);
     RUN(test_max_bytes_zero);
     RUN(test_set_config_shrink_evicts);
@@ -1199,6 +1276,7 @@ int main(void) {
     RUN(test_oom_each_allocation);
     RUN(test_oom_while_tables_grow);
     RUN(test_oom_when_fill_grows_table);
+    RUN(test_oom_after_group_table_grew);
     RUN(test_overhead_per_entry);
     return unit_report();
 }
