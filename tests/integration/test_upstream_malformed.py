@@ -1,0 +1,115 @@
+"""A malformed reply from the upstream closes that upstream connection and
+fails every request pending on it with an error; the client stays
+connected, and the next request is served on a fresh connection.
+
+A real redis-server cannot be made to send a broken reply, so this is the
+one place a fake upstream is used: a tiny RESP server in Python that answers
+PING, GET good, and answers GET bad with bytes that are not RESP.
+"""
+import socket
+import threading
+import time
+
+import pytest
+
+from helpers import free_port
+
+BROKEN = b"$abc\r\nnot resp\r\n"
+
+
+class FakeUpstream(threading.Thread):
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.port = free_port()
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", self.port))
+        self.sock.listen(16)
+        self.connections = 0
+        self.stop = False
+
+    def run(self):
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def read_command(f):
+        line = f.readline()
+        if not line:
+            return None
+        n = int(line[1:])
+        args = []
+        for _ in range(n):
+            ln = int(f.readline()[1:])
+            args.append(f.read(ln + 2)[:-2])
+        return args
+
+    def serve(self, conn):
+        f = conn.makefile("rb")
+        try:
+            while True:
+                cmd = self.read_command(f)
+                if cmd is None:
+                    return
+                name = cmd[0].upper()
+                if name == b"PING":
+                    conn.sendall(b"+PONG\r\n")
+                elif name == b"GET" and cmd[1] == b"bad":
+                    conn.sendall(BROKEN)
+                elif name == b"GET":
+                    conn.sendall(b"$2\r\nok\r\n")
+                else:
+                    conn.sendall(b"+OK\r\n")
+        except (OSError, ValueError):
+            pass
+        finally:
+            conn.close()
+
+    def close(self):
+        self.stop = True
+        self.sock.close()
+
+
+@pytest.fixture
+def fake_upstream():
+    fu = FakeUpstream()
+    fu.start()
+    yield fu
+    fu.close()
+
+
+@pytest.mark.proxy_only
+def test_malformed_upstream_reply_fails_pending_and_reconnects(proxy_factory, fake_upstream):
+    p = proxy_factory(upstream_url="redis://127.0.0.1:%d" % fake_upstream.port,
+                      args=("--cache-max-memory", "0", "--upstream-connections", "1"))
+    with p.raw() as c:
+        assert c.cmd("GET", "good").raw == b"$2\r\nok\r\n"
+        before = fake_upstream.connections
+        # three requests in one write: the first reply is broken, so the
+        # two behind it can never be matched and must fail too
+        c.send(b"*2\r\n$3\r\nGET\r\n$3\r\nbad\r\n*2\r\n$3\r\nGET\r\n$4\r\ngood\r\n"
+               b"*2\r\n$3\r\nGET\r\n$4\r\ngood\r\n")
+        replies = [c.read_frame(timeout=5).raw for _ in range(3)]
+        for r in replies[:1]:
+            assert r.startswith(b"-ERR sidecache: malformed reply from upstream"), replies
+        for r in replies[1:]:
+            # pending behind the broken reply: an error, never silence and
+            # never a reply that belongs to another request
+            assert r.startswith(b"-ERR sidecache:"), replies
+        # the client is still connected and served on a new connection
+        deadline = time.monotonic() + 5
+        while True:
+            r = c.cmd("GET", "good").raw
+            if r == b"$2\r\nok\r\n":
+                break
+            assert r.startswith(b"-ERR"), r
+            assert time.monotonic() < deadline, r
+            time.sleep(0.05)
+        assert fake_upstream.connections > before, "no new upstream connection was made"
+    assert p.alive()
