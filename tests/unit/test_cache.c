@@ -1221,6 +1221,40 @@ static void test_oom_after_group_table_grew(void) {
 
 /* Bytes held per entry above key + value: 100,000 GET entries, 8-byte keys,
  * 72-byte values (the size of a JuiceFS inode attribute). */
+/* C9 at scale: a million distinct inode keys through a cache of 8 MiB.
+ * used_bytes never passes max_bytes, entries are evicted, and the most
+ * recent fills are the ones kept. */
+static void test_million_keys_stay_bounded(void) {
+    cache_config cfg = {8u << 20, 64 * 1024, 0};
+    cache *c = cache_new(&cfg);
+    REQUIRE(c != NULL);
+    char key[32], val[72];
+    memset(val, 'a', sizeof val);
+    size_t peak = 0;
+    for (int i = 0; i < 1000000; i++) {
+        int n = snprintf(key, sizeof key, "i%d", i + 1);
+        uint64_t t = cache_fill_begin(c, 1, 0, CACHE_KIND_GET, key, (size_t)n, "", 0, 0);
+        REQUIRE(t != 0);
+        cache_fill_complete(c, t, 1, 0, CACHE_KIND_GET, key, (size_t)n, "", 0, val, sizeof val, 0, 0);
+        const cache_stats *st = cache_get_stats(c);
+        if (st->used_bytes > peak) peak = st->used_bytes;
+        if (st->used_bytes > cfg.max_bytes) {
+            CHECK(st->used_bytes <= cfg.max_bytes);
+            break;
+        }
+    }
+    const cache_stats *st = cache_get_stats(c);
+    CHECK(peak <= cfg.max_bytes);
+    CHECK(st->evictions > 900000);
+    CHECK(st->entries > 10000);
+    const char *v;
+    size_t vlen;
+    int is_nil;
+    CHECK(cache_get(c, 1, 0, CACHE_KIND_GET, "i1000000", 8, "", 0, 0, &v, &vlen, &is_nil) == 1);
+    CHECK(cache_get(c, 1, 0, CACHE_KIND_GET, "i1", 2, "", 0, 0, &v, &vlen, &is_nil) == 0);
+    cache_free(c);
+}
+
 static void test_overhead_per_entry(void) {
     const int n = 100000;
     cache *c = mk((size_t)1 << 30, 64 * 1024, 0);
@@ -1277,6 +1311,7 @@ int main(void) {
     RUN(test_oom_while_tables_grow);
     RUN(test_oom_when_fill_grows_table);
     RUN(test_oom_after_group_table_grew);
+    RUN(test_million_keys_stay_bounded);
     RUN(test_overhead_per_entry);
     return unit_report();
 }
