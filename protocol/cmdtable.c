@@ -165,51 +165,6 @@ static int mem_is(const char *p, size_t n, const char *word) {
     return 1;
 }
 
-/*
- * Redis's string2ll() (util.c), which getLongLongFromObject() uses for every
- * integer argument: optional '-', no '+', no spaces, no leading zeros, fewer
- * than 21 bytes, no overflow. Returns 1 and sets *out, or 0.
- */
-static int redis_string2ll(const char *s, size_t n, long long *out) {
-    size_t i = 0;
-    int neg = 0;
-    unsigned long long v;
-
-    if (n == 0 || n >= 21)
-        return 0;
-    if (n == 1 && s[0] == '0') {
-        *out = 0;
-        return 1;
-    }
-    if (s[0] == '-') {
-        neg = 1;
-        if (++i == n)
-            return 0;
-    }
-    if (s[i] < '1' || s[i] > '9')
-        return 0;
-    v = (unsigned long long)(s[i++] - '0');
-    for (; i < n; i++) {
-        unsigned d;
-        if (s[i] < '0' || s[i] > '9')
-            return 0;
-        d = (unsigned)(s[i] - '0');
-        if (v > (ULLONG_MAX - d) / 10)
-            return 0;
-        v = v * 10 + d;
-    }
-    if (neg) {
-        if (v > (unsigned long long)LLONG_MAX + 1)
-            return 0;
-        *out = v == (unsigned long long)LLONG_MAX + 1 ? LLONG_MIN : -(long long)v;
-    } else {
-        if (v > (unsigned long long)LLONG_MAX)
-            return 0;
-        *out = (long long)v;
-    }
-    return 1;
-}
-
 static unsigned char kind_of(const char *lname, size_t n) {
     for (size_t i = 0; i < sizeof(special_names) / sizeof(special_names[0]); i++)
         if (strlen(special_names[i].name) == n && memcmp(special_names[i].name, lname, n) == 0)
@@ -571,7 +526,7 @@ static void emit_range(int argc, const resp_arg *argv, long long first, long lon
 
 /* numkeys at argv[idx], as Redis's string2ll reads it. */
 static int numkeys_at(int argc, const resp_arg *argv, int idx, long long *n) {
-    return idx < argc && redis_string2ll(argv[idx].ptr, argv[idx].len, n);
+    return idx < argc && resp_string2ll(argv[idx].ptr, argv[idx].len, n);
 }
 
 /* EVAL/EVALSHA/FCALL script numkeys key... arg... */

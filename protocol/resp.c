@@ -86,7 +86,7 @@ void resp_limits_default(resp_limits *lim) {
  * Strictness matters: a proxy that read "+3" or "03" differently from Redis
  * would frame the stream differently from the server behind it.
  */
-static int parse_ll(const char *s, size_t n, long long *out) {
+int resp_string2ll(const char *s, size_t n, long long *out) {
     size_t i = 0;
     int neg = 0;
     unsigned long long v;
@@ -528,7 +528,7 @@ static int req_multibulk(resp_req_parser *p, const char *buf, size_t len) {
             p->need = cr + 2;
             return RESP_AGAIN;
         }
-        if (!parse_ll(buf + 1, cr - 1, &ll) || ll > p->lim.max_multibulk_len ||
+        if (!resp_string2ll(buf + 1, cr - 1, &ll) || ll > p->lim.max_multibulk_len ||
             ll > INT_MAX || buf[cr + 1] != '\n')
             return req_fail(p, ERR_MBULK_LEN);
         if (p->unauthenticated && ll > RESP_UNAUTH_MAX_MULTIBULK_LEN)
@@ -564,7 +564,7 @@ static int req_multibulk(resp_req_parser *p, const char *buf, size_t len) {
                 p->err_buf[sizeof(pre) + 1] = '\0';
                 return req_fail(p, p->err_buf);
             }
-            if (!parse_ll(buf + start + 1, cr - start - 1, &ll) || ll < 0 ||
+            if (!resp_string2ll(buf + start + 1, cr - start - 1, &ll) || ll < 0 ||
                 ll > p->lim.max_bulk_len || buf[cr + 1] != '\n' ||
                 (unsigned long long)ll > SIZE_MAX - (cr + 2) - 2)
                 return req_fail(p, ERR_BULK_LEN);
@@ -893,7 +893,7 @@ int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len) {
         case '-':
             break;
         case ':':
-            if (!parse_ll(line, n, &ll))
+            if (!resp_string2ll(line, n, &ll))
                 return rep_fail(p, ERR_INT);
             if (top)
                 p->count = ll;
@@ -925,7 +925,7 @@ int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len) {
         case '=':
             if (n == 1 && line[0] == '?')
                 return rep_fail(p, ERR_STREAMED);
-            if (!parse_ll(line, n, &ll))
+            if (!resp_string2ll(line, n, &ll))
                 return rep_fail(p, ERR_BULK_LEN);
             if (ll == -1 && t == '$') {
                 if (top) {
@@ -951,7 +951,7 @@ int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len) {
         default: /* '*' '%' '~' '>' '|': aggregates */
             if (n == 1 && line[0] == '?')
                 return rep_fail(p, ERR_STREAMED);
-            if (!parse_ll(line, n, &ll))
+            if (!resp_string2ll(line, n, &ll))
                 return rep_fail(p, ERR_MBULK_LEN);
             if (ll == -1 && t == '*') {
                 if (top) {

@@ -65,6 +65,14 @@ typedef struct resp_limits {
     size_t max_inline_len;       /* longest inline request or header line */
 } resp_limits;
 
+/*
+ * Parses a decimal integer exactly as Redis's string2ll() does (optional
+ * '-', no '+', no spaces, no leading zeros, at most 20 characters, no
+ * overflow): the framers, the command table and the router all read numbers
+ * as the server behind them does. Returns 1 and sets *out, or 0.
+ */
+int resp_string2ll(const char *s, size_t n, long long *out);
+
 /* Fills *lim with the defaults above. */
 void resp_limits_default(resp_limits *lim);
 

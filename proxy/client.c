@@ -588,15 +588,12 @@ static int cmd_state(px_client *c, int id, const char *frame) {
     if (id == CMD_SELECT) {
         if (argc != 2) return reply_arity(c, "select"), DISPATCH_DONE;
         char num[32];
-        char *end;
-        if (a[1].len == 0 || a[1].len >= sizeof num) goto notint;
-        memcpy(num, a[1].ptr, a[1].len);
-        num[a[1].len] = '\0';
-        errno = 0;
-        long v = strtol(num, &end, 10);
-        if (*end != '\0' || errno != 0 || v > INT_MAX || v < INT_MIN) goto notint;
+        long long v;
+        /* read as Redis reads it (getIntFromObjectOrReply) */
+        if (!resp_string2ll(a[1].ptr, a[1].len, &v) || v > INT_MAX || v < INT_MIN) goto notint;
         if (v < 0) return reply_error(c, "ERR DB index is out of range"), DISPATCH_DONE;
         db = (int)v;
+        snprintf(num, sizeof num, "%d", db);
         c->pend_db = db;
         kind = PX_REQ_SELECT;
         resp_buf_reset(b);
@@ -613,19 +610,8 @@ static int cmd_state(px_client *c, int id, const char *frame) {
         resp_enc_command(b, argc, a);
     } else { /* HELLO [protover [AUTH user pass] [SETNAME name]] */
         if (argc >= 2) {
-            char num[32];
-            char *end;
-            long v = -1;
-            if (a[1].len > 0 && a[1].len < sizeof num) {
-                memcpy(num, a[1].ptr, a[1].len);
-                num[a[1].len] = '\0';
-                errno = 0;
-                v = strtol(num, &end, 10);
-                if (*end != '\0' || errno != 0) v = -2;
-            } else {
-                v = -2;
-            }
-            if (v == -2) {
+            long long v;
+            if (!resp_string2ll(a[1].ptr, a[1].len, &v)) {
                 reply_error(c, "ERR Protocol version is not an integer or out of range");
                 return DISPATCH_DONE;
             }
