@@ -247,6 +247,14 @@ void px_caching_deinit(px_server *srv) {
     srv->caching = NULL;
 }
 
+void px_caching_reconfigure(px_server *srv) {
+    struct px_caching *pc = srv->caching;
+    if (pc == NULL) return;
+    cache_config cc = {(size_t)srv->cfg->cache_max_memory, (size_t)srv->cfg->cache_max_value,
+                       (int64_t)srv->cfg->cache_ttl * 1000};
+    cache_set_config(pc->cache, &cc);
+}
+
 int px_caching_active(const px_server *srv) {
     return srv->caching != NULL && srv->caching->active && srv->caching->cmdt != NULL;
 }

@@ -37,6 +37,9 @@ struct px_req;
  * cache-max-memory 0 there is no cache, and nothing here costs anything. */
 int px_caching_init(px_server *srv);
 void px_caching_deinit(px_server *srv);
+/* Applies srv->cfg's cache-max-memory, cache-max-value and cache-ttl now
+ * (SIGHUP); a smaller size evicts at once. */
+void px_caching_reconfigure(px_server *srv);
 
 /* Whether hits and fills are allowed now (tracking active, table known). */
 int px_caching_active(const px_server *srv);

@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
         rc = 1;
         goto done;
     }
-    rc = px_server_run(&cfg);
+    rc = px_server_run(&cfg, argc, argv);
     px_log_close();
 done:
     px_config_deinit(&cfg);

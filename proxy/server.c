@@ -93,10 +93,63 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
     if (srv->nclients == 0) event_base_loopexit(srv->base, NULL);
 }
 
-int px_server_run(px_config *cfg) {
+/*
+ * SIGHUP: the configuration is read again from the same command line (and
+ * the file it names). What can change at run time is applied: log level,
+ * cache size, value limit and ttl, client limits and timeout. The rest
+ * (addresses, upstream, rules, modes) needs a restart, and a change to it
+ * is logged and ignored. A configuration that does not load changes nothing.
+ */
+static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
+    px_server *srv = arg;
+    px_config *fresh = malloc(sizeof *fresh);
+    char err[1024];
+    int test_only = 0;
+    if (fresh == NULL) return;
+    px_config_init(fresh);
+    if (px_config_from_args(fresh, srv->argc, srv->argv, &test_only, err, sizeof err) != 0) {
+        px_warning("reload refused: %s", err);
+        goto out;
+    }
+    px_config *cfg = srv->cfg;
+    if (strcmp(fresh->upstream, cfg->upstream) != 0 || fresh->port != cfg->port ||
+        strcmp(fresh->unixsocket, cfg->unixsocket) != 0 || fresh->profile != cfg->profile ||
+        fresh->ncache_rules != cfg->ncache_rules || fresh->tracking_mode != cfg->tracking_mode ||
+        (fresh->cache_max_memory == 0) != (cfg->cache_max_memory == 0))
+        px_warning("reload: upstream, listeners, rules, tracking mode and turning the cache on or off "
+                   "need a restart; those changes are ignored");
+    cfg->loglevel = fresh->loglevel;
+    px_log_set_level(cfg->loglevel);
+    cfg->maxclients = fresh->maxclients;
+    cfg->timeout = fresh->timeout;
+    cfg->client_query_buffer_limit = fresh->client_query_buffer_limit;
+    cfg->client_output_buffer_limit = fresh->client_output_buffer_limit;
+    cfg->proto_max_bulk_len = fresh->proto_max_bulk_len;
+    cfg->max_multibulk_len = fresh->max_multibulk_len;
+    srv->req_limits.max_bulk_len = cfg->proto_max_bulk_len;
+    srv->req_limits.max_multibulk_len = cfg->max_multibulk_len;
+    for (px_client *c = srv->clients; c != NULL; c = c->next) c->rq.lim = srv->req_limits;
+    if (cfg->cache_max_memory != 0 && fresh->cache_max_memory != 0) {
+        cfg->cache_max_memory = fresh->cache_max_memory;
+        cfg->cache_max_value = fresh->cache_max_value;
+        cfg->cache_ttl = fresh->cache_ttl;
+        px_caching_reconfigure(srv);
+    }
+    px_notice("reloaded loglevel=%d maxclients=%d timeout=%d cache_max_memory=%lld cache_max_value=%lld "
+              "cache_ttl=%d",
+              cfg->loglevel, cfg->maxclients, cfg->timeout, cfg->cache_max_memory, cfg->cache_max_value,
+              cfg->cache_ttl);
+out:
+    px_config_deinit(fresh);
+    free(fresh);
+}
+
+int px_server_run(px_config *cfg, int argc, char **argv) {
     px_server srv;
     memset(&srv, 0, sizeof srv);
     srv.cfg = cfg;
+    srv.argc = argc;
+    srv.argv = argv;
     srv.open_access = -1;
     resp_limits_default(&srv.req_limits);
     srv.req_limits.max_bulk_len = cfg->proto_max_bulk_len;
@@ -119,10 +172,12 @@ int px_server_run(px_config *cfg) {
     srv.cron_ev = event_new(srv.base, -1, EV_PERSIST, cron_cb, &srv);
     srv.sig_term = evsignal_new(srv.base, SIGTERM, on_stop_signal, &srv);
     srv.sig_int = evsignal_new(srv.base, SIGINT, on_stop_signal, &srv);
+    srv.sig_hup = evsignal_new(srv.base, SIGHUP, on_reload_signal, &srv);
     struct timeval second = {1, 0};
     event_add(srv.cron_ev, &second);
     event_add(srv.sig_term, NULL);
     event_add(srv.sig_int, NULL);
+    event_add(srv.sig_hup, NULL);
 
     if (px_caching_init(&srv) != 0) {
         srv.exit_code = 1;
@@ -166,6 +221,7 @@ out:
     event_free(srv.cron_ev);
     event_free(srv.sig_term);
     event_free(srv.sig_int);
+    event_free(srv.sig_hup);
     event_free(srv.flush_ev);
     event_base_free(srv.base);
     return srv.exit_code;

@@ -60,7 +60,9 @@ typedef struct px_server {
     struct px_upstream *reap_upstreams;
     struct event *reap_ev;
     struct event *cron_ev;
-    struct event *sig_term, *sig_int, *sig_pipe;
+    struct event *sig_term, *sig_int, *sig_hup;
+    int argc;                  /* the command line, for SIGHUP */
+    char **argv;
 
     /* Whether Redis serves clients without credentials: -1 unknown, 0 no
      * (NOAUTH), 1 yes. Learned by every credential-less connection. */
@@ -79,6 +81,8 @@ void px_server_schedule_reap(px_server *srv);
 
 
 
-/* Runs one instance until it is stopped. Returns the process exit code. */
-int px_server_run(px_config *cfg);
+/* Runs one instance until it is stopped. Returns the process exit code.
+ * argc/argv are the command line the config came from: SIGHUP reads it
+ * (and the file it names) again and applies what can change at run time. */
+int px_server_run(px_config *cfg, int argc, char **argv);
 #endif
