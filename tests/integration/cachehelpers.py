@@ -184,10 +184,6 @@ def wait_stat(st, field, minimum, timeout=3.0, what=None):
         time.sleep(0.01)
 
 
-def direct_raw(server, protocol=None):
-    return server.raw(auth=True, protocol=protocol)
-
-
 def value_of(frame):
     """A Frame's value for comparisons: errors compare by their text."""
     v = frame.value
@@ -1012,9 +1008,12 @@ def start_cached(proxy_factory, up=None, args=(), mode=None):
     if mode is not None:
         args += ("--tracking-mode", mode)
     p = proxy_factory(up=up, args=args)
-    p.tracking_mode = mode or "bcast"
     st = Stats(p)
-    wait_tracking_active(p, stats=st)
+    info = wait_tracking_active(p, stats=st)
+    # the mode in effect (SIDECACHE_ARGS may set one for tests that do not)
+    p.tracking_mode = info.get("tracking_mode", mode or "bcast")
+    if mode is not None:
+        assert p.tracking_mode == mode, info
     return p, st
 
 

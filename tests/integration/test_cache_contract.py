@@ -21,6 +21,7 @@ from helpers import Err, encode, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
+
 def direct_setup(relay, st, write, *keys):
     """Runs write() (direct writes of `keys` on Redis) and waits until their
     invalidations went through the relay and were counted by the proxy, so
@@ -312,6 +313,7 @@ def test_c2_exec_results_never_cached(proxy_factory, upstream):
     d.set("i9121", "v")
     d.hset("d9121", "f", "v")
     c = p.raw(auth=True)
+    make_tracked(c, st)
     assert c.cmd("MULTI").raw == b"+OK\r\n"
     c.cmd("GET", "i9121")
     c.cmd("HGET", "d9121", "f")

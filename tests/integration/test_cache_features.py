@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from cachehelpers import SIDECACHE_FIELDS, Stats, parse_sidecache_section, start_cached, warm
+from cachehelpers import (MODES, SIDECACHE_FIELDS, Stats, make_tracked, parse_sidecache_section,
+                          start_cached, warm)
 from helpers import wait_until
 
 pytestmark = pytest.mark.proxy_only
@@ -39,6 +40,8 @@ def test_nil_and_values_in_each_clients_protocol(proxy_factory, upstream):
     d.set("i9811", "val")
     r2 = p.raw(auth=True)
     r3 = p.raw(auth=True, protocol=3)
+    make_tracked(r2, st)
+    make_tracked(r3, st)
     cases = [
         (r2, ("GET", "i9812")),               # nil filled by a RESP2 client
         (r3, ("HGET", "d9812", "f")),         # nil filled by a RESP3 client
@@ -187,22 +190,34 @@ def test_cache_ttl_directive(proxy_factory, upstream):
     assert dd["cache_hits"] == 0 and dd["cache_misses"] == 1, dict(dd)
 
 
-def test_caching_waits_for_tracking(proxy_factory, redis_factory):
-    """While tracking is not active (Redis refuses CLIENT TRACKING to the
-    proxy's user), the proxy passes through and never serves a hit."""
+@pytest.mark.parametrize("mode", MODES)
+def test_no_hits_when_tracking_refused(mode, proxy_factory, redis_factory):
+    """Redis refuses CLIENT TRACKING to the user (ACL -client|tracking) that
+    both the proxy (its invalidation connection) and the client (its data
+    connections) use: in bcast mode tracking never becomes active, in the
+    default and optin modes no data connection is tracked. Either way the
+    proxy passes through: no hit, ever, and changes are seen at once."""
     up = redis_factory(requirepass="pw", name="noacl")
     a = up.client()
     a.execute_command("ACL", "SETUSER", "sc", "on", ">scpw", "~*", "&*", "+@all",
                       "-client|tracking")
-    p = proxy_factory(up=up, upstream_url="redis://sc:scpw@127.0.0.1:%d" % up.port)
+    p = proxy_factory(up=up, upstream_url="redis://sc:scpw@127.0.0.1:%d" % up.port,
+                      args=("--tracking-mode", mode))
     st = Stats(p)
-    wait_until(lambda: st.get().get("tracking_state") not in ("idle", "connecting", "setup"),
+    wait_until(lambda: st.get(required=False).get("tracking_state")
+               not in (None, "idle", "connecting", "setup"),
                timeout=5, what="tracking setup to end")
     s = st.get()
-    assert s["tracking_state"] != "active", s
-    a.set("i9841", "v")
-    c = p.raw(auth=True)
+    assert s["tracking_mode"] == mode, s
+    if mode == "bcast":
+        assert s["tracking_state"] != "active", s
+    c = p.raw()
+    assert c.cmd("AUTH", "sc", "scpw").raw == b"+OK\r\n"
     with st.delta() as dd:
-        for _ in range(3):
-            assert c.cmd("GET", "i9841").value == b"v"
-    assert dd["cache_hits"] == 0, dict(dd)
+        for i in range(5):
+            a.set("i9841", str(i))
+            a.hset("d9841", "f", str(i))
+            for _ in range(3):
+                assert c.cmd("GET", "i9841").value == str(i).encode()
+                assert c.cmd("HGET", "d9841", "f").value == str(i).encode()
+    assert dd["cache_hits"] == 0 and dd["cache_fills"] == 0, dict(dd)
