@@ -79,7 +79,11 @@ test: deps test-deps
 run: deps $(BIN)
 	@scripts/run.sh $(CURDIR)/$(BIN)
 
-bench: deps $(BIN)
+bench/build/loadgen: bench/loadgen.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -Wall -Wextra -o $@ $< -lhiredis -levent -lm
+
+bench: deps test-deps $(BIN) bench/build/loadgen
 	@bench/run.sh
 
 clean:

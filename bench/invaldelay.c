@@ -251,6 +251,8 @@ int main(int argc, char **argv) {
     report("B_stale_reads_after_send", polls, m, 1);
     redisFree(w);
     redisFree(r);
+    uint64_t *arrays[] = {hit, pass, direct, d_ack, d_write, stale, polls, set_rtt, d_low, d_mid};
+    for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) free(arrays[i]);
     return bad || lost ? 2 : 0;
 ioerr_w:
     fprintf(stderr, "invaldelay: Redis connection: %s\n", w->errstr);

@@ -57,7 +57,7 @@ failed=0
 for load in $LOADS; do
   lpid=""
   if [ "$load" -gt 0 ]; then
-    start loadgen-$load "$LOADGEN_BIN" -p "$sport" -c "$load" --mix get=90,set=10 --keys 10000 --prewarm \
+    start "loadgen-$load" "$LOADGEN_BIN" -p "$sport" -c "$load" --mix get=90,set=10 --keys 10000 --prewarm \
       -d 3600 --warmup 0 --quiet --allow-errors
     lpid=$last_pid
     sleep 1

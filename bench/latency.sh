@@ -62,12 +62,29 @@ build_toxiproxy
 start_redis redis
 free_port; api=$fport
 start toxiproxy "$TOXIPROXY_BIN" -host 127.0.0.1 -port "$api"
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$api/version" >/dev/null 2>&1 && break; sleep 0.1; done
-curl -sf "http://127.0.0.1:$api/version" >/dev/null || die "toxiproxy API not up on :$api"
-free_port; tport=$fport
-api_call() { # METHOD PATH [JSON]
-  curl -sf -X "$1" "http://127.0.0.1:$api$2" ${3:+-d "$3"} >/dev/null || die "toxiproxy API $1 $2 failed"
+# http METHOD PATH [JSON]: one request to toxiproxy's API (bash's /dev/tcp,
+# HTTP/1.0); sets $http_status.
+http() {
+  local body=${3:-}
+  http_status=000
+  exec 3<>"/dev/tcp/127.0.0.1/$api" || return 1
+  printf '%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' \
+    "$1" "$2" "${#body}" "$body" >&3
+  IFS=' ' read -r _ http_status _ <&3 || true
+  cat <&3 >/dev/null
+  exec 3<&-
 }
+api_call() { # METHOD PATH [JSON]: dies unless toxiproxy answers 2xx
+  http "$@" 2>/dev/null || true
+  case "$http_status" in 2??) ;; *) die "toxiproxy API $1 $2 answered ${http_status:-nothing}" ;; esac
+}
+for _ in $(seq 100); do
+  http GET /version 2>/dev/null || true
+  [ "$http_status" = 200 ] && break
+  sleep 0.1
+done
+[ "$http_status" = 200 ] || die "toxiproxy API not up on :$api"
+free_port; tport=$fport
 api_call POST /proxies "{\"name\":\"redis\",\"listen\":\"127.0.0.1:$tport\",\"upstream\":\"127.0.0.1:$rport\",\"enabled\":true}"
 toxics_on=0
 set_latency() { # µs, total round trip to add
@@ -123,7 +140,7 @@ failed=0
 # The latency loop is outermost: the toxic is set (and calibrated) once per L.
 set_latency 0
 fresh_data "$tport"
-base_rtt=$(get_rtt)
+base_rtt=$(median "$(get_rtt)" "$(get_rtt)" "$(get_rtt)")
 log "GET round trip through toxiproxy with no toxic: p50 ${base_rtt} µs"
 for L in $LATENCIES; do
   toxic=$L

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # bench/lib.sh — shared helpers of the bench scripts (sourced, not run).
 #
 # bench_init NAME sets up: $root (the repo), $here (bench/), $work (a temporary
@@ -23,6 +24,8 @@ bench_init() {
   names=()
   fg_pid=""
   used_ports=" "
+  exec 8>&1 9>&2 # the script's own stdout and stderr, for the cleanup (a signal may
+                 # come while a command's output is redirected to a file)
   trap bench_cleanup EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
@@ -34,6 +37,7 @@ die() { log "error: $*"; exit 1; }
 bench_cleanup() {
   local rc=$? i
   trap - EXIT INT TERM
+  exec 1>&8 2>&9
   if [ -n "$fg_pid" ]; then
     kill -TERM "$fg_pid" 2>/dev/null || true
     wait "$fg_pid" 2>/dev/null || true
@@ -96,7 +100,9 @@ find_sidecache() {
     fi
   fi
   case "$b" in /*) ;; *) b="$PWD/$b" ;; esac
-  [ -x "$b" ] && [ ! -d "$b" ] || die "sidecache binary $b is missing (build it with make, or set SIDECACHE_BIN)"
+  if [ ! -x "$b" ] || [ -d "$b" ]; then
+    die "sidecache binary $b is missing (build it with make, or set SIDECACHE_BIN)"
+  fi
   if is_asan "$b"; then
     log "warning: $b is an ASan build: its numbers are not comparable (make without SANITIZE builds build/sidecache)"
   fi

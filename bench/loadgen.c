@@ -30,8 +30,8 @@
  *            MGET i<p> i<ino>; MULTI HDEL SET i<p> ZADD delfiles DEL i<ino> INCRBY DECR EXEC; UNWATCH
  * create and unlink are transactions as JuiceFS runs them (go-redis Tx): each
  * step waits for the previous one, a nil EXEC (WATCH conflict) restarts the op
- * (at most 50 times, counted as conflicts), and the op has its connection to
- * itself. An unlink with no file of this run left to remove runs as a create.
+ * after JuiceFS's back-off (rand % n^2 ms after the n-th conflict; at most 50
+ * attempts, counted as conflicts), and the op has its connection to itself. An unlink with no file of this run left to remove runs as a create.
  *
  * Output: CSV on stdout, one line per op type that ran plus "total":
  *   label,op,count,errors,conflicts,ops_per_s,mean_us,p50_us,p99_us,p999_us,max_us
@@ -697,6 +697,12 @@ static void op_done(op *o) {
     maybe_finish();
 }
 
+static void on_retry_timer(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what;
+    op *o = arg;
+    if (o->c->dead || !op_issue(o)) op_done(o);
+}
+
 static void on_reply(redisAsyncContext *ac, void *reply, void *priv) {
     (void)ac;
     op *o = priv;
@@ -720,7 +726,14 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv) {
         }
         o->ino = 0;
         o->step = 0;
-        if (!op_issue(o)) op_done(o);
+        /* JuiceFS sleeps rand % (i+1)^2 ms after the i-th failed attempt */
+        long ms = (long)(rng_next() % (uint64_t)((o->retries) * (o->retries)));
+        if (ms == 0) {
+            if (!op_issue(o)) op_done(o);
+            return;
+        }
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+        if (event_base_once(g.base, -1, EV_TIMEOUT, on_retry_timer, o, &tv) != 0 && !op_issue(o)) op_done(o);
         return;
     }
     if (o->conflict) o->restart = 1; /* the next step is UNWATCH */

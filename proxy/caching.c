@@ -47,6 +47,8 @@ struct px_caching {
     /* flushes by cause */
     uint64_t flush_tracking, flush_null, flush_write, flush_failover, flush_unknown_user;
     uint64_t hits_served, fills_begun;
+    uint64_t bypassed;       /* cacheable reads sent to Redis because the client
+                                had requests in flight (neither hit nor miss) */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -311,7 +313,10 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
     *cacheable = 1;
     /* A client with requests in flight may have a write among them that
      * the cache does not reflect yet: its reads go to Redis, in order. */
-    if (c->inflight > 0 || c->slots_head != NULL) return 0;
+    if (c->inflight > 0 || c->slots_head != NULL) {
+        pc->bypassed++;
+        return 0;
+    }
     const char *val;
     size_t vlen;
     int is_nil;
@@ -535,6 +540,7 @@ void px_caching_info(px_server *srv, resp_buf *b) {
     resp_buf_printf(b, "cache_hits:%llu\r\n", (unsigned long long)st->hits);
     resp_buf_printf(b, "cache_misses:%llu\r\n", (unsigned long long)st->misses);
     resp_buf_printf(b, "cache_hit_ratio:%.4f\r\n", lookups ? (double)st->hits / (double)lookups : 0.0);
+    resp_buf_printf(b, "cache_bypassed_in_flight:%llu\r\n", (unsigned long long)pc->bypassed);
     resp_buf_printf(b, "cache_fills:%llu\r\n", (unsigned long long)st->fills);
     resp_buf_printf(b, "cache_fills_rejected:%llu\r\n", (unsigned long long)st->fills_rejected);
     resp_buf_printf(b, "cache_fills_too_big:%llu\r\n", (unsigned long long)st->fills_too_big);
