@@ -35,7 +35,7 @@ UNIT_BIN     := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 BIN := $(BUILD)/sidecache
 
-.PHONY: all test unit integration interop run bench deps test-deps clean fuzz
+.PHONY: all test unit integration interop run bench deps test-deps fuzz-deps clean fuzz
 # ./sidecache is the plain build; a sanitizer build stays in build-san/.
 all: $(BIN)
 	@[ "$(SANITIZE)" = 1 ] || ln -sf $(BIN) sidecache
@@ -86,7 +86,14 @@ bench/build/loadgen: bench/loadgen.c
 bench: deps test-deps $(BIN) bench/build/loadgen
 	@bench/run.sh
 
+# libFuzzer targets (tests/fuzz/), FUZZ_SECONDS each; needs clang (fuzz-deps).
+fuzz-deps:
+	@scripts/install-deps.sh fuzz
+
+fuzz: fuzz-deps
+	@scripts/fuzz.sh
+
 clean:
-	rm -rf build build-san $(BIN)
+	rm -rf build build-san build-fuzz sidecache
 
 -include $(shell find build build-san -name '*.d' 2>/dev/null)

@@ -3,14 +3,17 @@
 # everything is present, so `make` and `make test` may call it every time.
 #   install-deps.sh build   compiler-side: libevent, OpenSSL, uthash, hiredis
 #   install-deps.sh test    test-side: redis-server, twemproxy, pytest, redis-py, Go modules
+#   install-deps.sh fuzz    clang with libFuzzer (make fuzz)
 set -euo pipefail
 want=${1:-build}
 build_pkgs=(libevent-dev libssl-dev uthash-dev libhiredis-dev pkg-config make gcc)
 test_pkgs=(redis-server redis-tools nutcracker)
 
 missing=()
+fuzz_pkgs=(clang libclang-rt-14-dev)
 pkgs=("${build_pkgs[@]}")
 [ "$want" = test ] && pkgs=("${test_pkgs[@]}")
+[ "$want" = fuzz ] && pkgs=("${fuzz_pkgs[@]}")
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
