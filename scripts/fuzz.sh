@@ -36,6 +36,35 @@ else
   done
 fi
 
+# A libFuzzer dictionary per target, generated into build-fuzz/: RESP
+# tokens, and for the command table every command name Redis 7.0 reports
+# plus the option words the classifier looks for.
+make_dict() {
+  local t=$1 d="$OUT/$1.dict"
+  case $t in
+    fuzz_req)
+      printf '%s\n' '"\x0d\x0a"' '"*1\x0d\x0a"' '"*-1\x0d\x0a"' '"$0\x0d\x0a\x0d\x0a"' \
+        '"$"' '"\x22"' "\"'\"" '"\\x4"' '"\x00"' '"16384"' '"1048576"' >"$d" ;;
+    fuzz_reply)
+      printf '%s\n' '"\x0d\x0a"' '"*1\x0d\x0a"' '"*-1\x0d\x0a"' '"$-1\x0d\x0a"' '"_\x0d\x0a"' \
+        '"%1\x0d\x0a"' '"|1\x0d\x0a"' '">2\x0d\x0a"' '"~1\x0d\x0a"' '"#t\x0d\x0a"' \
+        '",inf\x0d\x0a"' '",1.5e-3\x0d\x0a"' '"(12345678901234567890\x0d\x0a"' \
+        '"=8\x0d\x0atxt:abcd\x0d\x0a"' '"!3\x0d\x0aERR\x0d\x0a"' '"$?"' '"*?"' >"$d" ;;
+    fuzz_cmdtable_load)
+      printf '%s\n' '"*10\x0d\x0a"' '"*6\x0d\x0a"' '"+write\x0d\x0a"' '"+readonly\x0d\x0a"' \
+        '"+movablekeys\x0d\x0a"' '":-1\x0d\x0a"' '":1\x0d\x0a"' '"*0\x0d\x0a"' '"~1\x0d\x0a"' \
+        '"_\x0d\x0a"' '"*-1\x0d\x0a"' '"$3\x0d\x0aset\x0d\x0a"' '"$4\x0d\x0asort\x0d\x0a"' \
+        '"$4\x0d\x0aeval\x0d\x0a"' '"$7\x0d\x0amigrate\x0d\x0a"' '"$10\x0d\x0aconfig|set\x0d\x0a"' >"$d" ;;
+    fuzz_cmdtable_writes)
+      { tr -d '\r' <tests/unit/data/command-7.0.resp |
+          awk 'prev ~ /^\*(10|12)$/ && $0 ~ /^\$/ {getline name; print name} {prev=$0}' | sort -u
+        printf '%s\n' store storedist keys copy replace auth auth2 streams group count block noack \
+          left right min max '|' 0123456789abcdef0123456789abcdef01234567
+      } | sed 's/.*/"&"/' >"$d" ;;
+    *) return 1 ;;
+  esac
+}
+
 status=0
 declare -A result
 mkdir -p "$OUT"
@@ -53,14 +82,18 @@ for t in "${targets[@]}"; do
   [ -x "$OUT/$t" ] && [ -z "${result[$t]:-}" ] || continue
   work="$OUT/corpus/$t" art="$OUT/artifacts/$t/" log="$OUT/$t.log"
   mkdir -p "$work" "$art"
+  dict=()
+  make_dict "$t" && dict=(-dict="$OUT/$t.dict")
   dirs=("$work")
   for d in "tests/fuzz/corpus/$t" "tests/fuzz/regressions/$t"; do
     [ -d "$d" ] && dirs+=("$d")
   done
   echo "fuzz: running $t for ${SECONDS_EACH}s (log: $log)"
   # The first directory receives new inputs; the seeds are only read.
+  # -malloc_limit_mb: no single allocation may come near 32 MB from a
+  # 64 KB input (resp.h: nothing is sized from a declared length or count).
   ./"$OUT/$t" -max_len=65536 -max_total_time="$SECONDS_EACH" -timeout=25 \
-      -print_final_stats=1 -artifact_prefix="$art" \
+      -malloc_limit_mb=32 -print_final_stats=1 -artifact_prefix="$art" "${dict[@]}" \
       $( [ "$JOBS" -gt 1 ] && echo "-fork=$JOBS -ignore_crashes=0" ) \
       "${dirs[@]}" >"$log" 2>&1
   rc=$?

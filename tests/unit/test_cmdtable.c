@@ -368,6 +368,11 @@ static void test_unknown_commands(void) {
     CHECK_EQ_INT(wr(T, &ks, "SET", "k", "v", NULL), CMDT_WRITES_KEYS);
     CHECK_EQ_INT(ks.n, 1);
     CHECK_EQ_INT(cmdtable_writes(T, 0, NULL, collect, &ks), CMDT_WRITES_NOTHING);
+    /* a subcommand's table name is no command name (fuzz regression):
+     * Redis answers "unknown command" to "xgroup|destroy a k g" */
+    CHECK_EQ_INT(wr(T, &ks, "xgroup|destroy", "a", "k", "g", NULL), CMDT_WRITES_NOTHING);
+    CHECK_EQ_INT(ks.n, 0);
+    CHECK_EQ_INT(wr(T, &ks, "config|set", "x", "y", NULL), CMDT_WRITES_NOTHING);
 }
 
 static void test_arity_errors(void) {
