@@ -669,7 +669,7 @@ int cmdtable_writes(const cmdtable *t, int argc, const resp_arg *argv,
     /* "xgroup|destroy" as a command name is not a command to Redis (it
      * answers "unknown command"): the table's subcommand names must not be
      * reachable from argv[0] (found by fuzz_cmdtable_writes). */
-    if (argc >= 1 && argv != NULL && memchr(argv[0].ptr, '|', argv[0].len) != NULL)
+    if (argc >= 1 && argv != NULL && argv[0].ptr != NULL && memchr(argv[0].ptr, '|', argv[0].len) != NULL)
         return CMDT_WRITES_NOTHING;
     if (t == NULL || argc < 1 || argv == NULL || (e = lookup(t, argc, argv)) == NULL)
         return CMDT_WRITES_NOTHING;

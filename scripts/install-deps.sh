@@ -10,7 +10,7 @@ build_pkgs=(libevent-dev libssl-dev uthash-dev libhiredis-dev pkg-config make gc
 test_pkgs=(redis-server redis-tools nutcracker)
 
 missing=()
-fuzz_pkgs=(clang libclang-rt-14-dev)
+fuzz_pkgs=(clang libclang-rt-14-dev uthash-dev)
 pkgs=("${build_pkgs[@]}")
 [ "$want" = test ] && pkgs=("${test_pkgs[@]}")
 [ "$want" = fuzz ] && pkgs=("${fuzz_pkgs[@]}")
