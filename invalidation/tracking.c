@@ -148,26 +148,27 @@ static void expect(inv_conn *t, enum inv_expect e) {
 static void send_tracking(inv_conn *t, long long id) {
     resp_buf b;
     resp_buf_init(&b);
-    int n = 5 + 2 * t->cfg.nprefixes;
-    resp_arg *argv = calloc((size_t)n, sizeof *argv);
     char idbuf[32];
     snprintf(idbuf, sizeof idbuf, "%lld", id);
-    const char *fixed[] = {"CLIENT", "TRACKING", "ON", "REDIRECT", idbuf};
-    for (int i = 0; i < 5; i++) argv[i].ptr = fixed[i], argv[i].len = strlen(fixed[i]);
-    for (int i = 0; i < t->cfg.nprefixes; i++) {
-        argv[5 + 2 * i].ptr = "PREFIX", argv[5 + 2 * i].len = 6;
-        argv[6 + 2 * i].ptr = t->prefixes[i], argv[6 + 2 * i].len = strlen(t->prefixes[i]);
+    /* CLIENT TRACKING ON REDIRECT <id> BCAST, then PREFIX p for each prefix */
+    const char *fixed[] = {"CLIENT", "TRACKING", "ON", "REDIRECT", idbuf, "BCAST"};
+    int nfixed = (int)(sizeof fixed / sizeof fixed[0]);
+    int n = nfixed + 2 * t->cfg.nprefixes;
+    resp_arg *argv = calloc((size_t)n, sizeof *argv);
+    if (argv == NULL) {
+        resp_buf_deinit(&b);
+        inv_fail(t, "out of memory", 0);
+        return;
     }
-    /* BCAST goes before the prefixes */
-    resp_arg *full = calloc((size_t)n + 1, sizeof *full);
-    memcpy(full, argv, 5 * sizeof *argv);
-    full[5].ptr = "BCAST", full[5].len = 5;
-    memcpy(full + 6, argv + 5, (size_t)(n - 5) * sizeof *argv);
-    resp_enc_command(&b, n + 1, full);
+    for (int i = 0; i < nfixed; i++) argv[i].ptr = fixed[i], argv[i].len = strlen(fixed[i]);
+    for (int i = 0; i < t->cfg.nprefixes; i++) {
+        argv[nfixed + 2 * i].ptr = "PREFIX", argv[nfixed + 2 * i].len = 6;
+        argv[nfixed + 2 * i + 1].ptr = t->prefixes[i], argv[nfixed + 2 * i + 1].len = strlen(t->prefixes[i]);
+    }
+    resp_enc_command(&b, n, argv);
     bufferevent_write(t->bev, b.data, b.len);
     resp_buf_deinit(&b);
     free(argv);
-    free(full);
     expect(t, EXP_TRACKING);
     send_cmd(t, "SUBSCRIBE", INV_CHANNEL, NULL);
     expect(t, EXP_SUBSCRIBE);
