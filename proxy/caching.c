@@ -24,10 +24,12 @@
 #include "proxy/client.h"
 #include "proxy/io.h"
 #include "proxy/log.h"
+#include "proxy/lookup.h"
 #include "proxy/upstream.h"
 
-/* JuiceFS's lookup scripts (1.0-1.4, and 0.x): they read only. */
-static const char *const juicefs_readonly_scripts[] = {
+/* JuiceFS's lookup scripts (1.0-1.4, and 0.x): they read only, and the
+ * cache answers them (proxy/lookup.h). */
+static const char *const juicefs_lookup_scripts[] = {
     "8526c64984678fc27f67f44755c8ba7dcdf7ea60",
     "72af033cd6d0773efd6a53eaf9490b4a138f55af",
 };
@@ -49,7 +51,20 @@ struct px_caching {
     uint64_t hits_served, fills_begun;
     uint64_t bypassed;       /* cacheable reads sent to Redis because the client
                                 had requests in flight (neither hit nor miss) */
+    px_lookup *lookup;       /* lookup scripts answered here */
+    uint64_t script_hits, script_misses;
+    uint64_t mget_hits, mget_partial, mget_keys_cached;
+    resp_buf plan;           /* an MGET's plan, from px_caching_try_hit to
+                                px_caching_on_send of the same request */
+    resp_buf plan_req;       /* ... and the MGET of its keys not cached */
 };
+
+/* Every flush: the cache, and what is known of Redis's scripts (a flush
+ * may mean a restarted or another Redis, which holds none of them). */
+static void flush_cache(struct px_caching *pc) {
+    cache_flush(pc->cache);
+    px_lookup_forget(pc->lookup);
+}
 
 /* ------------------------------------------------------------------------ */
 /* tracking callbacks */
@@ -62,7 +77,7 @@ static void on_invalidate(void *arg, const char *key, size_t klen) {
 static void on_flush(void *arg, const char *why) {
     px_server *srv = arg;
     struct px_caching *pc = srv->caching;
-    cache_flush(pc->cache);
+    flush_cache(pc);
     if (strncmp(why, "null", 4) == 0)
         pc->flush_null++;
     else
@@ -110,7 +125,7 @@ void px_caching_on_upstream_lost(px_server *srv, px_upstream *u) {
     if (pc == NULL || pc->mode == PX_TRACKING_BCAST || u->tracked_epoch != pc->epoch) return;
     /* Redis forgets what a closed connection read: invalidations for the
      * entries it filled would never come */
-    cache_flush(pc->cache);
+    flush_cache(pc);
     pc->flush_tracking++;
     px_notice("cache flushed reason=\"tracked upstream connection lost\" id=%llu", (unsigned long long)u->id);
 }
@@ -140,9 +155,10 @@ static void on_command_table(void *arg, const char *reply, size_t len) {
         return;
     }
     for (int i = 0; i < srv->cfg->nreadonly_scripts; i++) cmdtable_add_readonly_script(t, srv->cfg->readonly_scripts[i]);
+    for (int i = 0; i < srv->cfg->nlookup_scripts; i++) cmdtable_add_readonly_script(t, srv->cfg->lookup_scripts[i]);
     if (srv->cfg->profile == PX_PROFILE_JUICEFS)
-        for (size_t i = 0; i < sizeof juicefs_readonly_scripts / sizeof *juicefs_readonly_scripts; i++)
-            cmdtable_add_readonly_script(t, juicefs_readonly_scripts[i]);
+        for (size_t i = 0; i < sizeof juicefs_lookup_scripts / sizeof *juicefs_lookup_scripts; i++)
+            cmdtable_add_readonly_script(t, juicefs_lookup_scripts[i]);
     if (pc->cmdt) cmdtable_free(pc->cmdt);
     pc->cmdt = t;
     px_verbose("command table loaded commands=%d", n);
@@ -187,6 +203,22 @@ int px_caching_init(px_server *srv) {
         return 0;
     }
     if (cache_rules_derive_prefixes(&pc->rules, err, sizeof err) != 0) goto bad;
+    resp_buf_init(&pc->plan);
+    resp_buf_init(&pc->plan_req);
+    if ((pc->lookup = px_lookup_new()) == NULL) {
+        snprintf(err, sizeof err, "out of memory");
+        goto bad;
+    }
+    /* The scripts read i<ino> and d<ino> without a prefix: with one (Redis
+     * Cluster) JuiceFS does not use them, and their keys are not ours. */
+    if (cfg->key_prefix[0] == '\0') {
+        if (cfg->profile == PX_PROFILE_JUICEFS)
+            for (size_t i = 0; i < sizeof juicefs_lookup_scripts / sizeof *juicefs_lookup_scripts; i++)
+                px_lookup_add(pc->lookup, juicefs_lookup_scripts[i]);
+        for (int i = 0; i < cfg->nlookup_scripts; i++)
+            if (px_lookup_add(pc->lookup, cfg->lookup_scripts[i]) != 0)
+                px_warning("cache-lookup-script %s: too many lookup scripts, ignored", cfg->lookup_scripts[i]);
+    }
 
     cache_config cc = {(size_t)cfg->cache_max_memory, (size_t)cfg->cache_max_value,
                        (int64_t)cfg->cache_ttl * 1000};
@@ -243,6 +275,9 @@ void px_caching_deinit(px_server *srv) {
     if (pc->inv) inv_free(pc->inv);
     if (pc->cache) cache_free(pc->cache);
     if (pc->cmdt) cmdtable_free(pc->cmdt);
+    px_lookup_free(pc->lookup);
+    resp_buf_deinit(&pc->plan);
+    resp_buf_deinit(&pc->plan_req);
     cache_rules_deinit(&pc->rules);
     for (int i = 0; i < pc->nusers; i++) free(pc->users[i]);
     free(pc);
@@ -298,24 +333,144 @@ static int key_is_cacheable(struct px_caching *pc, const char *key, size_t klen)
 /* ------------------------------------------------------------------------ */
 /* hits */
 
+/* Which cacheable read other than GET/HGET a request is (*script: the
+ * lookup script's index), or PX_READ_NONE. */
+static int read_kind(struct px_caching *pc, const resp_arg *a, int argc, int *script) {
+    if (argc >= 2 && resp_arg_is(a[0].ptr, a[0].len, "MGET")) {
+        for (int i = 1; i < argc; i++)
+            if (!cache_rules_match(&pc->rules, CACHE_KIND_GET, a[i].ptr, a[i].len)) return PX_READ_NONE;
+        return PX_READ_MGET;
+    }
+    *script = px_lookup_match(pc->lookup, argc, a);
+    if (*script >= 0 && cache_rules_match(&pc->rules, CACHE_KIND_HGET, a[3].ptr, a[3].len)) return PX_READ_LOOKUP;
+    return PX_READ_NONE;
+}
+
+/* The plan of an MGET (pc->plan, then the request's aux): a header, then
+ * per key either its cached value (tag 0: u8 nil, u32 length, bytes) or
+ * where its reply comes from (tag 1: u32 length, key, u64 fill token). */
+typedef struct mget_hdr {
+    uint32_t n, nmiss, part, db, proto;
+} mget_hdr;
+
+static int hit_write(px_client *c, resp_buf *b) {
+    px_io_write(&c->io, b->data, b->len);
+    return 1;
+}
+
+/* An MGET: answered when every key is cached; otherwise plans the MGET of
+ * the rest (busy: the client has requests in flight, so nothing is taken
+ * from the cache). Returns 1 if answered. */
+static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy, int *cacheable) {
+    const resp_arg *a = c->rq.argv;
+    int argc = c->rq.argc, fail = 0;
+    resp_buf *plan = &pc->plan, *req = &pc->plan_req;
+    mget_hdr h = {(uint32_t)(argc - 1), 0, part, (uint32_t)c->db, (uint32_t)c->proto};
+    int64_t now = px_now_ms();
+    resp_buf_reset(plan);
+    fail |= resp_buf_append(plan, &h, sizeof h);
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        size_t vlen;
+        int nil;
+        if (!busy && cache_get(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len, "", 0, now, &v, &vlen,
+                               &nil)) {
+            uint8_t tag[2] = {0, (uint8_t)nil};
+            uint32_t n = nil ? 0 : (uint32_t)vlen;
+            fail |= resp_buf_append(plan, tag, 2);
+            fail |= resp_buf_append(plan, &n, 4);
+            if (n) fail |= resp_buf_append(plan, v, n);
+        } else {
+            uint8_t tag = 1;
+            uint32_t klen = (uint32_t)a[i].len;
+            uint64_t token = 0;
+            fail |= resp_buf_append(plan, &tag, 1);
+            fail |= resp_buf_append(plan, &klen, 4);
+            fail |= resp_buf_append(plan, a[i].ptr, klen);
+            fail |= resp_buf_append(plan, &token, 8);
+            h.nmiss++;
+        }
+    }
+    if (fail) {
+        *cacheable = PX_READ_NONE; /* out of memory: the plain MGET goes */
+        return 0;
+    }
+    memcpy(plan->data, &h, sizeof h);
+    if (h.nmiss == 0) {
+        /* every key cached: the reply, built from the plan */
+        resp_buf_reset(&c->scratch);
+        resp_enc_array(&c->scratch, h.n);
+        for (size_t at = sizeof h; at < plan->len;) {
+            uint32_t n;
+            memcpy(&n, plan->data + at + 2, 4);
+            if (plan->data[at + 1])
+                resp_enc_null(&c->scratch, c->proto);
+            else
+                resp_enc_bulk(&c->scratch, plan->data + at + 6, n);
+            at += 6 + n;
+        }
+        pc->mget_hits++;
+        pc->mget_keys_cached += h.n;
+        pc->hits_served++;
+        return hit_write(c, &c->scratch);
+    }
+    if (h.nmiss < h.n) {
+        pc->mget_partial++;
+        pc->mget_keys_cached += h.n - h.nmiss;
+    }
+    resp_buf_reset(req);
+    resp_enc_array(req, (long long)h.nmiss + 1);
+    resp_enc_bulk(req, "MGET", 4);
+    for (size_t at = sizeof h; at < plan->len;) {
+        uint32_t n;
+        memcpy(&n, plan->data + at + (plan->data[at] ? 1 : 2), 4);
+        if (plan->data[at] == 0) {
+            at += 6 + n;
+            continue;
+        }
+        resp_enc_bulk(req, plan->data + at + 5, n);
+        at += 5 + n + 8;
+    }
+    return 0;
+}
+
+void px_caching_mget_request(px_client *c, const char **data, size_t *len) {
+    struct px_caching *pc = c->srv->caching;
+    *data = pc->plan_req.data;
+    *len = pc->plan_req.len;
+}
+
 int px_caching_try_hit(px_client *c, int *cacheable) {
     struct px_caching *pc = c->srv->caching;
-    *cacheable = 0;
+    *cacheable = PX_READ_NONE;
     if (pc == NULL || !px_caching_active(c->srv)) return 0;
     /* A client that has not authenticated, where Redis wants a password,
      * must get Redis's NOAUTH: never a cached value, never a fill. */
     if (c->pass == NULL && c->srv->open_access != 1) return 0;
     const resp_arg *a = c->rq.argv;
+    int script = -1;
     int kind = cacheable_kind(pc, a, c->rq.argc);
-    if (kind == 0) return 0;
+    int read = kind ? PX_READ_ONE : read_kind(pc, a, c->rq.argc, &script);
+    if (read == PX_READ_NONE) return 0;
     uint32_t part = partition_of(pc, c->user);
     if (part == 0) return 0;
-    *cacheable = 1;
+    *cacheable = read;
     /* A client with requests in flight may have a write among them that
      * the cache does not reflect yet: its reads go to Redis, in order. */
-    if (c->inflight > 0 || c->slots_head != NULL) {
-        pc->bypassed++;
-        return 0;
+    int busy = c->inflight > 0 || c->slots_head != NULL;
+    if (busy) pc->bypassed++;
+    if (read == PX_READ_MGET) return mget_try(pc, c, part, busy, cacheable);
+    if (busy) return 0;
+    resp_buf_reset(&c->scratch);
+    if (read == PX_READ_LOOKUP) {
+        if (!px_lookup_answer(pc->lookup, script, pc->cache, part, c->db, c->proto, a[3].ptr, a[3].len, a[4].ptr,
+                              a[4].len, px_now_ms(), &c->scratch)) {
+            pc->script_misses++;
+            return 0;
+        }
+        pc->script_hits++;
+        pc->hits_served++;
+        return hit_write(c, &c->scratch);
     }
     const char *val;
     size_t vlen;
@@ -326,13 +481,11 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
                    &is_nil))
         return 0;
     pc->hits_served++;
-    resp_buf_reset(&c->scratch);
     if (is_nil)
         resp_enc_null(&c->scratch, c->proto);
     else
         resp_enc_bulk(&c->scratch, val, vlen);
-    px_io_write(&c->io, c->scratch.data, c->scratch.len);
-    return 1;
+    return hit_write(c, &c->scratch);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -355,10 +508,71 @@ static void invalidate_now(void *arg, const char *key, size_t klen) {
 }
 
 static void flush_for_write(struct px_caching *pc, const resp_arg *cmd) {
-    cache_flush(pc->cache);
+    flush_cache(pc);
     pc->flush_write++;
     px_debug("cache flushed reason=\"write with unknown keys\" cmd=%.*s", (int)(cmd->len > 32 ? 32 : cmd->len),
              cmd->ptr);
+}
+
+/* Anything invalidated or flushed since? (An invalidation can overtake the
+ * reply of a read sent before it: then what the read returned for a key it
+ * could not name at send time may be stale.) */
+static uint64_t change_seq(struct px_caching *pc) {
+    const cache_stats *st = cache_get_stats(pc->cache);
+    return st->invalidations + st->flushes;
+}
+
+/* The MGET's plan goes with the request; its missing keys begin fills. */
+static void mget_send(struct px_caching *pc, px_client *c, px_upstream *u, px_req *r, int may_fill) {
+    mget_hdr h;
+    resp_buf *plan = &pc->plan;
+    memcpy(&h, plan->data, sizeof h);
+    int64_t now = px_now_ms();
+    for (size_t at = sizeof h; at < plan->len;) {
+        uint32_t n;
+        memcpy(&n, plan->data + at + (plan->data[at] ? 1 : 2), 4);
+        if (plan->data[at] == 0) {
+            at += 6 + n;
+            continue;
+        }
+        if (may_fill) {
+            uint64_t token = cache_fill_begin(pc->cache, h.part, (int)h.db, CACHE_KIND_GET, plan->data + at + 5, n,
+                                              "", 0, now);
+            memcpy(plan->data + at + 5 + n, &token, 8);
+            if (token) pc->fills_begun++, u->filled = 1;
+        }
+        at += 5 + n + 8;
+    }
+    /* the plan's buffer moves to the request */
+    r->aux = plan->data;
+    r->aux_len = plan->len;
+    r->aux_flags |= PX_AUX_MGET;
+    resp_buf_init(plan);
+    (void)c;
+}
+
+/* A lookup script's dentry identity, then dkey and name (request aux). */
+typedef struct lookup_id {
+    uint32_t part, db, idx, proto, dklen, nlen;
+    uint64_t seq;
+} lookup_id;
+
+static void lookup_send(struct px_caching *pc, px_client *c, px_upstream *u, px_req *r) {
+    const resp_arg *a = c->rq.argv;
+    lookup_id id = {partition_of(pc, c->user), (uint32_t)c->db, (uint32_t)px_lookup_match(pc->lookup, c->rq.argc, a),
+                    (uint32_t)c->proto, (uint32_t)a[3].len, (uint32_t)a[4].len, change_seq(pc)};
+    char *aux = malloc(sizeof id + a[3].len + a[4].len);
+    if (aux == NULL) return;
+    memcpy(aux, &id, sizeof id);
+    memcpy(aux + sizeof id, a[3].ptr, a[3].len);
+    memcpy(aux + sizeof id + a[3].len, a[4].ptr, a[4].len);
+    r->fill_token = cache_fill_begin(pc->cache, id.part, c->db, CACHE_KIND_LOOKUP, a[3].ptr, a[3].len, a[4].ptr,
+                                     a[4].len, px_now_ms());
+    r->aux = aux;
+    r->aux_len = sizeof id + a[3].len + a[4].len;
+    r->aux_flags |= PX_AUX_LOOKUP;
+    if (r->fill_token) pc->fills_begun++;
+    u->filled = 1;
 }
 
 void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, int in_multi) {
@@ -368,7 +582,16 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
     int argc = c->rq.argc;
 
     if (cacheable && r != NULL && !in_multi) {
-        if (!px_caching_active(c->srv) || !conn_tracked(pc, u)) return;
+        int may_fill = px_caching_active(c->srv) && conn_tracked(pc, u);
+        if (cacheable == PX_READ_MGET) {
+            mget_send(pc, c, u, r, may_fill);
+            return;
+        }
+        if (!may_fill) return;
+        if (cacheable == PX_READ_LOOKUP) {
+            lookup_send(pc, c, u, r);
+            return;
+        }
         int kind = cacheable_kind(pc, a, argc);
         uint32_t part = partition_of(pc, c->user);
         const char *field = kind == CACHE_KIND_HGET ? a[2].ptr : "";
@@ -394,6 +617,20 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
         u->filled = 1;
         pc->fills_begun++;
         return;
+    }
+
+    if (argc >= 2 && resp_arg_is(a[0].ptr, a[0].len, "SCRIPT")) {
+        /* what Redis will hold of the lookup scripts */
+        if (argc == 3 && resp_arg_is(a[1].ptr, a[1].len, "LOAD") && r != NULL && !in_multi) {
+            int idx = px_lookup_match_body(pc->lookup, a[2].ptr, a[2].len);
+            if (idx >= 0) {
+                r->aux_flags |= PX_AUX_SCRIPT_LOAD;
+                r->fill_token = (uint64_t)idx + 1;
+            }
+        } else if (resp_arg_is(a[1].ptr, a[1].len, "FLUSH")) {
+            px_lookup_forget(pc->lookup);
+            if (r != NULL) r->aux_flags |= PX_AUX_SCRIPT_FLUSH;
+        }
     }
 
     if (pc->cmdt == NULL) {
@@ -472,14 +709,146 @@ static int starts_with(const char *d, size_t len, const char *p) {
     return len >= n && memcmp(d, p, n) == 0;
 }
 
-void px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
+/* One element of an MGET reply at *at: bulk (1, with *val, *vlen) or nil
+ * (2); 0 when it is neither or runs past len. */
+static int next_element(const char *d, size_t len, size_t *at, const char **val, size_t *vlen) {
+    size_t i = *at, e = i;
+    while (e < len && d[e] != '\r') e++;
+    if (e + 1 >= len || d[e + 1] != '\n') return 0;
+    int k = bulk_or_nil(d + i, e + 2 - i, val, vlen);
+    if (k == 2) {
+        *at = e + 2;
+        return 2;
+    }
+    if (i >= len || d[i] != '$') return 0;
+    long long n;
+    if (!resp_string2ll(d + i + 1, e - i - 1, &n) || n < 0 || (size_t)n > len - (e + 2) ||
+        len - (e + 2) - (size_t)n < 2)
+        return 0;
+    *val = d + e + 2;
+    *vlen = (size_t)n;
+    *at = e + 2 + (size_t)n + 2;
+    return 1;
+}
+
+/* An MGET's reply: fills its keys, and merges it with the plan's cached
+ * values into *out (returns 1), unless nothing was cached (returns 0: the
+ * reply is the client's as it is). */
+static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t len, resp_buf *out) {
+    mget_hdr h;
+    const char *plan = r->aux;
+    size_t plen = r->aux_len, at = 0;
+    long long m = -1;
+    memcpy(&h, plan, sizeof h);
+    /* "*m\r\n" */
+    if (len > 3 && data[0] == '*') {
+        size_t e = 1;
+        while (e < len && data[e] != '\r') e++;
+        if (e + 1 < len && resp_string2ll(data + 1, e - 1, &m)) at = e + 2;
+    }
+    int ok = m == (long long)h.nmiss;
+    if (ok) {
+        /* check the whole reply first: a fill must not take a value from a
+         * reply that turns out malformed further on */
+        size_t p = at;
+        const char *v;
+        size_t vl;
+        for (long long i = 0; i < m && ok; i++) ok = next_element(data, len, &p, &v, &vl) != 0;
+        ok = ok && p == len;
+    }
+    int merge = ok && h.nmiss < h.n;
+    int64_t now = px_now_ms();
+    if (merge) resp_enc_array(out, h.n);
+    for (size_t pp = sizeof h; pp < plen;) {
+        uint32_t n;
+        memcpy(&n, plan + pp + (plan[pp] ? 1 : 2), 4);
+        if (plan[pp] == 0) {
+            if (merge) {
+                if (plan[pp + 1])
+                    resp_enc_null(out, (int)h.proto);
+                else
+                    resp_enc_bulk(out, plan + pp + 6, n);
+            }
+            pp += 6 + n;
+            continue;
+        }
+        const char *key = plan + pp + 5;
+        uint64_t token;
+        memcpy(&token, key + n, 8);
+        pp += 5 + n + 8;
+        if (!ok) {
+            if (token) cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, key, n, "", 0);
+            continue;
+        }
+        const char *v = NULL;
+        size_t vl = 0, start = at;
+        int k = next_element(data, len, &at, &v, &vl);
+        if (merge) resp_buf_append(out, data + start, at - start);
+        if (token)
+            cache_fill_complete(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, key, n, "", 0, v, vl, k == 2,
+                                now);
+    }
+    if (h.nmiss < h.n && !ok && len > 0 && data[0] != '-' && data[0] != '!') {
+        /* not what Redis sends for an MGET: the client must not get an
+         * array of the wrong length as if it were its reply */
+        resp_buf_reset(out);
+        resp_enc_error(out, "ERR sidecache: unexpected reply to MGET from upstream");
+        return 1;
+    }
+    return merge;
+}
+
+/* A forwarded lookup script's reply: the dentry it read, the inode's attr
+ * when nothing was invalidated meanwhile (its key was not known when the
+ * request was sent, so no fill token guards it), what Redis holds. */
+static void lookup_reply(struct px_caching *pc, px_req *r, const char *data, size_t len) {
+    lookup_id id;
+    memcpy(&id, r->aux, sizeof id);
+    const char *dkey = r->aux + sizeof id, *name = dkey + id.dklen;
+    uint64_t ino = 0;
+    const char *attr = NULL;
+    size_t alen = 0;
+    int64_t now = px_now_ms();
+    int res = px_lookup_parse_reply(data, len, &ino, &attr, &alen);
+    uint64_t token = r->fill_token;
+    r->fill_token = 0;
+    if (res == PX_LOOKUP_FOUND) {
+        unsigned char be[8];
+        for (int i = 0; i < 8; i++) be[i] = (unsigned char)(ino >> (56 - 8 * i));
+        px_lookup_set_loaded(pc->lookup, (int)id.idx, 1);
+        if (token)
+            cache_fill_complete(pc->cache, token, id.part, (int)id.db, CACHE_KIND_LOOKUP, dkey, id.dklen, name,
+                                id.nlen, (const char *)be, 8, 0, now);
+        char ikey[24];
+        size_t iklen = px_lookup_inode_key(ino, ikey);
+        if (id.seq == change_seq(pc) && ino < PX_LOOKUP_MAX_INODE &&
+            cache_rules_match(&pc->rules, CACHE_KIND_GET, ikey, iklen)) {
+            uint64_t t = cache_fill_begin(pc->cache, id.part, (int)id.db, CACHE_KIND_GET, ikey, iklen, "", 0, now);
+            if (t) cache_fill_complete(pc->cache, t, id.part, (int)id.db, CACHE_KIND_GET, ikey, iklen, "", 0, attr,
+                                       alen, 0, now);
+        }
+        return;
+    }
+    if (res == PX_LOOKUP_MISSING) {
+        px_lookup_set_loaded(pc->lookup, (int)id.idx, 1);
+        px_lookup_learn_missing(pc->lookup, (int)id.idx, (int)id.proto, data, len);
+        if (token)
+            cache_fill_complete(pc->cache, token, id.part, (int)id.db, CACHE_KIND_LOOKUP, dkey, id.dklen, name,
+                                id.nlen, NULL, 0, 1, now);
+        return;
+    }
+    if (res == PX_LOOKUP_NOSCRIPT) px_lookup_set_loaded(pc->lookup, (int)id.idx, 0);
+    if (token) cache_fill_abort(pc->cache, token, id.part, (int)id.db, CACHE_KIND_LOOKUP, dkey, id.dklen, name, id.nlen);
+}
+
+int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, resp_buf *out) {
     struct px_caching *pc = c->srv->caching;
-    if (pc == NULL) return;
+    if (pc == NULL) return 0;
     if (len > 0 && data[0] == '-' &&
         (starts_with(data, len, "-LOADING") || starts_with(data, len, "-READONLY") ||
          starts_with(data, len, "-MASTERDOWN"))) {
         /* Redis is not (or no longer) the master we cached from (C6) */
-        cache_flush(pc->cache);
+        flush_cache(pc);
         pc->flush_failover++;
     }
     if (r->aux_flags & PX_AUX_FILL) {
@@ -498,6 +867,12 @@ void px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len) 
     }
     if (r->aux_flags & PX_AUX_INVAL) invalidate_records(pc, r->aux, r->aux_len);
     if (r->aux_flags & PX_AUX_FLUSH) flush_for_write(pc, &(resp_arg){"(reply)", 7});
+    if (r->aux_flags & PX_AUX_LOOKUP) lookup_reply(pc, r, data, len);
+    if ((r->aux_flags & PX_AUX_SCRIPT_LOAD) && len == 47 && data[0] == '$')
+        px_lookup_set_loaded(pc->lookup, (int)r->fill_token - 1, 1);
+    if (r->aux_flags & PX_AUX_SCRIPT_FLUSH) px_lookup_forget(pc->lookup);
+    if (r->aux_flags & PX_AUX_MGET) return mget_reply(pc, r, data, len, out);
+    return 0;
 }
 
 void px_caching_release_req(px_req *r) {
@@ -541,6 +916,11 @@ void px_caching_info(px_server *srv, resp_buf *b) {
     resp_buf_printf(b, "cache_misses:%llu\r\n", (unsigned long long)st->misses);
     resp_buf_printf(b, "cache_hit_ratio:%.4f\r\n", lookups ? (double)st->hits / (double)lookups : 0.0);
     resp_buf_printf(b, "cache_bypassed_in_flight:%llu\r\n", (unsigned long long)pc->bypassed);
+    resp_buf_printf(b, "cache_script_hits:%llu\r\n", (unsigned long long)pc->script_hits);
+    resp_buf_printf(b, "cache_script_misses:%llu\r\n", (unsigned long long)pc->script_misses);
+    resp_buf_printf(b, "cache_mget_hits:%llu\r\n", (unsigned long long)pc->mget_hits);
+    resp_buf_printf(b, "cache_mget_partial:%llu\r\n", (unsigned long long)pc->mget_partial);
+    resp_buf_printf(b, "cache_mget_keys_cached:%llu\r\n", (unsigned long long)pc->mget_keys_cached);
     resp_buf_printf(b, "cache_fills:%llu\r\n", (unsigned long long)st->fills);
     resp_buf_printf(b, "cache_fills_rejected:%llu\r\n", (unsigned long long)st->fills_rejected);
     resp_buf_printf(b, "cache_fills_too_big:%llu\r\n", (unsigned long long)st->fills_too_big);

@@ -44,13 +44,27 @@ void px_caching_reconfigure(px_server *srv);
 /* Whether hits and fills are allowed now (tracking active, table known). */
 int px_caching_active(const px_server *srv);
 
+/* What a cacheable read is (px_caching_try_hit's *cacheable). */
+enum px_read {
+    PX_READ_NONE = 0,
+    PX_READ_ONE,     /* GET or HGET: one entry */
+    PX_READ_MGET,    /* MGET: one entry per key; only the keys not cached go */
+    PX_READ_LOOKUP,  /* a lookup script (proxy/lookup.h) */
+};
+
 /*
  * A request of a client in the shared mode. Returns 1 if it was answered
  * from the cache (the reply is written), 0 if it must go to Redis; then
- * *fill says whether the request is a cacheable read (px_caching_on_send
- * makes its fill).
+ * *cacheable (enum px_read) says whether it is a cacheable read
+ * (px_caching_on_send makes its fills). For PX_READ_MGET, what is sent is
+ * px_caching_mget_request's MGET, not the client's.
  */
 int px_caching_try_hit(struct px_client *c, int *cacheable);
+
+/* The MGET to send for the request px_caching_try_hit just classified as
+ * PX_READ_MGET: its keys that are not cached, in order. Valid until the
+ * next call into this module. */
+void px_caching_mget_request(struct px_client *c, const char **data, size_t *len);
 
 /*
  * A request is about to be sent to Redis as r (or, with r == NULL, through
@@ -62,8 +76,10 @@ void px_caching_on_send(struct px_client *c, struct px_upstream *u, struct px_re
                         int in_multi);
 
 /* The reply to r arrived: fill or invalidate before it is relayed. Also
- * looks for replies that mean Redis changed role (C6). */
-void px_caching_on_reply(struct px_client *c, struct px_req *r, const char *data, size_t len);
+ * looks for replies that mean Redis changed role (C6). Returns 1 when the
+ * client must get *out instead of data (an MGET merged with the values
+ * that were cached), 0 to relay data as it is. */
+int px_caching_on_reply(struct px_client *c, struct px_req *r, const char *data, size_t len, resp_buf *out);
 
 /* Frees what px_caching_on_send attached to r (reply never came). */
 void px_caching_release_req(struct px_req *r);

@@ -285,26 +285,23 @@ static int info_with_section(px_client *c, const char *data, size_t len, resp_bu
 }
 
 void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
-    resp_buf info;
-    int info_used = 0;
+    resp_buf rewritten;
+    resp_buf_init(&rewritten);
     /* The cache learns from every reply, also one its client no longer
      * waits for: a write that happened must invalidate all the same. */
     if (c->srv->caching != NULL) {
-        px_caching_on_reply(c, r, data, len);
+        if (px_caching_on_reply(c, r, data, len, &rewritten)) {
+            data = rewritten.data;
+            len = rewritten.len;
+        }
         if (r->aux_flags & PX_AUX_EXEC) px_caching_txn_end(c, 1);
     }
-    if ((r->aux_flags & PX_AUX_INFO) && c->state != PX_CLIENT_CLOSED) {
-        resp_buf_init(&info);
-        if (info_with_section(c, data, len, &info) == 0) {
-            data = info.data;
-            len = info.len;
-            info_used = 1;
-        } else {
-            resp_buf_deinit(&info);
-        }
+    if ((r->aux_flags & PX_AUX_INFO) && c->state != PX_CLIENT_CLOSED && info_with_section(c, data, len, &rewritten) == 0) {
+        data = rewritten.data;
+        len = rewritten.len;
     }
     on_reply_deliver(c, r, data, len);
-    if (info_used) resp_buf_deinit(&info);
+    resp_buf_deinit(&rewritten);
 }
 
 static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len) {
@@ -846,7 +843,16 @@ static int client_dispatch(px_client *c, const char *frame) {
     }
     if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
     px_caching_before_read(c, u, cacheable);
-    px_req *r = forward_current(c, u, frame);
+    px_req *r;
+    if (cacheable == PX_READ_MGET) {
+        /* only the keys that are not cached go; the reply is merged */
+        const char *data;
+        size_t len;
+        px_caching_mget_request(c, &data, &len);
+        r = forward_to(c, u, PX_REQ_CLIENT, data, len);
+    } else {
+        r = forward_current(c, u, frame);
+    }
     if (r != NULL) px_caching_on_send(c, u, r, cacheable, 0);
     return DISPATCH_DONE;
 }

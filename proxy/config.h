@@ -75,6 +75,9 @@ typedef struct px_config {
     int ncache_rules;
     char readonly_scripts[PX_MAX_SCRIPTS][41];   /* SHA1s of scripts that write nothing */
     int nreadonly_scripts;
+    char lookup_scripts[PX_MAX_SCRIPTS][41];     /* SHA1s of lookup scripts answered from the cache */
+    int nlookup_scripts;
+    int batch_max_commands;        /* writes per MULTI/EXEC block; 0 = no batching */
     long long cache_max_memory;    /* bytes; 0 = no caching */
     long long cache_max_value;     /* bytes; larger values pass uncached */
     int cache_ttl;                 /* seconds; 0 = no expiry */

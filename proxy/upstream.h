@@ -63,6 +63,10 @@ enum px_aux_flag {
     PX_AUX_FLUSH = 1 << 2, /* a write whose keys cannot be known */
     PX_AUX_INFO = 1 << 3,  /* INFO: append the sidecache section */
     PX_AUX_EXEC = 1 << 4,  /* EXEC: invalidate the transaction's writes */
+    PX_AUX_MGET = 1 << 5,  /* aux: an MGET's merge plan (cached values, fills) */
+    PX_AUX_LOOKUP = 1 << 6, /* aux: a lookup script's dentry identity; fill_token */
+    PX_AUX_SCRIPT_LOAD = 1 << 7, /* SCRIPT LOAD of lookup script fill_token - 1 */
+    PX_AUX_SCRIPT_FLUSH = 1 << 8, /* SCRIPT FLUSH: no script is loaded any more */
 };
 
 typedef struct px_req {
