@@ -115,9 +115,10 @@ def test_info_section_when_cache_off(args, proxy_factory):
 
 
 def test_only_rule_matching_reads_are_cached(proxy_factory, upstream):
-    """The juicefs profile caches GET i[1-9]* and HGET d[1-9]* only: not GET
-    of i0 / iX keys, not GET of a d key, not HGET of an i key, not other
-    reads (MGET, HGETALL, GETRANGE, STRLEN)."""
+    """The juicefs profile caches GET i[1-9]* and HGET d[1-9]* only (and MGET
+    when all its keys are inode keys): not GET of i0 / iX keys, not GET of a
+    d key, not HGET of an i key, not an MGET with one other key, not other
+    reads (HGETALL, GETRANGE, STRLEN)."""
     p, st = start_cached(proxy_factory)
     d = upstream.client()
     for k in ("i0", "ix1", "i", "d1s", "x1"):
@@ -128,7 +129,7 @@ def test_only_rule_matching_reads_are_cached(proxy_factory, upstream):
     c = p.raw(auth=True)
     reads = [("GET", "i0"), ("GET", "ix1"), ("GET", "i"), ("GET", "d1s"), ("GET", "x1"),
              ("HGET", "i5h", "f"), ("HGET", "d0", "f"), ("HGET", "dx", "f"),
-             ("MGET", "i1", "i2"), ("HGETALL", "d1"), ("GETRANGE", "i1", "0", "-1"),
+             ("MGET", "i1", "x1"), ("HGETALL", "d1"), ("GETRANGE", "i1", "0", "-1"),
              ("STRLEN", "i1"), ("HMGET", "d1", "f")]
     with st.delta() as dd:
         for rd in reads:
@@ -221,3 +222,52 @@ def test_no_hits_when_tracking_refused(mode, proxy_factory, redis_factory):
                 assert c.cmd("GET", "i9841").value == str(i).encode()
                 assert c.cmd("HGET", "d9841", "f").value == str(i).encode()
     assert dd["cache_hits"] == 0 and dd["cache_fills"] == 0, dict(dd)
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_mget_served_and_merged(protocol, proxy_factory, upstream, ref):
+    """MGET of inode keys: all cached -> answered here; some cached -> only
+    the others go to Redis and the reply is merged in order; the bytes are
+    what Redis sends (nil in the client's protocol, duplicates, a missing
+    key); a key changed on Redis is seen in the next MGET."""
+    p, st = start_cached(proxy_factory)
+    d = upstream.client()
+    rd = ref.client()
+    for cl in (d, rd):
+        cl.set("i9901", "one")
+        cl.set("i9902", b"\x00two\r\n")
+        cl.set("i9904", "")
+    c = p.raw(auth=True, protocol=protocol)
+    want = ref.raw(protocol=protocol)
+    make_tracked(c, st)
+    warm(c, st, ("GET", "i9901"), ("GET", "i9903"))     # one value, one nil cached
+    cmd = ("MGET", "i9902", "i9901", "i9903", "i9904", "i9901")
+    with st.delta() as dd:
+        got = c.cmd(*cmd)
+    assert got.raw == want.cmd(*cmd).raw
+    assert dd["cache_mget_partial"] == 1 and dd["cache_mget_keys_cached"] == 3, dict(dd)
+    with st.delta() as dd:
+        again = c.cmd(*cmd)
+    assert again.raw == got.raw
+    assert dd["cache_mget_hits"] == 1, dict(dd)
+    # a change on Redis: invalidated, and the next MGET fetches it
+    d.set("i9901", "uno")
+    rd.set("i9901", "uno")
+    wait_until(lambda: c.cmd(*cmd).raw == want.cmd(*cmd).raw, timeout=2.0, interval=0.005,
+               what="the changed key in MGET through the proxy")
+    # a write through the proxy is seen at once (C1)
+    c.cmd("SET", "i9903", "three")
+    want.cmd("SET", "i9903", "three")
+    assert c.cmd(*cmd).raw == want.cmd(*cmd).raw
+
+
+def test_mget_wrong_type_key(proxy_factory, upstream, ref):
+    """An MGET key holding a hash reads as nil, as Redis answers, cached or not."""
+    p, st = start_cached(proxy_factory)
+    for cl in (upstream.client(), ref.client()):
+        cl.hset("i9921", "f", "v")
+        cl.set("i9922", "x")
+    c = p.raw(auth=True)
+    want = ref.raw()
+    for _ in range(3):
+        assert c.cmd("MGET", "i9921", "i9922").raw == want.cmd("MGET", "i9921", "i9922").raw
