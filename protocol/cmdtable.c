@@ -212,7 +212,7 @@ size_t cmdtable_count(const cmdtable *t) {
 static void entry_set(cmdt_entry *e, int arity, int flags, int first_key, int last_key,
                       int step) {
     e->arity = arity;
-    e->flags = flags & (CMDT_F_WRITE | CMDT_F_READONLY | CMDT_F_MOVABLEKEYS);
+    e->flags = flags;
     e->first_key = first_key;
     e->last_key = last_key;
     e->step = step;
@@ -418,6 +418,16 @@ static int load_entry(loader *L, const rview *ent, int depth) {
                 flags |= CMDT_F_READONLY;
             else if (mem_is(fp, f.len, "movablekeys"))
                 flags |= CMDT_F_MOVABLEKEYS;
+            else if (mem_is(fp, f.len, "admin"))
+                flags |= CMDT_F_ADMIN;
+            else if (mem_is(fp, f.len, "blocking"))
+                flags |= CMDT_F_BLOCKING;
+            else if (mem_is(fp, f.len, "no_multi"))
+                flags |= CMDT_F_NO_MULTI;
+            else if (mem_is(fp, f.len, "noscript"))
+                flags |= CMDT_F_NOSCRIPT;
+            else if (mem_is(fp, f.len, "pubsub"))
+                flags |= CMDT_F_PUBSUB;
         }
     }
 
@@ -660,6 +670,17 @@ static const cmdt_entry *lookup(const cmdtable *t, int argc, const resp_arg *arg
     lname[n0] = '|';
     lower_copy(lname + n0 + 1, argv[1].ptr, argv[1].len);
     return find_lower(t, lname, n0 + 1 + argv[1].len);
+}
+
+int cmdtable_check(const cmdtable *t, int argc, const resp_arg *argv, int *flags) {
+    const cmdt_entry *e;
+    if (t == NULL || argc < 1 || argv == NULL || argv[0].ptr == NULL || memchr(argv[0].ptr, '|', argv[0].len) != NULL ||
+        (e = lookup(t, argc, argv)) == NULL)
+        return 0;
+    if (e->arity > 0 ? argc != e->arity : (long long)argc < -(long long)e->arity)
+        return 0;
+    if (flags != NULL) *flags = e->flags;
+    return 1;
 }
 
 int cmdtable_writes(const cmdtable *t, int argc, const resp_arg *argv,

@@ -65,6 +65,11 @@ enum cmdt_flag {
     CMDT_F_WRITE = 1 << 0,
     CMDT_F_READONLY = 1 << 1,
     CMDT_F_MOVABLEKEYS = 1 << 2,
+    CMDT_F_ADMIN = 1 << 3,
+    CMDT_F_BLOCKING = 1 << 4,
+    CMDT_F_NO_MULTI = 1 << 5,   /* refused inside MULTI */
+    CMDT_F_NOSCRIPT = 1 << 6,
+    CMDT_F_PUBSUB = 1 << 7,
 };
 
 /* What a request writes. */
@@ -100,6 +105,15 @@ int cmdtable_add(cmdtable *t, const char *name, size_t nlen, int arity, int flag
  * after OOM while merging into a table that was not empty, when it may hold
  * part of the reply: don't trust a table whose load failed. */
 int cmdtable_load_command_reply(cmdtable *t, const char *reply, size_t len);
+
+/*
+ * Would Redis take this request as it stands: a known command (or
+ * subcommand), the right number of arguments? Returns 1 and the command's
+ * CMDT_F_* flags in *flags (may be NULL), or 0 when Redis would refuse it
+ * before running it ("unknown command", "wrong number of arguments"):
+ * inside MULTI such a refusal aborts the whole transaction.
+ */
+int cmdtable_check(const cmdtable *t, int argc, const resp_arg *argv, int *flags);
 
 /* Number of commands known. */
 size_t cmdtable_count(const cmdtable *t);

@@ -292,6 +292,10 @@ void px_caching_reconfigure(px_server *srv) {
     cache_set_config(pc->cache, &cc);
 }
 
+const cmdtable *px_caching_cmdtable(const px_server *srv) {
+    return srv->caching != NULL ? srv->caching->cmdt : NULL;
+}
+
 int px_caching_active(const px_server *srv) {
     return srv->caching != NULL && srv->caching->active && srv->caching->cmdt != NULL;
 }
@@ -900,6 +904,11 @@ void px_caching_info(px_server *srv, resp_buf *b) {
     resp_buf_printf(b, "# sidecache\r\n");
     resp_buf_printf(b, "sidecache_version:0.1.0\r\n");
     resp_buf_printf(b, "connected_clients:%d\r\n", srv->nclients);
+    resp_buf_printf(b, "batch_blocks:%llu\r\n", (unsigned long long)srv->batch_blocks);
+    resp_buf_printf(b, "batch_commands:%llu\r\n", (unsigned long long)srv->batch_commands);
+    resp_buf_printf(b, "batch_replays:%llu\r\n", (unsigned long long)srv->batch_replays);
+    resp_buf_printf(b, "txn_shared:%llu\r\n", (unsigned long long)srv->txn_shared);
+    resp_buf_printf(b, "txn_pinned:%llu\r\n", (unsigned long long)srv->txn_pinned);
     if (pc == NULL) {
         resp_buf_printf(b, "cache_enabled:0\r\n");
         return;

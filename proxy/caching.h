@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "protocol/cmdtable.h"
 #include "protocol/resp.h"
 #include "proxy/server.h"
 
@@ -40,6 +41,9 @@ void px_caching_deinit(px_server *srv);
 /* Applies srv->cfg's cache-max-memory, cache-max-value and cache-ttl now
  * (SIGHUP); a smaller size evicts at once. */
 void px_caching_reconfigure(px_server *srv);
+
+/* The command table learned from Redis, or NULL (not yet, or no cache). */
+const cmdtable *px_caching_cmdtable(const px_server *srv);
 
 /* Whether hits and fills are allowed now (tracking active, table known). */
 int px_caching_active(const px_server *srv);

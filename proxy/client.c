@@ -28,6 +28,7 @@
 #include <event2/event.h>
 
 #include "protocol/commands.h"
+#include "proxy/batch.h"
 #include "proxy/caching.h"
 #include "proxy/log.h"
 
@@ -284,7 +285,17 @@ static int info_with_section(px_client *c, const char *data, size_t len, resp_bu
     return 0;
 }
 
+void px_client_take_slot(px_client *c, px_req *r, px_upstream *u) {
+    slot_append(c, r);
+    c->inflight++;
+    c->inflight_on = u;
+}
+
 void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
+    if (r->kind == PX_REQ_BATCH) {
+        px_batch_on_reply(c, r, data, len);
+        return;
+    }
     resp_buf rewritten;
     resp_buf_init(&rewritten);
     /* The cache learns from every reply, also one its client no longer
@@ -401,9 +412,7 @@ static px_req *forward_to(px_client *c, px_upstream *u, int kind, const char *da
         client_close(c, "out of memory");
         return NULL;
     }
-    slot_append(c, r);
-    c->inflight++;
-    c->inflight_on = u;
+    px_client_take_slot(c, r, u);
     px_upstream_send(u, r, data, len);
     return r;
 }
@@ -502,6 +511,114 @@ static void enter_tunnel(px_client *c, const char *frame) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* transactions without WATCH, on the shared connection */
+
+/* Most commands and bytes a transaction queues here; beyond, it moves to a
+ * connection of the client's own, as one that Redis must answer does. */
+#define TXN_LOCAL_MAX_COMMANDS 10000
+#define TXN_LOCAL_MAX_BYTES (4 * 1024 * 1024)
+
+/*
+ * MULTI is answered here when every reply inside the transaction can be
+ * known here: +QUEUED for a command Redis would queue (known, right arity,
+ * not no_multi: the command table), for a client of the default user (a
+ * user with an ACL could get NOPERM when queuing). Anything else — an
+ * unknown command, wrong arity, nested MULTI, WATCH, SELECT, a command that
+ * is answered here outside MULTI — is Redis's to answer: the transaction
+ * then moves to a connection of the client's own (txn_local_to_pinned).
+ */
+static int txn_local_allowed(px_client *c) {
+    return px_caching_cmdtable(c->srv) != NULL && (c->user == NULL || strcmp(c->user, "default") == 0) &&
+           (c->pass != NULL || c->srv->open_access == 1);
+}
+
+/* Ends the local transaction (exec: its written keys stay recorded for
+ * EXEC's reply). */
+static void txn_local_end(px_client *c, int exec) {
+    if (!c->txn_local) return;
+    if (!exec) px_caching_txn_end(c, 0);
+    c->txn_local = 0;
+    c->txn_count = 0;
+    resp_buf_reset(&c->txn_frames);
+}
+
+static int client_dispatch(px_client *c, const char *frame);
+
+/* The transaction so far goes to a connection of the client's own, and the
+ * current command follows it there, for Redis to answer. */
+static int txn_local_to_pinned(px_client *c, const char *frame) {
+    if (c->inflight > 0) return DISPATCH_WAIT;
+    if (pin_new(c, PX_MODE_PINNED) != 0) return DISPATCH_DONE; /* replied: unavailable */
+    if (px_block_send(c->pinned, c->txn_frames.data, c->txn_frames.len, c->txn_count) != 0) {
+        client_close(c, "out of memory");
+        return DISPATCH_DONE;
+    }
+    c->in_multi = 1;
+    c->txn_local = 0; /* the queued keys stay in txn_keys for EXEC */
+    c->txn_count = 0;
+    resp_buf_reset(&c->txn_frames);
+    c->srv->txn_pinned++;
+    return client_dispatch(c, frame);
+}
+
+/* EXEC: MULTI, the queued commands and EXEC, one block on the shared
+ * connection; the EXEC's record carries the keys to invalidate again. */
+static int txn_local_exec(px_client *c) {
+    px_upstream *u = shared_conn(c);
+    if (u == NULL) {
+        txn_local_end(c, 0);
+        reply_unavailable(c, c->pool);
+        return DISPATCH_DONE;
+    }
+    if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
+    static const char exec_cmd[] = "*1\r\n$4\r\nEXEC\r\n";
+    if (px_block_send(u, c->txn_frames.data, c->txn_frames.len, c->txn_count) != 0) {
+        client_close(c, "out of memory");
+        return DISPATCH_DONE;
+    }
+    px_req *r = forward_to(c, u, PX_REQ_CLIENT, exec_cmd, sizeof exec_cmd - 1);
+    if (r == NULL) return DISPATCH_DONE;
+    /* the queued writes' keys go with the EXEC (a next transaction may
+     * queue before this one's reply comes) */
+    if (c->txn_keys.len > 0) {
+        r->aux = c->txn_keys.data;
+        r->aux_len = c->txn_keys.len;
+        r->aux_flags |= PX_AUX_INVAL;
+        resp_buf_init(&c->txn_keys);
+    }
+    if (c->txn_flush) r->aux_flags |= PX_AUX_FLUSH;
+    c->txn_flush = 0;
+    txn_local_end(c, 1);
+    c->srv->txn_shared++;
+    return DISPATCH_DONE;
+}
+
+static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) {
+    if (id == CMD_EXEC) return txn_local_exec(c);
+    if (id == CMD_DISCARD) {
+        txn_local_end(c, 0);
+        reply_simple(c, "OK");
+        return DISPATCH_DONE;
+    }
+    int flags;
+    const char *data;
+    size_t len;
+    if (act != ACT_FORWARD || c->txn_count >= TXN_LOCAL_MAX_COMMANDS ||
+        c->txn_frames.len + c->rq.frame_len > TXN_LOCAL_MAX_BYTES ||
+        !cmdtable_check(px_caching_cmdtable(c->srv), c->rq.argc, c->rq.argv, &flags) || (flags & CMDT_F_NO_MULTI))
+        return txn_local_to_pinned(c, frame);
+    request_bytes(c, frame, &data, &len);
+    if (px_frames_append(&c->txn_frames, data, len) != 0) {
+        client_close(c, "out of memory");
+        return DISPATCH_DONE;
+    }
+    c->txn_count++;
+    px_caching_on_send(c, NULL, NULL, 0, 1); /* its keys, for EXEC */
+    reply_simple(c, "QUEUED");
+    return DISPATCH_DONE;
+}
+
+/* ------------------------------------------------------------------------ */
 /* commands answered here */
 
 static int valid_name(const char *p, size_t n) {
@@ -556,6 +673,7 @@ static void cmd_client_local(px_client *c) {
 
 static int cmd_reset(px_client *c) {
     if (c->inflight > 0) return DISPATCH_WAIT;
+    txn_local_end(c, 0);
     unpin(c, 0);
     c->proto = 2;
     c->db = c->srv->cfg->up.db;
@@ -760,16 +878,23 @@ static int client_dispatch(px_client *c, const char *frame) {
         return DISPATCH_DONE;
     }
 
+    /* a write batch's outcome decides what is sent next (proxy/batch.h) */
+    if (c->batch_wait) return DISPATCH_WAIT;
     const resp_cmd_info *info = resp_cmd_lookup(a[0].ptr, a[0].len);
     int id = info ? info->id : CMD_OTHER;
+    int act = classify(c, info);
+    int batchable = act == ACT_FORWARD && px_batch_eligible(c);
+    if (!batchable) {
+        px_batch_flush(c);
+        if (c->batch_wait) return DISPATCH_WAIT;
+    }
     if (id == CMD_QUIT) {
         reply_simple(c, "OK");
         close_after_replies(c);
         return DISPATCH_DONE;
     }
     if (id == CMD_RESET) return cmd_reset(c);
-
-    int act = classify(c, info);
+    if (c->txn_local) return txn_local_dispatch(c, id, act, frame);
 
     /* A session with its own connection forwards there; a transaction in
      * MULTI queues everything on Redis, so nothing is answered here. */
@@ -814,6 +939,11 @@ static int client_dispatch(px_client *c, const char *frame) {
     case ACT_STATE:
         return cmd_state(c, id, frame);
     case ACT_TXN:
+        if (id == CMD_MULTI && txn_local_allowed(c)) {
+            c->txn_local = 1;
+            reply_simple(c, "OK");
+            return DISPATCH_DONE;
+        }
         if (id != CMD_WATCH && id != CMD_MULTI) break; /* Redis answers the error */
         /* fall through */
     case ACT_BLOCK:
@@ -842,6 +972,13 @@ static int client_dispatch(px_client *c, const char *frame) {
         return DISPATCH_DONE;
     }
     if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
+    if (batchable) {
+        const char *data;
+        size_t len;
+        request_bytes(c, frame, &data, &len);
+        px_batch_add(c, u, data, len);
+        return DISPATCH_DONE;
+    }
     px_caching_before_read(c, u, cacheable);
     px_req *r;
     if (cacheable == PX_READ_MGET) {
@@ -857,7 +994,15 @@ static int client_dispatch(px_client *c, const char *frame) {
     return DISPATCH_DONE;
 }
 
+/* Parses and routes what the client sent; an open write batch goes when
+ * the input runs out or stops. */
+static void client_process_input(px_client *c);
 static void client_process(px_client *c) {
+    client_process_input(c);
+    px_batch_flush(c);
+}
+
+static void client_process_input(px_client *c) {
     if (c->io.closed) return;
     struct evbuffer *in = c->io.in;
     while (c->state == PX_CLIENT_ACTIVE) {
@@ -947,6 +1092,9 @@ px_client *px_client_new(px_server *srv, int fd, const char *addr) {
     resp_req_init(&c->rq, &srv->req_limits);
     resp_buf_init(&c->scratch);
     resp_buf_init(&c->txn_keys);
+    resp_buf_init(&c->txn_frames);
+    resp_buf_init(&c->batch_frames);
+    resp_buf_init(&c->batch_reqs);
     c->pool = px_pool_ref(srv, NULL, NULL, c->db, 2);
     if (c->pool == NULL || px_io_init(&c->io, srv, fd, &client_io_ops, c) != 0) {
         if (c->pool == NULL) evutil_closesocket(fd);
@@ -954,6 +1102,9 @@ px_client *px_client_new(px_server *srv, int fd, const char *addr) {
         resp_req_deinit(&c->rq);
         resp_buf_deinit(&c->scratch);
         resp_buf_deinit(&c->txn_keys);
+    resp_buf_deinit(&c->txn_frames);
+    resp_buf_deinit(&c->batch_frames);
+    resp_buf_deinit(&c->batch_reqs);
         free(c);
         return NULL;
     }
@@ -967,6 +1118,8 @@ px_client *px_client_new(px_server *srv, int fd, const char *addr) {
 
 void px_client_close(px_client *c, const char *why) {
     if (c->state == PX_CLIENT_CLOSED) return;
+    /* writes already read are sent, as Redis runs what it read */
+    px_batch_flush(c);
     px_verbose("client closed id=%llu addr=%s reason=\"%s\"", (unsigned long long)c->id, c->addr, why);
     c->state = PX_CLIENT_CLOSED;
     if (c->prev)

@@ -70,6 +70,17 @@ typedef struct px_client {
     int blocking;              /* a blocking command is in flight on pinned */
     resp_buf txn_keys;         /* keys written by commands queued in MULTI */
     int txn_flush;             /* ... or a write whose keys cannot be known */
+    int txn_local;             /* in a MULTI answered here (no WATCH): the
+                                  commands wait in txn_frames until EXEC */
+    resp_buf txn_frames;       /* (u32 length, bytes) per queued command */
+    int txn_count;
+
+    /* write batching (proxy/batch.h) */
+    resp_buf batch_frames;     /* the open batch: (u32 length, bytes) ... */
+    resp_buf batch_reqs;       /* ... and its requests' records */
+    int batch_count;
+    px_upstream *batch_up;
+    int batch_wait;            /* a batch's EXEC is in flight: nothing else goes */
 
     /* in flight */
     px_req *slots_head, *slots_tail;
@@ -91,6 +102,10 @@ px_client *px_client_new(px_server *srv, int fd, const char *addr);
 /* Called by upstream.c when the reply to r arrives (r->pending already 0).
  * data/len is the whole reply frame. */
 void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len);
+
+/* A request record takes the client's next reply slot, awaited from u
+ * (for proxy/batch.c). */
+void px_client_take_slot(px_client *c, px_req *r, px_upstream *u);
 
 /* Tunnel bytes from the client's own connection. */
 void px_client_on_tunnel_data(px_client *c, const char *data, size_t len);

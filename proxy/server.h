@@ -68,6 +68,9 @@ typedef struct px_server {
      * (NOAUTH), 1 yes. Learned by every credential-less connection. */
     int open_access;
 
+    /* blocks sent as MULTI ... EXEC on shared connections (proxy/batch.h) */
+    uint64_t batch_blocks, batch_commands, batch_replays, txn_shared, txn_pinned;
+
     int stopping;              /* SIGTERM seen: finish in-flight work, then exit */
     int64_t stop_deadline_ms;
     int exit_code;

@@ -394,6 +394,7 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen) {
         u->npending--;
         r->pending = 0;
         r->next_up = NULL;
+        r->lost = 1;
         if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING)
             px_req_release(u->srv, r);
         else

@@ -48,6 +48,8 @@ enum px_req_kind {
     PX_REQ_DISCARD,     /* internal request: reply dropped */
     PX_REQ_TRACKING,    /* internal: CLIENT TRACKING ON REDIRECT; +OK marks the
                            connection tracked for epoch fill_token */
+    PX_REQ_BATCH,       /* the EXEC of a write batch: its reply is split among
+                           the batched requests (proxy/batch.h) */
 };
 
 /*
@@ -77,6 +79,8 @@ typedef struct px_req {
     int kind;
     int done;                   /* reply present (in early) */
     int pending;                /* still awaited from an upstream connection */
+    int lost;                   /* the reply is sidecache's error: the connection
+                                   was lost before Redis answered */
     unsigned aux_flags;         /* enum px_aux_flag */
     char *aux;                  /* owned; see px_aux_flag */
     size_t aux_len;

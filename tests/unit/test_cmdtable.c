@@ -57,6 +57,25 @@ static int wr(const cmdtable *t, keys *ks, const char *a0, ...) {
     return cmdtable_writes(t, argc, argv, collect, ks);
 }
 
+/* cmdtable_check of a NULL-terminated request; *flags gets the flags. */
+static int chk(const cmdtable *t, int *flags, const char *a0, ...) {
+    resp_arg argv[MAX_ARGS];
+    int argc = 0;
+    va_list ap;
+    const char *a = a0;
+
+    va_start(ap, a0);
+    while (a != NULL && argc < MAX_ARGS) {
+        argv[argc].ptr = a;
+        argv[argc].len = strlen(a);
+        argc++;
+        a = va_arg(ap, const char *);
+    }
+    va_end(ap);
+    *flags = 0;
+    return cmdtable_check(t, argc, argv, flags);
+}
+
 /* "k1,k2,..." == the keys reported, in order. */
 static int keys_are(const keys *ks, const char *want) {
     char got[MAX_KEYS * 65] = "";
@@ -394,6 +413,28 @@ static void test_arity_errors(void) {
     CHECK(keys_are(&ks, "a,b"));
 }
 
+/* What Redis would refuse at queue time, and the flags batching reads. */
+static void test_check(void) {
+    int f;
+    CHECK_EQ_INT(chk(T, &f, "SET", "k", "v", NULL), 1);
+    CHECK((f & CMDT_F_WRITE) && !(f & (CMDT_F_ADMIN | CMDT_F_BLOCKING | CMDT_F_NO_MULTI)));
+    CHECK_EQ_INT(chk(T, &f, "set", "k", NULL), 0);              /* arity */
+    CHECK_EQ_INT(chk(T, &f, "NOSUCH", NULL), 0);
+    CHECK_EQ_INT(chk(T, &f, "CONFIG", "NOSUCH", NULL), 0);      /* unknown subcommand */
+    CHECK_EQ_INT(chk(T, &f, "xgroup|destroy", "a", "k", "g", NULL), 0);
+    CHECK_EQ_INT(chk(T, &f, "GET", "k", NULL), 1);
+    CHECK(!(f & CMDT_F_WRITE) && (f & CMDT_F_READONLY));
+    CHECK_EQ_INT(chk(T, &f, "BLPOP", "k", "0", NULL), 1);
+    CHECK(f & CMDT_F_BLOCKING);
+    CHECK_EQ_INT(chk(T, &f, "FLUSHALL", NULL), 1);
+    CHECK(f & CMDT_F_WRITE);
+    CHECK_EQ_INT(chk(T, &f, "CONFIG", "SET", "a", "b", NULL), 1);
+    CHECK(f & CMDT_F_ADMIN);
+    CHECK_EQ_INT(chk(T, &f, "SUBSCRIBE", "ch", NULL), 1);
+    CHECK(f & CMDT_F_PUBSUB);
+    CHECK_EQ_INT(chk(T, &f, "MSET", "a", "1", "b", NULL), 1);  /* refused later, at run time */
+}
+
 static void test_keyless_writes_unknown(void) {
     keys ks;
     CHECK_EQ_INT(wr(T, &ks, "FLUSHALL", NULL), CMDT_WRITES_UNKNOWN);
@@ -708,6 +749,7 @@ int main(void) {
     RUN(test_reads_write_nothing);
     RUN(test_unknown_commands);
     RUN(test_arity_errors);
+    RUN(test_check);
     RUN(test_keyless_writes_unknown);
     RUN(test_transactions);
     RUN(test_scripts);

@@ -1,0 +1,228 @@
+/*
+ * proxy/batch.c — see batch.h.
+ *
+ * An open batch lives in the client (batch_frames, batch_reqs, batch_up):
+ * each batched request already holds its reply slot, marked pending so
+ * that a client closing meanwhile keeps it. When sent, the batch's
+ * bookkeeping moves to the aux of the EXEC's record (PX_REQ_BATCH):
+ *
+ *   batch_aux | n request pointers | n × (u32 length, command bytes)
+ */
+#include "proxy/batch.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol/cmdtable.h"
+#include "proxy/caching.h"
+#include "proxy/log.h"
+
+typedef struct batch_aux {
+    uint32_t n;
+    px_upstream *up;   /* where the block went: a resend goes there too */
+} batch_aux;
+
+static const char multi_cmd[] = "*1\r\n$5\r\nMULTI\r\n";
+static const char exec_cmd[] = "*1\r\n$4\r\nEXEC\r\n";
+
+int px_frames_append(resp_buf *frames, const char *data, size_t len) {
+    uint32_t n = (uint32_t)len;
+    size_t start = frames->len;
+    if (resp_buf_append(frames, &n, sizeof n) != 0 || resp_buf_append(frames, data, len) != 0) {
+        frames->len = start;
+        return -1;
+    }
+    return 0;
+}
+
+/* The next (length, bytes) of a frame list at *at. */
+static const char *frame_at(const char *frames, size_t *at, size_t *len) {
+    uint32_t n;
+    memcpy(&n, frames + *at, sizeof n);
+    const char *p = frames + *at + sizeof n;
+    *at += sizeof n + n;
+    *len = n;
+    return p;
+}
+
+int px_block_send(px_upstream *u, const char *frames, size_t len, int n) {
+    px_server *srv = u->srv;
+    px_req *first = NULL, **tail = &first;
+    /* every record first, so that a failure sends nothing */
+    for (int i = 0; i <= n; i++) {
+        px_req *r = px_req_new(srv, NULL, PX_REQ_DISCARD);
+        if (r == NULL) {
+            while (first != NULL) {
+                px_req *next = first->next_up;
+                px_req_release(srv, first);
+                first = next;
+            }
+            return -1;
+        }
+        *tail = r;
+        tail = &r->next_up;
+    }
+    px_req *r = first, *next = r->next_up;
+    px_upstream_send(u, r, multi_cmd, sizeof multi_cmd - 1);
+    size_t at = 0;
+    for (r = next; r != NULL && at < len; r = next) {
+        size_t flen;
+        const char *f = frame_at(frames, &at, &flen);
+        next = r->next_up;
+        px_upstream_send(u, r, f, flen);
+    }
+    return 0;
+}
+
+int px_batch_eligible(px_client *c) {
+    px_server *srv = c->srv;
+    const cmdtable *t;
+    int flags;
+    if (srv->cfg->batch_max_commands < 2 || c->mode != PX_MODE_SHARED || c->txn_local) return 0;
+    /* where Redis wants a password, MULTI of a client without one is NOAUTH */
+    if (c->pass == NULL && srv->open_access != 1) return 0;
+    if (c->rq.frame_len > PX_BATCH_MAX_FRAME) return 0;
+    if ((t = px_caching_cmdtable(srv)) == NULL || !cmdtable_check(t, c->rq.argc, c->rq.argv, &flags)) return 0;
+    return (flags & CMDT_F_WRITE) &&
+           !(flags & (CMDT_F_ADMIN | CMDT_F_BLOCKING | CMDT_F_NO_MULTI | CMDT_F_NOSCRIPT | CMDT_F_PUBSUB));
+}
+
+int px_batch_add(px_client *c, px_upstream *u, const char *data, size_t len) {
+    if (c->batch_count > 0 && c->batch_up != u) px_batch_flush(c);
+    px_req *r = px_req_new(c->srv, c, PX_REQ_CLIENT);
+    if (r == NULL || px_frames_append(&c->batch_frames, data, len) != 0) {
+        if (r != NULL) px_req_release(c->srv, r);
+        px_client_close(c, "out of memory");
+        return -1;
+    }
+    if (resp_buf_append(&c->batch_reqs, &r, sizeof r) != 0) {
+        c->batch_frames.len -= sizeof(uint32_t) + len;
+        px_req_release(c->srv, r);
+        px_client_close(c, "out of memory");
+        return -1;
+    }
+    r->pending = 1; /* awaited: kept if the client closes before the reply */
+    px_client_take_slot(c, r, u);
+    c->batch_up = u;
+    c->batch_count++;
+    /* invalidated now, and again when its own reply is handed out (C1) */
+    px_caching_on_send(c, u, r, 0, 0);
+    if (c->batch_count >= c->srv->cfg->batch_max_commands) px_batch_flush(c);
+    return 0;
+}
+
+static void batch_reset(px_client *c) {
+    resp_buf_reset(&c->batch_frames);
+    resp_buf_reset(&c->batch_reqs);
+    c->batch_count = 0;
+    c->batch_up = NULL;
+}
+
+/* Each request of a list sent alone, in order. */
+static void send_each(px_upstream *u, px_req *const *reqs, const char *frames, int n) {
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        size_t flen;
+        const char *f = frame_at(frames, &at, &flen);
+        px_upstream_send(u, reqs[i], f, flen);
+    }
+}
+
+void px_batch_flush(px_client *c) {
+    int n = c->batch_count;
+    if (n == 0) return;
+    px_server *srv = c->srv;
+    px_upstream *u = c->batch_up;
+    px_req *const *reqs = (px_req *const *)c->batch_reqs.data;
+    if (n == 1) {
+        send_each(u, reqs, c->batch_frames.data, 1);
+        batch_reset(c);
+        return;
+    }
+    batch_aux h = {(uint32_t)n, u};
+    size_t auxlen = sizeof h + c->batch_reqs.len + c->batch_frames.len;
+    char *aux = malloc(auxlen);
+    px_req *ex = aux != NULL ? px_req_new(srv, c, PX_REQ_BATCH) : NULL;
+    if (ex == NULL || px_block_send(u, c->batch_frames.data, c->batch_frames.len, n) != 0) {
+        /* no memory for a block: the commands go as they came */
+        if (ex != NULL) px_req_release(srv, ex);
+        free(aux);
+        send_each(u, reqs, c->batch_frames.data, n);
+        batch_reset(c);
+        return;
+    }
+    memcpy(aux, &h, sizeof h);
+    memcpy(aux + sizeof h, c->batch_reqs.data, c->batch_reqs.len);
+    memcpy(aux + sizeof h + c->batch_reqs.len, c->batch_frames.data, c->batch_frames.len);
+    ex->aux = aux;
+    ex->aux_len = auxlen;
+    px_upstream_send(u, ex, exec_cmd, sizeof exec_cmd - 1);
+    c->batch_wait = 1;
+    srv->batch_blocks++;
+    srv->batch_commands += (uint64_t)n;
+    batch_reset(c);
+}
+
+/* Splits "*n" + n frames: offs[i] is where element i starts, offs[n] the
+ * end. Returns 0, or -1 when data is not an array of exactly n values. */
+static int split_array(px_server *srv, const char *data, size_t len, uint32_t n, size_t *offs) {
+    long long m;
+    size_t e = 1;
+    if (len < 4 || data[0] != '*') return -1;
+    while (e < len && data[e] != '\r') e++;
+    if (e + 1 >= len || !resp_string2ll(data + 1, e - 1, &m) || m != (long long)n) return -1;
+    size_t at = e + 2;
+    resp_reply_parser p;
+    resp_reply_init(&p, &srv->reply_limits);
+    int rc = 0;
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        offs[i] = at;
+        resp_reply_reset(&p);
+        if (resp_reply_parse(&p, data + at, len - at) != RESP_OK)
+            rc = -1;
+        else
+            at += p.frame_len;
+    }
+    resp_reply_deinit(&p);
+    offs[n] = at;
+    return rc == 0 && at == len ? 0 : -1;
+}
+
+void px_batch_on_reply(px_client *c, px_req *ex, const char *data, size_t len) {
+    px_server *srv = c->srv;
+    batch_aux h;
+    memcpy(&h, ex->aux, sizeof h);
+    px_req **reqs = (px_req **)(ex->aux + sizeof h);
+    const char *frames = ex->aux + sizeof h + h.n * sizeof(px_req *);
+    size_t *offs = malloc((h.n + 1) * sizeof *offs);
+    c->batch_wait = 0;
+    if (!ex->lost && offs != NULL && split_array(srv, data, len, h.n, offs) == 0) {
+        for (uint32_t i = 0; i < h.n; i++) {
+            reqs[i]->pending = 0;
+            px_client_on_reply(c, reqs[i], data + offs[i], offs[i + 1] - offs[i]);
+        }
+    } else if (!ex->lost && len > 0 && (data[0] == '-' || data[0] == '!')) {
+        /* EXECABORT: nothing ran. Each again, alone: each gets Redis's own
+         * reply (u answered this very reply, so it is alive) */
+        px_verbose("write batch refused, sent again one by one n=%u reply=\"%.*s\"", h.n,
+                   (int)(len > 80 ? 80 : len - 2), data);
+        srv->batch_replays++;
+        send_each(h.up, reqs, frames, (int)h.n);
+    } else {
+        /* the connection was lost (whether the block ran is unknown, as for
+         * any request in flight), or a reply Redis does not send to EXEC */
+        static const char odd[] = "-ERR sidecache: unexpected reply to a write batch\r\n";
+        if (!ex->lost) {
+            px_warning("write batch: unexpected EXEC reply n=%u", h.n);
+            data = odd;
+            len = sizeof odd - 1;
+        }
+        for (uint32_t i = 0; i < h.n; i++) {
+            reqs[i]->pending = 0;
+            px_client_on_reply(c, reqs[i], data, len);
+        }
+    }
+    free(offs);
+    px_req_release(srv, ex);
+}
