@@ -25,6 +25,7 @@
 #include "proxy/io.h"
 #include "proxy/log.h"
 #include "proxy/lookup.h"
+#include "proxy/stats.h"
 #include "proxy/upstream.h"
 
 /* JuiceFS's lookup scripts (1.0-1.4, and 0.x): they read only, and the
@@ -897,57 +898,45 @@ void px_caching_txn_end(px_client *c, int exec) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* INFO */
+/* numbers (proxy/stats.h) */
 
-void px_caching_info(px_server *srv, resp_buf *b) {
+void px_caching_collect(px_server *srv, px_stats *s) {
     struct px_caching *pc = srv->caching;
-    resp_buf_printf(b, "# sidecache\r\n");
-    resp_buf_printf(b, "sidecache_version:0.1.0\r\n");
-    resp_buf_printf(b, "connected_clients:%d\r\n", srv->nclients);
-    resp_buf_printf(b, "batch_blocks:%llu\r\n", (unsigned long long)srv->batch_blocks);
-    resp_buf_printf(b, "batch_commands:%llu\r\n", (unsigned long long)srv->batch_commands);
-    resp_buf_printf(b, "batch_replays:%llu\r\n", (unsigned long long)srv->batch_replays);
-    resp_buf_printf(b, "txn_shared:%llu\r\n", (unsigned long long)srv->txn_shared);
-    resp_buf_printf(b, "txn_pinned:%llu\r\n", (unsigned long long)srv->txn_pinned);
-    if (pc == NULL) {
-        resp_buf_printf(b, "cache_enabled:0\r\n");
-        return;
-    }
+    if (pc == NULL) return;
     const cache_stats *st = cache_get_stats(pc->cache);
     const inv_stats *is = inv_get_stats(pc->inv);
-    uint64_t lookups = st->hits + st->misses;
-    resp_buf_printf(b, "cache_enabled:1\r\n");
-    resp_buf_printf(b, "tracking_state:%s\r\n", inv_state_name(inv_get_state(pc->inv)));
     static const char *modes[] = {"bcast", "default", "optin"};
-    resp_buf_printf(b, "tracking_mode:%s\r\n", modes[pc->mode]);
-    resp_buf_printf(b, "tracking_last_error:%s\r\n", is->last_error);
-    resp_buf_printf(b, "cache_hits:%llu\r\n", (unsigned long long)st->hits);
-    resp_buf_printf(b, "cache_misses:%llu\r\n", (unsigned long long)st->misses);
-    resp_buf_printf(b, "cache_hit_ratio:%.4f\r\n", lookups ? (double)st->hits / (double)lookups : 0.0);
-    resp_buf_printf(b, "cache_bypassed_in_flight:%llu\r\n", (unsigned long long)pc->bypassed);
-    resp_buf_printf(b, "cache_script_hits:%llu\r\n", (unsigned long long)pc->script_hits);
-    resp_buf_printf(b, "cache_script_misses:%llu\r\n", (unsigned long long)pc->script_misses);
-    resp_buf_printf(b, "cache_mget_hits:%llu\r\n", (unsigned long long)pc->mget_hits);
-    resp_buf_printf(b, "cache_mget_partial:%llu\r\n", (unsigned long long)pc->mget_partial);
-    resp_buf_printf(b, "cache_mget_keys_cached:%llu\r\n", (unsigned long long)pc->mget_keys_cached);
-    resp_buf_printf(b, "cache_fills:%llu\r\n", (unsigned long long)st->fills);
-    resp_buf_printf(b, "cache_fills_rejected:%llu\r\n", (unsigned long long)st->fills_rejected);
-    resp_buf_printf(b, "cache_fills_too_big:%llu\r\n", (unsigned long long)st->fills_too_big);
-    resp_buf_printf(b, "invalidation_messages:%llu\r\n", (unsigned long long)is->messages);
-    resp_buf_printf(b, "invalidation_keys:%llu\r\n", (unsigned long long)is->keys);
-    resp_buf_printf(b, "cache_invalidations:%llu\r\n", (unsigned long long)st->invalidations);
-    resp_buf_printf(b, "cache_keys_purged:%llu\r\n", (unsigned long long)st->keys_purged);
-    resp_buf_printf(b, "cache_flushes:%llu\r\n", (unsigned long long)st->flushes);
-    resp_buf_printf(b, "cache_flushes_tracking_lost:%llu\r\n", (unsigned long long)pc->flush_tracking);
-    resp_buf_printf(b, "cache_flushes_null_invalidation:%llu\r\n", (unsigned long long)pc->flush_null);
-    resp_buf_printf(b, "cache_flushes_write_unknown_keys:%llu\r\n", (unsigned long long)pc->flush_write);
-    resp_buf_printf(b, "cache_flushes_failover:%llu\r\n", (unsigned long long)pc->flush_failover);
-    resp_buf_printf(b, "cache_entries:%zu\r\n", st->entries);
-    resp_buf_printf(b, "cache_pending_fills:%zu\r\n", st->pending);
-    resp_buf_printf(b, "cache_used_bytes:%zu\r\n", st->used_bytes);
-    resp_buf_printf(b, "cache_max_bytes:%lld\r\n", srv->cfg->cache_max_memory);
-    resp_buf_printf(b, "cache_evictions:%llu\r\n", (unsigned long long)st->evictions);
-    resp_buf_printf(b, "cache_expired:%llu\r\n", (unsigned long long)st->expired);
-    resp_buf_printf(b, "tracking_connects:%llu\r\n", (unsigned long long)is->connects);
-    resp_buf_printf(b, "tracking_losses:%llu\r\n", (unsigned long long)is->losses);
+    s->cache_enabled = 1;
+    s->tracking_active = (uint64_t)px_caching_active(srv);
+    s->tracking_state = inv_state_name(inv_get_state(pc->inv));
+    s->tracking_mode = modes[pc->mode];
+    s->tracking_last_error = is->last_error;
+    s->cache_hits = st->hits;
+    s->cache_misses = st->misses;
+    s->cache_bypassed_in_flight = pc->bypassed;
+    s->cache_script_hits = pc->script_hits;
+    s->cache_script_misses = pc->script_misses;
+    s->cache_mget_hits = pc->mget_hits;
+    s->cache_mget_partial = pc->mget_partial;
+    s->cache_mget_keys_cached = pc->mget_keys_cached;
+    s->cache_fills = st->fills;
+    s->cache_fills_rejected = st->fills_rejected;
+    s->cache_fills_too_big = st->fills_too_big;
+    s->invalidation_messages = is->messages;
+    s->invalidation_keys = is->keys;
+    s->cache_invalidations = st->invalidations;
+    s->cache_keys_purged = st->keys_purged;
+    s->cache_flushes = st->flushes;
+    s->cache_flushes_tracking_lost = pc->flush_tracking;
+    s->cache_flushes_null_invalidation = pc->flush_null;
+    s->cache_flushes_write_unknown_keys = pc->flush_write;
+    s->cache_flushes_failover = pc->flush_failover;
+    s->cache_entries = st->entries;
+    s->cache_pending_fills = st->pending;
+    s->cache_used_bytes = st->used_bytes;
+    s->cache_max_bytes = (uint64_t)srv->cfg->cache_max_memory;
+    s->cache_evictions = st->evictions;
+    s->cache_expired = st->expired;
+    s->tracking_connects = is->connects;
+    s->tracking_losses = is->losses;
 }

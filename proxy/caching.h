@@ -100,7 +100,8 @@ void px_caching_on_upstream_lost(px_server *srv, struct px_upstream *u);
 /* optin: a cacheable read about to go to u is preceded by CLIENT CACHING YES. */
 void px_caching_before_read(struct px_client *c, struct px_upstream *u, int cacheable);
 
-/* Appends the "# sidecache" INFO section to b (text, CRLF lines). */
-void px_caching_info(px_server *srv, resp_buf *b);
+/* Fills the cache's numbers of a stats snapshot (proxy/stats.h). */
+struct px_stats;
+void px_caching_collect(px_server *srv, struct px_stats *s);
 
 #endif

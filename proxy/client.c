@@ -31,6 +31,7 @@
 #include "proxy/batch.h"
 #include "proxy/caching.h"
 #include "proxy/log.h"
+#include "proxy/stats.h"
 
 /* Reading stops while this much output waits for a slow reader, and resumes
  * when all of it is written. */
@@ -276,7 +277,7 @@ static int info_with_section(px_client *c, const char *data, size_t len, resp_bu
     resp_buf_init(&sec);
     resp_buf_append(&sec, text, tlen);
     if (tlen > 0) resp_buf_append(&sec, "\r\n", 2);
-    px_caching_info(c->srv, &sec);
+    px_stats_info(c->srv, &sec);
     if (data[0] == '=')
         resp_enc_verbatim(out, "txt", sec.data, sec.len, 3);
     else
@@ -965,7 +966,10 @@ static int client_dispatch(px_client *c, const char *frame) {
         break;
     }
     int cacheable = 0;
-    if (c->srv->caching != NULL && px_caching_try_hit(c, &cacheable)) return DISPATCH_DONE;
+    if (c->srv->caching != NULL && px_caching_try_hit(c, &cacheable)) {
+        px_latency_add(&c->srv->lat_hit, (uint64_t)(px_now_us() - c->read_us));
+        return DISPATCH_DONE;
+    }
     px_upstream *u = shared_conn(c);
     if (u == NULL) {
         reply_unavailable(c, c->pool);
@@ -1056,7 +1060,8 @@ too_big:
 
 static void client_on_read(void *arg) {
     px_client *c = arg;
-    c->last_active_ms = px_now_ms();
+    c->read_us = px_now_us();
+    c->last_active_ms = c->read_us / 1000;
     client_process(c);
 }
 
@@ -1102,9 +1107,9 @@ px_client *px_client_new(px_server *srv, int fd, const char *addr) {
         resp_req_deinit(&c->rq);
         resp_buf_deinit(&c->scratch);
         resp_buf_deinit(&c->txn_keys);
-    resp_buf_deinit(&c->txn_frames);
-    resp_buf_deinit(&c->batch_frames);
-    resp_buf_deinit(&c->batch_reqs);
+        resp_buf_deinit(&c->txn_frames);
+        resp_buf_deinit(&c->batch_frames);
+        resp_buf_deinit(&c->batch_reqs);
         free(c);
         return NULL;
     }
@@ -1156,6 +1161,9 @@ void px_client_free(px_client *c) {
     resp_req_deinit(&c->rq);
     resp_buf_deinit(&c->scratch);
     resp_buf_deinit(&c->txn_keys);
+    resp_buf_deinit(&c->txn_frames);
+    resp_buf_deinit(&c->batch_frames);
+    resp_buf_deinit(&c->batch_reqs);
     free(c->user);
     free(c->pass);
     free(c->name);

@@ -94,6 +94,7 @@ typedef struct px_client {
     char *pend_user, *pend_pass, *pend_name;
 
     int64_t last_active_ms;
+    int64_t read_us;           /* when the input being processed was read */
 } px_client;
 
 /* Takes ownership of an accepted socket. Returns NULL (socket closed) on error. */

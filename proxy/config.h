@@ -59,7 +59,9 @@ typedef struct px_config {
     int maxclients;
     int timeout;                   /* client idle seconds, 0 = never */
     int tcp_keepalive;             /* seconds, 0 = off */
-    int tcp_nodelay;               /* 1: TCP_NODELAY on client and upstream sockets */
+    int tcp_nodelay;
+    int metrics_port;              /* Prometheus /metrics; 0 = off */
+    char metrics_bind[64];         /* its address */               /* 1: TCP_NODELAY on client and upstream sockets */
     int upstream_connections;      /* shared connections per pool */
     int loglevel;                  /* enum px_loglevel */
     char logfile[1024];            /* "" = stderr */

@@ -22,6 +22,7 @@
 #include "proxy/io.h"
 #include "proxy/listener.h"
 #include "proxy/log.h"
+#include "proxy/metrics.h"
 #include "proxy/upstream.h"
 
 #define PX_STOP_DEADLINE_MS 10000
@@ -30,6 +31,12 @@ int64_t px_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t px_now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 void px_server_schedule_reap(px_server *srv) {
@@ -183,7 +190,7 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
         srv.exit_code = 1;
         goto out;
     }
-    if (px_listeners_open(&srv) != 0) {
+    if (px_listeners_open(&srv) != 0 || px_metrics_start(&srv) != 0) {
         srv.exit_code = 1;
         goto out;
     }
@@ -202,6 +209,7 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
 
 out:
     px_listeners_close(&srv);
+    px_metrics_stop(&srv);
     /* Free what is left, in an order that keeps every pointer valid:
      * clients close (their requests in flight keep them as zombies), the
      * connections close (failing those requests, which reaps the zombies),

@@ -16,6 +16,7 @@
 
 #include "protocol/resp.h"
 #include "proxy/config.h"
+#include "proxy/stats.h"
 
 struct event_base;
 struct event;
@@ -68,6 +69,10 @@ typedef struct px_server {
      * (NOAUTH), 1 yes. Learned by every credential-less connection. */
     int open_access;
 
+    struct evhttp *metrics;    /* /metrics, NULL when off (proxy/metrics.c) */
+    uint64_t nupstreams;       /* open upstream connections (not the invalidation one) */
+    /* latency histograms (proxy/stats.h) */
+    px_latency lat_hit, lat_upstream;
     /* blocks sent as MULTI ... EXEC on shared connections (proxy/batch.h) */
     uint64_t batch_blocks, batch_commands, batch_replays, txn_shared, txn_pinned;
 
@@ -78,6 +83,8 @@ typedef struct px_server {
 
 /* Milliseconds on a monotonic clock. */
 int64_t px_now_ms(void);
+/* The same clock in microseconds. */
+int64_t px_now_us(void);
 
 /* Asks for px_server_reap() at the end of this loop iteration. */
 void px_server_schedule_reap(px_server *srv);

@@ -311,6 +311,7 @@ static px_upstream *up_connect(px_pool *p) {
     if (hs.len > 0) px_io_write(&u->io, hs.data, hs.len);
     resp_buf_deinit(&hs);
     if (srv->caching != NULL) px_caching_on_connect(srv, u);
+    srv->nupstreams++;
     px_verbose("upstream connecting id=%llu addr=%s db=%d proto=%d",
                (unsigned long long)u->id, up_addr(srv, addr, sizeof addr), p->db, p->proto);
     return u;
@@ -371,6 +372,7 @@ void px_upstream_unpin(px_upstream *u, int clean) {
 
 void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len) {
     r->pending = 1;
+    r->sent_us = px_now_us();
     r->next_up = NULL;
     if (u->tail != NULL)
         u->tail->next_up = r;
@@ -409,6 +411,7 @@ static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, c
     u->state = PX_UP_CLOSED;
     px_io_close(&u->io);
     pool_unlink_upstream(u);
+    u->srv->nupstreams--;
     /* reads filled from a tracked connection are no longer tracked (C4) */
     if (u->filled && u->srv->caching != NULL) px_caching_on_upstream_lost(u->srv, u);
     /* The owner learns first, so that it does not try to reuse this
@@ -491,6 +494,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     } else if (r->kind == PX_REQ_DISCARD) {
         px_req_release(u->srv, r);
     } else {
+        px_latency_add(&u->srv->lat_upstream, (uint64_t)(px_now_us() - r->sent_us));
         px_client_on_reply(r->client, r, data, len);
     }
 }

@@ -85,6 +85,7 @@ typedef struct px_req {
     char *aux;                  /* owned; see px_aux_flag */
     size_t aux_len;
     uint64_t fill_token;
+    int64_t sent_us;            /* when it was written (px_now_us) */
 } px_req;
 
 enum px_up_state { PX_UP_CONNECTING, PX_UP_HANDSHAKE, PX_UP_READY, PX_UP_CLOSED };

@@ -9,6 +9,8 @@
 #   SIDECACHE_BIN            proxy binary (default: ./sidecache at the repo root)
 #   SIDECACHE_ALLOW_MISSING  1: skip the tests when the binary is missing
 #   SIDECACHE_TARGET=direct  run the tests against redis-server itself
+#   JFS_REPLAY_GRACE         how long TestJuiceFSReplay lets a read through one
+#                            proxy lag a write made elsewhere (default 2s; 0: none)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 

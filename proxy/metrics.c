@@ -1,0 +1,69 @@
+/*
+ * proxy/metrics.c — see metrics.h.
+ */
+#include "proxy/metrics.h"
+
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "protocol/resp.h"
+#include "proxy/log.h"
+#include "proxy/stats.h"
+
+static void on_request(struct evhttp_request *req, void *arg) {
+    px_server *srv = arg;
+    const char *uri = evhttp_request_get_uri(req);
+    enum evhttp_cmd_type method = evhttp_request_get_command(req);
+    if (uri == NULL || (strcmp(uri, "/metrics") != 0 && strncmp(uri, "/metrics?", 9) != 0)) {
+        evhttp_send_error(req, HTTP_NOTFOUND, "only /metrics is here");
+        return;
+    }
+    if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
+        evhttp_send_error(req, 405, "GET only");
+        return;
+    }
+    resp_buf b;
+    resp_buf_init(&b);
+    px_stats_prometheus(srv, &b);
+    struct evbuffer *out = evbuffer_new();
+    if (out == NULL || (b.len > 0 && evbuffer_add(out, b.data, b.len) != 0)) {
+        if (out != NULL) evbuffer_free(out);
+        resp_buf_deinit(&b);
+        evhttp_send_error(req, HTTP_INTERNAL, "out of memory");
+        return;
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4; charset=utf-8");
+    evhttp_send_reply(req, HTTP_OK, "OK", out);
+    evbuffer_free(out);
+    resp_buf_deinit(&b);
+}
+
+int px_metrics_start(px_server *srv) {
+    px_config *cfg = srv->cfg;
+    if (cfg->metrics_port == 0) return 0;
+    srv->metrics = evhttp_new(srv->base);
+    if (srv->metrics == NULL) {
+        px_warning("metrics: out of memory");
+        return -1;
+    }
+    /* a scrape is small and quick: a slow or idle peer is dropped */
+    evhttp_set_timeout(srv->metrics, 10);
+    evhttp_set_allowed_methods(srv->metrics, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
+    evhttp_set_gencb(srv->metrics, on_request, srv);
+    if (evhttp_bind_socket(srv->metrics, cfg->metrics_bind, (unsigned short)cfg->metrics_port) != 0) {
+        px_warning("metrics: cannot listen addr=%s:%d", cfg->metrics_bind, cfg->metrics_port);
+        px_metrics_stop(srv);
+        return -1;
+    }
+    px_notice("metrics on http://%s:%d/metrics", cfg->metrics_bind, cfg->metrics_port);
+    return 0;
+}
+
+void px_metrics_stop(px_server *srv) {
+    if (srv->metrics != NULL) evhttp_free(srv->metrics);
+    srv->metrics = NULL;
+}

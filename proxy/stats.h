@@ -1,0 +1,95 @@
+/*
+ * proxy/stats.h — every number sidecache reports, from one list.
+ *
+ * PX_STATS is an X-macro: X(name, type, help) for each number, type being
+ * the Prometheus type (counter or gauge). It generates the px_stats
+ * snapshot, INFO's "# sidecache" section ("name:value" lines, in this
+ * order) and /metrics ("sidecache_<name>" with its HELP and TYPE). A number
+ * added here appears in both; px_stats_collect is where it is read.
+ *
+ * Besides the list: INFO also has the text fields sidecache_version,
+ * tracking_state, tracking_mode, tracking_last_error and cache_hit_ratio;
+ * /metrics has sidecache_info{version,tracking_mode,tracking_state} 1 and
+ * two latency histograms (px_latency): cache hits, and upstream round trips
+ * (request written to reply read).
+ */
+#ifndef SIDECACHE_PROXY_STATS_H
+#define SIDECACHE_PROXY_STATS_H
+
+#include <stdint.h>
+
+#include "protocol/resp.h"
+
+struct px_server;
+
+#define PX_STATS(X)                                                                                        \
+    X(connected_clients, gauge, "Clients connected")                                                       \
+    X(upstream_connections, gauge, "Connections to Redis (shared and pinned, not the invalidation one)")  \
+    X(pinned_connections, gauge, "Upstream connections pinned to one client")                               \
+    X(batch_blocks, counter, "Write batches sent as MULTI/EXEC blocks")                                    \
+    X(batch_commands, counter, "Commands sent in write batches")                                           \
+    X(batch_replays, counter, "Write batches refused (EXECABORT) and sent again one by one")               \
+    X(txn_shared, counter, "Transactions without WATCH sent on a shared connection")                       \
+    X(txn_pinned, counter, "Transactions without WATCH moved to a pinned connection")                      \
+    X(cache_enabled, gauge, "1 when the cache is configured")                                               \
+    X(tracking_active, gauge, "1 while tracking is confirmed and hits are served")                          \
+    X(cache_hits, counter, "Cache entries found (GET, HGET, MGET keys, lookup parts)")                     \
+    X(cache_misses, counter, "Cache entries looked up and not found")                                      \
+    X(cache_bypassed_in_flight, counter, "Cacheable reads sent to Redis: the client had requests in flight") \
+    X(cache_script_hits, counter, "Lookup scripts answered from the cache")                               \
+    X(cache_script_misses, counter, "Lookup scripts sent to Redis")                                        \
+    X(cache_mget_hits, counter, "MGETs answered from the cache entirely")                                  \
+    X(cache_mget_partial, counter, "MGETs with some keys from the cache, the rest from Redis")             \
+    X(cache_mget_keys_cached, counter, "MGET keys answered from the cache")                                \
+    X(cache_fills, counter, "Replies stored in the cache")                                                 \
+    X(cache_fills_rejected, counter, "Replies not stored: invalidated while in flight, or no memory")      \
+    X(cache_fills_too_big, counter, "Replies not stored: above cache-max-value")                           \
+    X(invalidation_messages, counter, "Invalidation messages received from Redis")                         \
+    X(invalidation_keys, counter, "Keys named in invalidation messages")                                   \
+    X(cache_invalidations, counter, "Keys invalidated (from Redis and from writes through sidecache)")     \
+    X(cache_keys_purged, counter, "Cache entries purged by invalidations")                                 \
+    X(cache_flushes, counter, "Times the whole cache was emptied")                                         \
+    X(cache_flushes_tracking_lost, counter, "Flushes: tracking lost or its keep-alive late")               \
+    X(cache_flushes_null_invalidation, counter, "Flushes: Redis sent a null invalidation (FLUSHALL)")     \
+    X(cache_flushes_write_unknown_keys, counter, "Flushes: a write whose keys cannot be known")            \
+    X(cache_flushes_failover, counter, "Flushes: Redis answered LOADING, READONLY or MASTERDOWN")          \
+    X(cache_entries, gauge, "Entries in the cache")                                                         \
+    X(cache_pending_fills, gauge, "Reads in flight that may fill the cache")                               \
+    X(cache_used_bytes, gauge, "Bytes the cache holds, all overhead counted")                              \
+    X(cache_max_bytes, gauge, "cache-max-memory")                                                           \
+    X(cache_evictions, counter, "Entries evicted for memory")                                              \
+    X(cache_expired, counter, "Entries dropped by cache-ttl")                                              \
+    X(tracking_connects, counter, "Invalidation connection setups started")                                \
+    X(tracking_losses, counter, "Times tracking stopped being active")
+
+typedef struct px_stats {
+#define PX_STAT_FIELD(name, type, help) uint64_t name;
+    PX_STATS(PX_STAT_FIELD)
+#undef PX_STAT_FIELD
+    /* text fields (INFO) */
+    const char *tracking_state;   /* "off" without a cache */
+    const char *tracking_mode;
+    const char *tracking_last_error;
+} px_stats;
+
+/* Latency histogram: fixed bounds in microseconds, cumulative in /metrics. */
+#define PX_LATENCY_BUCKETS 16
+typedef struct px_latency {
+    uint64_t counts[PX_LATENCY_BUCKETS + 1]; /* the last one: above every bound */
+    uint64_t sum_us;
+    uint64_t n;
+} px_latency;
+
+/* Records one observation of us microseconds. */
+void px_latency_add(px_latency *h, uint64_t us);
+
+/* Reads every number now. */
+void px_stats_collect(struct px_server *srv, px_stats *s);
+
+/* Appends the "# sidecache" INFO section (CRLF lines). */
+void px_stats_info(struct px_server *srv, resp_buf *b);
+
+/* Appends the Prometheus text exposition (LF lines). */
+void px_stats_prometheus(struct px_server *srv, resp_buf *b);
+
+#endif

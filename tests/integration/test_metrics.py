@@ -1,0 +1,85 @@
+"""
+/metrics (metrics-port): the Prometheus text format, the same numbers as
+INFO's `# sidecache` section, and latency histograms of hits and of upstream
+round trips.
+"""
+import re
+import urllib.error
+import urllib.request
+
+import pytest
+
+from cachehelpers import start_cached, warm
+from helpers import free_port
+
+pytestmark = pytest.mark.proxy_only
+
+
+def scrape(port, path="/metrics"):
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5) as r:
+        return r.status, r.headers.get("Content-Type"), r.read().decode()
+
+
+def samples(text):
+    """{'sidecache_x': value, 'sidecache_h_bucket{le="0.001"}': value, ...}"""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, value = line.rsplit(" ", 1)
+        out[name] = float(value)
+    return out
+
+
+def test_metrics_match_info(proxy_factory, upstream):
+    port = free_port()
+    p, st = start_cached(proxy_factory, args=("--metrics-port", str(port)))
+    upstream.client().set("i77001", "v")
+    c = p.raw(auth=True)
+    warm(c, st, ("GET", "i77001"))
+    for _ in range(20):
+        c.cmd("GET", "i77001")
+    c.cmd("SET", "k", "v")
+    status, ctype, text = scrape(port)
+    assert status == 200 and ctype.startswith("text/plain; version=0.0.4"), ctype
+    m = samples(text)
+    info = st.get()
+    # every number of the INFO section is a metric, with HELP and TYPE, and
+    # (nothing ran in between but the INFO itself) the same value
+    numbers = {k: v for k, v in info.items() if isinstance(v, int)}
+    assert len(numbers) >= 30, info
+    for k, v in numbers.items():
+        assert "# TYPE sidecache_%s " % k in text, k
+        assert "# HELP sidecache_%s " % k in text, k
+        if k not in ("connected_clients",):
+            assert m["sidecache_" + k] == v, (k, m["sidecache_" + k], v)
+    assert m["sidecache_cache_hits"] >= 20
+    assert m["sidecache_tracking_active"] == 1
+    assert re.search(r'^sidecache_info\{version="[^"]+",tracking_mode="bcast",tracking_state="active"\} 1$',
+                     text, re.M), text[:400]
+    # histograms: cumulative buckets, +Inf == count, hits counted
+    for h in ("hit_seconds", "upstream_seconds"):
+        assert "# TYPE sidecache_%s histogram" % h in text
+        buckets = [(k, v) for k, v in m.items() if k.startswith("sidecache_%s_bucket" % h)]
+        values = [v for _, v in buckets]
+        assert values == sorted(values), buckets
+        assert m['sidecache_%s_bucket{le="+Inf"}' % h] == m["sidecache_%s_count" % h]
+    assert m["sidecache_hit_seconds_count"] >= 20
+    assert m["sidecache_upstream_seconds_count"] >= 2
+
+
+def test_metrics_other_paths_and_off(proxy_factory):
+    port = free_port()
+    proxy_factory(args=("--metrics-port", str(port)))
+    with pytest.raises(urllib.error.HTTPError) as e:
+        scrape(port, "/")
+    assert e.value.code == 404
+    req = urllib.request.Request("http://127.0.0.1:%d/metrics" % port, data=b"x", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=5)
+    assert e.value.code == 405
+    # without metrics-port nothing listens there
+    port2 = free_port()
+    proxy_factory()
+    with pytest.raises(OSError):
+        scrape(port2)
