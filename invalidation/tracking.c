@@ -356,6 +356,14 @@ static void connect_now(inv_conn *t) {
     }
     bufferevent_setcb(t->bev, read_cb, NULL, event_cb, t);
     bufferevent_enable(t->bev, EV_READ | EV_WRITE);
+    if (t->cb.resolve != NULL) {
+        char why[256], msg[300];
+        if (t->cb.resolve(t->arg, &t->cfg.addr, &t->cfg.addrlen, why, sizeof why) != 0) {
+            snprintf(msg, sizeof msg, "invalidation connection failed: %s", why);
+            inv_fail(t, msg, 0);
+            return;
+        }
+    }
     if (bufferevent_socket_connect(t->bev, (struct sockaddr *)&t->cfg.addr, (int)t->cfg.addrlen) != 0) {
         char why[300];
         snprintf(why, sizeof why, "invalidation connection failed: %s", strerror(errno));
@@ -439,6 +447,15 @@ void inv_free(inv_conn *t) {
     free(t->user);
     free(t->pass);
     free(t);
+}
+
+void inv_restart(inv_conn *t, const char *why) {
+    if (t->state == INV_IDLE) return;
+    snprintf(t->stats.last_error, sizeof t->stats.last_error, "%s", why);
+    drop_connection(t);
+    if (t->state != INV_BACKOFF) inv_set_state(t, INV_BACKOFF, why);
+    t->backoff_ms = 0;
+    arm_timer(t, 0);
 }
 
 enum inv_state inv_get_state(const inv_conn *t) { return t->state; }

@@ -49,6 +49,9 @@ typedef struct inv_callbacks {
     void (*on_active)(void *arg, int active);
     /* The reply to COMMAND, one whole RESP2 frame, each time it is read. */
     void (*on_command_table)(void *arg, const char *reply, size_t len);
+    /* Where to connect now (called before every connect; may be NULL: then
+     * inv_config's addr). Returns 0, or -1 with a reason in why. */
+    int (*resolve)(void *arg, struct sockaddr_storage *addr, socklen_t *addrlen, char *why, size_t whylen);
 } inv_callbacks;
 
 typedef struct inv_config {
@@ -72,6 +75,9 @@ inv_conn *inv_new(struct event_base *base, const inv_config *cfg, const inv_call
 void inv_start(inv_conn *t);
 /* Closes the connection (on_flush and on_active(0) if it was active). */
 void inv_free(inv_conn *t);
+/* Drops the connection as if it were lost (on_flush, on_active(0)) and
+ * connects again at once: Redis moved (a failover). */
+void inv_restart(inv_conn *t, const char *why);
 
 enum inv_state inv_get_state(const inv_conn *t);
 /* Redis's id of this connection while ACTIVE (the REDIRECT target of data

@@ -165,6 +165,22 @@ static void on_command_table(void *arg, const char *reply, size_t len) {
     px_verbose("command table loaded commands=%d", n);
 }
 
+/* The invalidation connection goes where the data connections go (after a
+ * failover too), unless tracking-upstream names another path. */
+static int on_resolve(void *arg, struct sockaddr_storage *addr, socklen_t *addrlen, char *why, size_t whylen) {
+    px_server *srv = arg;
+    unsigned len;
+    if (srv->cfg->tracking_upstream[0] != '\0') {
+        if (px_resolve_address(&srv->cfg->tracking_up, addr, &len, why, whylen) != 0) return -1;
+        *addrlen = (socklen_t)len;
+        return 0;
+    }
+    if (px_upstream_resolve(srv, why, whylen) != 0) return -1;
+    memcpy(addr, &srv->up_sa, srv->up_salen);
+    *addrlen = (socklen_t)srv->up_salen;
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* setup */
 
@@ -245,7 +261,7 @@ int px_caching_init(px_server *srv) {
     ic.nprefixes = pc->rules.all_keys ? 0 : pc->rules.nprefixes;
     ic.ping_ms = cfg->tracking_keepalive_ms;
     ic.timeout_ms = cfg->tracking_timeout_ms;
-    inv_callbacks cb = {on_invalidate, on_flush, on_active, on_command_table};
+    inv_callbacks cb = {on_invalidate, on_flush, on_active, on_command_table, on_resolve};
     pc->inv = inv_new(srv->base, &ic, &cb, srv);
     if (pc->inv == NULL) {
         snprintf(err, sizeof err, "out of memory");

@@ -91,6 +91,9 @@ static const px_directive px_directives[] = {
     {.name = "upstream", .type = PX_CT_UPSTREAM, PX_FIELD(upstream),
      .off2 = offsetof(px_config, up), .def = "redis://127.0.0.1:6379", .arg = "<url>",
      .help = "Redis to proxy: redis://[user:pass@]host[:port][/db] or unix:///path[?db=N]"},
+    {.name = "tracking-upstream", .type = PX_CT_UPSTREAM, PX_FIELD(tracking_upstream),
+     .off2 = offsetof(px_config, tracking_up), .def = "", .arg = "<url>",
+     .help = "Where the invalidation connection goes, if not to the upstream (same Redis, another path); \"\" = the upstream"},
     {.name = "bind", .type = PX_CT_LIST, PX_FIELD(bind), .off2 = offsetof(px_config, nbind),
      .min = 1, .max = PX_MAX_BIND, .def = "127.0.0.1", .arg = "<addr> ...",
      .help = "IPv4/IPv6 addresses (or * for any) the TCP listener binds, at most 16"},
@@ -379,6 +382,11 @@ static int set_upstream(const px_directive *d, px_config *c, int argc, char **ar
                         char *err, size_t errlen) {
     px_upstream_addr a;
     size_t n = strlen(argv[0]);
+    if (n == 0 && d->def[0] == '\0') { /* optional: "" = not set */
+        *(char *)field(c, d->off) = '\0';
+        memset(field(c, d->off2), 0, sizeof a);
+        return 0;
+    }
     if (n >= d->size) {
         seterr(err, errlen, "%s: URL is too long (%zu bytes, at most %zu)", d->name, n,
                d->size - 1);
@@ -858,7 +866,9 @@ static void write_value(FILE *f, const px_directive *d, const px_config *c, int 
         break;
     }
     case PX_CT_UPSTREAM:
-        if (px_upstream_format(cfield(c, d->off2), flags, buf, sizeof(buf)) < 0)
+        if (*(const char *)cfield(c, d->off) == '\0')
+            write_word(f, ""); /* optional and not set */
+        else if (px_upstream_format(cfield(c, d->off2), flags, buf, sizeof(buf)) < 0)
             write_word(f, cfield(c, d->off)); /* cannot happen: buf fits any URL */
         else
             write_word(f, buf);

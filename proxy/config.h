@@ -49,6 +49,11 @@ typedef struct px_upstream_addr {
 typedef struct px_config {
     char upstream[1024];           /* upstream URL as given */
     px_upstream_addr up;           /* ... and parsed */
+    char tracking_upstream[1024];  /* where the invalidation connection goes
+                                      ("" = the upstream) ... */
+    px_upstream_addr tracking_up;  /* ... and parsed (host, port or path only) */
+    char sentinel_master[128];     /* upstream-sentinel: master name ("" = none) */
+    char sentinel_addrs[1024];     /* ... and its sentinels, host:port,... */
     char *bind[PX_MAX_BIND];       /* listen addresses: numeric IPv4 or IPv6,
                                       or "*" for any (owned by the config,
                                       read-only) */

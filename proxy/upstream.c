@@ -250,15 +250,14 @@ static int up_write_handshake(px_upstream *u, resp_buf *b) {
 /* The upstream's socket address, resolved once and again after a failed
  * connect. getaddrinfo blocks, but only then: at most once per back-off
  * period while Redis is unreachable. Returns 0, or -1 with a reason. */
-int px_upstream_resolve(px_server *srv, char *why, size_t whylen) {
-    const px_upstream_addr *a = &srv->cfg->up;
-    if (srv->up_salen != 0) return 0;
+int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, unsigned *salen, char *why,
+                       size_t whylen) {
     if (a->is_unix) {
-        struct sockaddr_un *sun = (struct sockaddr_un *)&srv->up_sa;
+        struct sockaddr_un *sun = (struct sockaddr_un *)sa;
         memset(sun, 0, sizeof *sun);
         sun->sun_family = AF_UNIX;
         snprintf(sun->sun_path, sizeof sun->sun_path, "%s", a->path);
-        srv->up_salen = sizeof *sun;
+        *salen = sizeof *sun;
         return 0;
     }
     struct addrinfo hints, *res = NULL;
@@ -272,10 +271,15 @@ int px_upstream_resolve(px_server *srv, char *why, size_t whylen) {
         snprintf(why, whylen, "%s", rc ? gai_strerror(rc) : "no address");
         return -1;
     }
-    memcpy(&srv->up_sa, res->ai_addr, res->ai_addrlen);
-    srv->up_salen = (unsigned)res->ai_addrlen;
+    memcpy(sa, res->ai_addr, res->ai_addrlen);
+    *salen = (unsigned)res->ai_addrlen;
     freeaddrinfo(res);
     return 0;
+}
+
+int px_upstream_resolve(px_server *srv, char *why, size_t whylen) {
+    if (srv->up_salen != 0) return 0;
+    return px_resolve_address(&srv->cfg->up, &srv->up_sa, &srv->up_salen, why, whylen);
 }
 
 static const px_io_ops up_io_ops;

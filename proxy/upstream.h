@@ -165,6 +165,11 @@ void px_upstream_free(px_upstream *u);
  * connect reset it). Returns 0, or -1 with a reason in why. May block on DNS. */
 int px_upstream_resolve(px_server *srv, char *why, size_t whylen);
 
+/* An address (host and port, or a unix path) as a socket address. Returns 0,
+ * or -1 with a reason in why. May block on DNS. */
+int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, unsigned *salen, char *why,
+                       size_t whylen);
+
 /* Frees idle pools unused for a while; called from cron. */
 void px_pools_sweep(px_server *srv, int64_t now_ms);
 /* Calls fn for every open shared and idle connection of every pool. */
