@@ -1030,8 +1030,10 @@ static void client_process_input(px_client *c) {
         int rc = resp_req_parse(&c->rq, data, len);
         if (rc == RESP_AGAIN) {
             if ((long long)len > c->srv->cfg->client_query_buffer_limit) goto too_big;
+            if (c->partial_since_ms == 0) c->partial_since_ms = px_now_ms();
             break;
         }
+        c->partial_since_ms = 0;
         if (rc == RESP_ERR) {
             px_verbose("client protocol error id=%llu addr=%s err=\"%s\"", (unsigned long long)c->id, c->addr,
                        c->rq.err);
@@ -1183,8 +1185,16 @@ void px_client_begin_stop(px_client *c) {
 }
 
 void px_client_cron(px_client *c, int64_t now_ms) {
-    int timeout = c->srv->cfg->timeout;
-    if (timeout <= 0 || c->state != PX_CLIENT_ACTIVE) return;
+    int timeout = c->srv->cfg->timeout, partial = c->srv->cfg->partial_command_timeout;
+    if (c->state != PX_CLIENT_ACTIVE) return;
+    /* a request trickling in (slowloris) holds a client slot and a buffer:
+     * it has partial-command-timeout to arrive whole */
+    if (partial > 0 && c->partial_since_ms != 0 && now_ms - c->partial_since_ms > (int64_t)partial * 1000) {
+        px_verbose("client partial command timeout id=%llu addr=%s", (unsigned long long)c->id, c->addr);
+        client_close(c, "partial command timeout");
+        return;
+    }
+    if (timeout <= 0) return;
     /* as Redis: subscribers and blocked clients do not time out */
     if (c->mode == PX_MODE_TUNNEL || c->blocking || c->inflight > 0) return;
     if (now_ms - c->last_active_ms > (int64_t)timeout * 1000) client_close(c, "idle timeout");

@@ -94,7 +94,8 @@ typedef struct px_client {
     char *pend_user, *pend_pass, *pend_name;
 
     int64_t last_active_ms;
-    int64_t read_us;           /* when the input being processed was read */
+    int64_t read_us;
+    int64_t partial_since_ms;  /* a request started arriving then and is not whole (0: none) */           /* when the input being processed was read */
 } px_client;
 
 /* Takes ownership of an accepted socket. Returns NULL (socket closed) on error. */

@@ -161,7 +161,9 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     resp_limits_default(&srv.req_limits);
     srv.req_limits.max_bulk_len = cfg->proto_max_bulk_len;
     srv.req_limits.max_multibulk_len = cfg->max_multibulk_len;
+    srv.req_limits.max_inline_len = (size_t)cfg->proto_max_inline_len;
     resp_limits_default(&srv.reply_limits);
+    srv.reply_limits.max_depth = cfg->proto_max_nesting;
     srv.reply_limits.max_bulk_len = cfg->proto_max_bulk_len;
     /* Redis may answer with more elements than a client may send in one
      * request (a big LRANGE): the reply side only bounds nesting and lines. */

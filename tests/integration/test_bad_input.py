@@ -114,3 +114,56 @@ def test_abrupt_disconnect_mid_command_does_not_hurt_others(proxy):
             s.close()                                    # RST
             assert keep.cmd("PING").raw == b"+PONG\r\n"
         assert keep.cmd("EXISTS", "ab").raw == b":0\r\n"
+
+
+@pytest.mark.proxy_only
+def test_partial_command_timeout(proxy_factory):
+    """A command that starts and never completes (slowloris) closes its
+    client after partial-command-timeout; an idle client and a slow but whole
+    one stay."""
+    p = proxy_factory(args=("--partial-command-timeout", "1"))
+    with p.raw() as idle, p.raw() as trickle:
+        trickle.send(b"*2\r\n$3\r\nGET\r\n$5\r\nab")
+        t0 = time.monotonic()
+        trickle.expect_closed(timeout=5)
+        took = time.monotonic() - t0
+        assert 0.9 < took < 4, took
+        assert idle.cmd("PING").raw == b"+PONG\r\n"
+        # bytes that keep coming complete the command in time: no close
+        with p.raw() as slow:
+            for b in b"*1\r\n$4\r\nPING\r\n":
+                slow.send(bytes([b]))
+                time.sleep(0.03)
+            assert slow.read_frame(timeout=3).raw == b"+PONG\r\n"
+
+
+@pytest.mark.proxy_only
+def test_inline_length_limit_directive(proxy_factory, upstream):
+    """proto-max-inline-len makes Redis's own inline/header limit smaller:
+    the same error text as Redis gives above its 64 KB."""
+    p = proxy_factory(args=("--proto-max-inline-len", "1kb"))
+    with p.raw() as c:
+        c.send(b"A" * 2000)
+        assert c.read_frame(timeout=3).raw == b"-ERR Protocol error: too big inline request\r\n"
+        c.expect_closed(3)
+    with p.raw() as c:
+        c.send(b"*1\r\n$" + b"1" * 2000)
+        assert c.read_frame(timeout=3).raw == b"-ERR Protocol error: too big bulk count string\r\n"
+        c.expect_closed(3)
+    with p.raw() as c:
+        assert c.cmd("SET", "k", "x" * 5000).raw == b"+OK\r\n"   # values are not lines
+
+
+@pytest.mark.proxy_only
+def test_reply_nesting_limit_directive(proxy_factory, upstream):
+    """A reply from Redis nested deeper than proto-max-nesting closes that
+    upstream connection: its request gets an error, the next one works."""
+    p = proxy_factory(args=("--proto-max-nesting", "4"))
+    deep = "return {{{{{{1}}}}}}"
+    shallow = "return {{1}}"
+    with p.raw() as c:
+        assert c.cmd("EVAL", shallow, "0").raw == b"*1\r\n*1\r\n:1\r\n"
+        r = c.cmd("EVAL", deep, "0")
+        assert r.raw.startswith(b"-ERR sidecache"), r
+        assert c.cmd("PING").raw == b"+PONG\r\n"
+        assert c.cmd("EVAL", shallow, "0").raw == b"*1\r\n*1\r\n:1\r\n"
