@@ -116,6 +116,14 @@ static void on_active(void *arg, int active) {
     if (active && pc->mode != PX_TRACKING_BCAST) px_pools_foreach_connection(srv, send_tracking_on);
 }
 
+void px_caching_upstream_moved(px_server *srv) {
+    struct px_caching *pc = srv->caching;
+    if (pc == NULL) return;
+    flush_cache(pc);
+    pc->flush_failover++;
+    inv_restart(pc->inv, "upstream master moved (failover)");
+}
+
 void px_caching_on_connect(px_server *srv, px_upstream *u) {
     struct px_caching *pc = srv->caching;
     if (pc != NULL && pc->mode != PX_TRACKING_BCAST && pc->active) send_tracking_on(srv, u);

@@ -100,6 +100,10 @@ void px_caching_on_upstream_lost(px_server *srv, struct px_upstream *u);
 /* optin: a cacheable read about to go to u is preceded by CLIENT CACHING YES. */
 void px_caching_before_read(struct px_client *c, struct px_upstream *u, int cacheable);
 
+/* The upstream is another Redis now (a failover): empties the cache and
+ * moves the invalidation connection there. */
+void px_caching_upstream_moved(px_server *srv);
+
 /* Fills the cache's numbers of a stats snapshot (proxy/stats.h). */
 struct px_stats;
 void px_caching_collect(px_server *srv, struct px_stats *s);

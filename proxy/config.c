@@ -91,6 +91,11 @@ static const px_directive px_directives[] = {
     {.name = "upstream", .type = PX_CT_UPSTREAM, PX_FIELD(upstream),
      .off2 = offsetof(px_config, up), .def = "redis://127.0.0.1:6379", .arg = "<url>",
      .help = "Redis to proxy: redis://[user:pass@]host[:port][/db] or unix:///path[?db=N]"},
+    {.name = "upstream-sentinel", .type = PX_CT_APPEND, PX_FIELD(sentinel), .off2 = offsetof(px_config, nsentinel),
+     .min = 2, .max = 1, .def = "", .arg = "<master-name> <host:port>[,<host:port>...]",
+     .help = "Take the upstream's address from Redis Sentinel and follow its failovers"},
+    {.name = "sentinel-check-ms", .type = PX_CT_INT, PX_FIELD(sentinel_check_ms), .min = 10, .max = 3600000,
+     .def = "1000", .arg = "<ms>", .help = "How often the sentinels are asked where the master is"},
     {.name = "tracking-upstream", .type = PX_CT_UPSTREAM, PX_FIELD(tracking_upstream),
      .off2 = offsetof(px_config, tracking_up), .def = "", .arg = "<url>",
      .help = "Where the invalidation connection goes, if not to the upstream (same Redis, another path); \"\" = the upstream"},
@@ -424,7 +429,29 @@ static int set_append(const px_directive *d, px_config *c, int argc, char **argv
         seterr(err, errlen, "%s: at most %lld lines", d->name, d->max);
         return -1;
     }
-    if (strcmp(d->name, "cache-rule") == 0) {
+    if (strcmp(d->name, "upstream-sentinel") == 0) {
+        if (argv[0][0] == '\0' || strchr(argv[0], ' ') != NULL) {
+            seterr(err, errlen, "%s: the master name must be one word, not empty", d->name);
+            return -1;
+        }
+        /* host:port[,host:port...] */
+        for (const char *p = argv[1];;) {
+            const char *comma = strchr(p, ','), *end = comma ? comma : p + strlen(p);
+            const char *colon = NULL;
+            for (const char *q = p; q < end; q++)
+                if (*q == ':') colon = q;
+            long long port = 0;
+            int ok = colon != NULL && colon > p && colon + 1 < end && end - colon <= 6;
+            for (const char *q = colon ? colon + 1 : end; ok && q < end; q++) ok = isdigit((unsigned char)*q);
+            if (ok) port = strtoll(colon + 1, NULL, 10);
+            if (!ok || port < 1 || port > 65535) {
+                seterr(err, errlen, "%s: '%.*s' is not host:port", d->name, (int)(end - p), p);
+                return -1;
+            }
+            if (comma == NULL) break;
+            p = comma + 1;
+        }
+    } else if (strcmp(d->name, "cache-rule") == 0) {
         if (strcasecmp(argv[0], "GET") != 0 && strcasecmp(argv[0], "HGET") != 0) {
             seterr(err, errlen, "%s: command '%.32s' cannot be cached (GET or HGET)", d->name, argv[0]);
             return -1;

@@ -52,8 +52,9 @@ typedef struct px_config {
     char tracking_upstream[1024];  /* where the invalidation connection goes
                                       ("" = the upstream) ... */
     px_upstream_addr tracking_up;  /* ... and parsed (host, port or path only) */
-    char sentinel_master[128];     /* upstream-sentinel: master name ("" = none) */
-    char sentinel_addrs[1024];     /* ... and its sentinels, host:port,... */
+    char sentinel[1][1200];        /* upstream-sentinel "<master-name> <host:port>,...": */
+    int nsentinel;                 /* 1 when given (proxy/sentinel.h) */
+    int sentinel_check_ms;         /* how often the sentinels are asked */
     char *bind[PX_MAX_BIND];       /* listen addresses: numeric IPv4 or IPv6,
                                       or "*" for any (owned by the config,
                                       read-only) */

@@ -23,6 +23,7 @@
 #include "proxy/listener.h"
 #include "proxy/log.h"
 #include "proxy/metrics.h"
+#include "proxy/sentinel.h"
 #include "proxy/upstream.h"
 
 #define PX_STOP_DEADLINE_MS 10000
@@ -151,6 +152,10 @@ out:
     free(fresh);
 }
 
+static void sentinel_cb(evutil_socket_t fd, short what, void *arg) {
+    px_sentinel_check(arg);
+}
+
 int px_server_run(px_config *cfg, int argc, char **argv) {
     px_server srv;
     memset(&srv, 0, sizeof srv);
@@ -192,6 +197,15 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
         srv.exit_code = 1;
         goto out;
     }
+    if (px_sentinel_enabled(&srv)) {
+        struct timeval every = {cfg->sentinel_check_ms / 1000, (cfg->sentinel_check_ms % 1000) * 1000};
+        srv.sentinel_ev = event_new(srv.base, -1, EV_PERSIST, sentinel_cb, &srv);
+        if (srv.sentinel_ev == NULL || event_add(srv.sentinel_ev, &every) != 0) {
+            px_warning("cannot start the sentinel timer");
+            srv.exit_code = 1;
+            goto out;
+        }
+    }
     if (px_listeners_open(&srv) != 0 || px_metrics_start(&srv) != 0) {
         srv.exit_code = 1;
         goto out;
@@ -227,6 +241,7 @@ out:
         srv.free_reqs = r->next_up;
         free(r);
     }
+    if (srv.sentinel_ev != NULL) event_free(srv.sentinel_ev);
     event_free(srv.reap_ev);
     event_free(srv.cron_ev);
     event_free(srv.sig_term);

@@ -69,7 +69,8 @@ typedef struct px_server {
      * (NOAUTH), 1 yes. Learned by every credential-less connection. */
     int open_access;
 
-    struct evhttp *metrics;    /* /metrics, NULL when off (proxy/metrics.c) */
+    struct evhttp *metrics;
+    struct event *sentinel_ev; /* upstream-sentinel: asks every sentinel-check-ms */    /* /metrics, NULL when off (proxy/metrics.c) */
     uint64_t nupstreams;       /* open upstream connections (not the invalidation one) */
     /* latency histograms (proxy/stats.h) */
     px_latency lat_hit, lat_upstream;

@@ -13,6 +13,7 @@
  */
 #include "proxy/upstream.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -30,6 +31,7 @@
 #include "proxy/client.h"
 #include "proxy/io.h"
 #include "proxy/log.h"
+#include "proxy/sentinel.h"
 
 #define PX_BACKOFF_MIN_MS 100
 #define PX_BACKOFF_MAX_MS 2000
@@ -203,8 +205,28 @@ void px_pools_free_all(px_server *srv) {
 /* one connection */
 
 
+const char *px_format_address(const struct sockaddr_storage *sa, unsigned salen, char *buf, size_t n) {
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (sa->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const void *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        snprintf(buf, n, "%s:%d", host, ntohs(in->sin_port));
+    } else if (sa->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const void *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        snprintf(buf, n, "[%s]:%d", host, ntohs(in6->sin6_port));
+    } else if (sa->ss_family == AF_UNIX && salen > 0) {
+        snprintf(buf, n, "%s", ((const struct sockaddr_un *)sa)->sun_path);
+    } else {
+        snprintf(buf, n, "?");
+    }
+    return buf;
+}
+
 static const char *up_addr(px_server *srv, char *buf, size_t n) {
     const px_upstream_addr *a = &srv->cfg->up;
+    /* with Sentinel, where the master is now */
+    if (px_sentinel_enabled(srv) && srv->up_salen != 0) return px_format_address(&srv->up_sa, srv->up_salen, buf, n);
     if (a->is_unix)
         snprintf(buf, n, "%s", a->path);
     else
@@ -279,6 +301,7 @@ int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, u
 
 int px_upstream_resolve(px_server *srv, char *why, size_t whylen) {
     if (srv->up_salen != 0) return 0;
+    if (px_sentinel_enabled(srv)) return px_sentinel_master(srv, &srv->up_sa, &srv->up_salen, why, whylen);
     return px_resolve_address(&srv->cfg->up, &srv->up_sa, &srv->up_salen, why, whylen);
 }
 
@@ -499,6 +522,10 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_req_release(u->srv, r);
     } else {
         px_latency_add(&u->srv->lat_upstream, (uint64_t)(px_now_us() - r->sent_us));
+        /* no longer the master: with Sentinel, ask where it went (after
+         * this callback: a switch closes this very connection) */
+        if (type == '-' && len >= 9 && memcmp(data, "-READONLY", 9) == 0 && u->srv->sentinel_ev != NULL)
+            event_active(u->srv->sentinel_ev, EV_TIMEOUT, 0);
         px_client_on_reply(r->client, r, data, len);
     }
 }

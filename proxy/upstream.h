@@ -165,6 +165,9 @@ void px_upstream_free(px_upstream *u);
  * connect reset it). Returns 0, or -1 with a reason in why. May block on DNS. */
 int px_upstream_resolve(px_server *srv, char *why, size_t whylen);
 
+/* "host:port", "[v6]:port" or the unix path, in buf; returns buf. */
+const char *px_format_address(const struct sockaddr_storage *sa, unsigned salen, char *buf, size_t n);
+
 /* An address (host and port, or a unix path) as a socket address. Returns 0,
  * or -1 with a reason in why. May block on DNS. */
 int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, unsigned *salen, char *why,

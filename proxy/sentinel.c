@@ -1,0 +1,211 @@
+/*
+ * proxy/sentinel.c — see sentinel.h.
+ */
+#include "proxy/sentinel.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "protocol/resp.h"
+#include "proxy/caching.h"
+#include "proxy/client.h"
+#include "proxy/log.h"
+#include "proxy/upstream.h"
+
+int px_sentinel_enabled(const px_server *srv) { return srv->cfg->nsentinel > 0; }
+
+/* Waits for fd to be ready for events until deadline. 1 ready, 0 not. */
+static int wait_fd(int fd, short events, int64_t deadline_ms) {
+    for (;;) {
+        int64_t left = deadline_ms - px_now_ms();
+        if (left <= 0) return 0;
+        struct pollfd pfd = {fd, events, 0};
+        int rc = poll(&pfd, 1, (int)left);
+        if (rc > 0) return 1;
+        if (rc < 0 && errno != EINTR) return 0;
+    }
+}
+
+/* One sentinel: "host:port" (len bytes). The master's host and port in
+ * host/port, or -1 with why. */
+static int ask_one(const char *addr, size_t alen, const char *name, char *host, size_t hostlen, char *port,
+                   size_t portlen, char *why, size_t whylen) {
+    char h[256], p[8];
+    const char *colon = memrchr(addr, ':', alen);
+    if (colon == NULL || (size_t)(colon - addr) >= sizeof h || alen - (size_t)(colon - addr) - 1 >= sizeof p) {
+        snprintf(why, whylen, "bad sentinel address");
+        return -1;
+    }
+    memcpy(h, addr, (size_t)(colon - addr));
+    h[colon - addr] = '\0';
+    memcpy(p, colon + 1, alen - (size_t)(colon - addr) - 1);
+    p[alen - (size_t)(colon - addr) - 1] = '\0';
+
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(h, p, &hints, &res);
+    if (rc != 0 || res == NULL) {
+        snprintf(why, whylen, "sentinel %s:%s: %s", h, p, rc ? gai_strerror(rc) : "no address");
+        return -1;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int64_t deadline = px_now_ms() + PX_SENTINEL_TIMEOUT_MS;
+    int ok = fd >= 0;
+    if (ok && connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+        int err = 0;
+        socklen_t el = sizeof err;
+        ok = errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline) &&
+             getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0;
+    }
+    freeaddrinfo(res);
+    if (!ok) {
+        snprintf(why, whylen, "sentinel %s:%s: cannot connect", h, p);
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    resp_buf req;
+    resp_buf_init(&req);
+    resp_enc_commandv(&req, "SENTINEL", "get-master-addr-by-name", name, NULL);
+    size_t off = 0;
+    while (ok && off < req.len) {
+        ssize_t n = write(fd, req.data + off, req.len - off);
+        if (n > 0)
+            off += (size_t)n;
+        else if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            ok = wait_fd(fd, POLLOUT, deadline);
+        else
+            ok = 0;
+    }
+    resp_buf_deinit(&req);
+
+    /* the reply: *2 $host $port, or a null (unknown master), or an error */
+    char buf[1024];
+    size_t got = 0;
+    resp_reply_parser rp;
+    resp_limits lim;
+    resp_limits_default(&lim);
+    resp_reply_init(&rp, &lim);
+    int prc = RESP_AGAIN;
+    while (ok && prc == RESP_AGAIN && got < sizeof buf) {
+        ssize_t n = read(fd, buf + got, sizeof buf - got);
+        if (n > 0) {
+            got += (size_t)n;
+            resp_reply_reset(&rp);
+            prc = resp_reply_parse(&rp, buf, got);
+        } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            ok = wait_fd(fd, POLLIN, deadline);
+        } else {
+            ok = 0;
+        }
+    }
+    resp_reply_deinit(&rp);
+    close(fd);
+    if (!ok || prc != RESP_OK) {
+        snprintf(why, whylen, "sentinel %s:%s: no reply", h, p);
+        return -1;
+    }
+    /* "*2\r\n$N\r\nhost\r\n$M\r\nport\r\n" */
+    const char *s = buf, *end = buf + got;
+    long long n, hl, pl;
+    const char *e = memchr(s, '\r', (size_t)(end - s));
+    if (buf[0] != '*' || e == NULL || !resp_string2ll(s + 1, (size_t)(e - s - 1), &n) || n != 2) {
+        snprintf(why, whylen, "sentinel %s:%s does not know master '%s'", h, p, name);
+        return -1;
+    }
+    s = e + 2;
+    if (s >= end || *s != '$' || (e = memchr(s, '\r', (size_t)(end - s))) == NULL ||
+        !resp_string2ll(s + 1, (size_t)(e - s - 1), &hl) || hl <= 0 || (size_t)hl >= hostlen ||
+        e + 2 + hl + 2 > end)
+        goto bad;
+    memcpy(host, e + 2, (size_t)hl);
+    host[hl] = '\0';
+    s = e + 2 + hl + 2;
+    if (s >= end || *s != '$' || (e = memchr(s, '\r', (size_t)(end - s))) == NULL ||
+        !resp_string2ll(s + 1, (size_t)(e - s - 1), &pl) || pl <= 0 || (size_t)pl >= portlen ||
+        e + 2 + pl + 2 > end)
+        goto bad;
+    memcpy(port, e + 2, (size_t)pl);
+    port[pl] = '\0';
+    return 0;
+bad:
+    snprintf(why, whylen, "sentinel %s:%s: unexpected reply", h, p);
+    return -1;
+}
+
+int px_sentinel_master(px_server *srv, struct sockaddr_storage *sa, unsigned *salen, char *why, size_t whylen) {
+    const char *line = srv->cfg->sentinel[0];
+    const char *sp = strchr(line, ' ');
+    char name[256], host[256], port[8];
+    if (!px_sentinel_enabled(srv) || sp == NULL || (size_t)(sp - line) >= sizeof name) {
+        snprintf(why, whylen, "no sentinel configured");
+        return -1;
+    }
+    memcpy(name, line, (size_t)(sp - line));
+    name[sp - line] = '\0';
+    snprintf(why, whylen, "no sentinel");
+    for (const char *a = sp + 1; *a;) {
+        const char *comma = strchr(a, ',');
+        size_t alen = comma ? (size_t)(comma - a) : strlen(a);
+        if (ask_one(a, alen, name, host, sizeof host, port, sizeof port, why, whylen) == 0) {
+            px_upstream_addr up;
+            memset(&up, 0, sizeof up);
+            snprintf(up.host, sizeof up.host, "%s", host);
+            up.port = atoi(port);
+            return px_resolve_address(&up, sa, salen, why, whylen);
+        }
+        if (comma == NULL) break;
+        a = comma + 1;
+    }
+    return -1;
+}
+
+static int same_address(const struct sockaddr_storage *a, unsigned alen, const struct sockaddr_storage *b,
+                        unsigned blen) {
+    if (alen != blen || a->ss_family != b->ss_family) return 0;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+        return x->sin6_port == y->sin6_port && memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
+    }
+    return memcmp(a, b, alen) == 0;
+}
+
+void px_sentinel_check(px_server *srv) {
+    struct sockaddr_storage sa;
+    unsigned salen = 0;
+    char why[300], from[64] = "?", to[64] = "?";
+    if (!px_sentinel_enabled(srv)) return;
+    if (px_sentinel_master(srv, &sa, &salen, why, sizeof why) != 0) {
+        px_verbose("sentinel: %s", why);
+        return;
+    }
+    if (srv->up_salen == 0) {
+        /* nothing connected yet (or the last connect failed): just use it */
+        memcpy(&srv->up_sa, &sa, salen);
+        srv->up_salen = salen;
+        return;
+    }
+    if (same_address(&srv->up_sa, srv->up_salen, &sa, salen)) return;
+    px_format_address(&srv->up_sa, srv->up_salen, from, sizeof from);
+    px_format_address(&sa, salen, to, sizeof to);
+    px_notice("sentinel: master moved from=%s to=%s: cache emptied, connections moved", from, to);
+    memcpy(&srv->up_sa, &sa, salen);
+    srv->up_salen = salen;
+    /* the cache first: nothing read from the old master is served again */
+    px_caching_upstream_moved(srv);
+    for (px_client *c = srv->clients; c != NULL; c = c->next)
+        if (c->pinned != NULL) px_upstream_close(c->pinned, "upstream master moved (failover)");
+    px_pools_close_connections(srv);
+}
