@@ -19,7 +19,9 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <openssl/ssl.h>
 
 #include "protocol/resp.h"
 #include "proxy/log.h"
@@ -349,7 +351,19 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
 
 static void connect_now(inv_conn *t) {
     inv_set_state(t, INV_CONNECTING, NULL);
-    t->bev = bufferevent_socket_new(t->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    int tls_failed = 0;
+    SSL *ssl = t->cb.new_ssl != NULL ? t->cb.new_ssl(t->arg, &tls_failed) : NULL;
+    if (tls_failed) {
+        inv_fail(t, "invalidation connection failed: TLS setup", 0);
+        return;
+    }
+    if (ssl != NULL) {
+        t->bev = bufferevent_openssl_socket_new(t->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                                                BEV_OPT_CLOSE_ON_FREE);
+        if (t->bev != NULL) bufferevent_openssl_set_allow_dirty_shutdown(t->bev, 1);
+    } else {
+        t->bev = bufferevent_socket_new(t->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    }
     if (t->bev == NULL) {
         inv_fail(t, "out of memory", 0);
         return;

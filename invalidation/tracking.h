@@ -52,6 +52,9 @@ typedef struct inv_callbacks {
     /* Where to connect now (called before every connect; may be NULL: then
      * inv_config's addr). Returns 0, or -1 with a reason in why. */
     int (*resolve)(void *arg, struct sockaddr_storage *addr, socklen_t *addrlen, char *why, size_t whylen);
+    /* A TLS session for the next connection, or NULL for plain TCP (may be
+     * NULL itself: always plain). */
+    struct ssl_st *(*new_ssl)(void *arg, int *failed);
 } inv_callbacks;
 
 typedef struct inv_config {

@@ -26,6 +26,7 @@
 #include "proxy/log.h"
 #include "proxy/lookup.h"
 #include "proxy/stats.h"
+#include "proxy/tls.h"
 #include "proxy/upstream.h"
 
 /* JuiceFS's lookup scripts (1.0-1.4, and 0.x): they read only, and the
@@ -189,6 +190,17 @@ static int on_resolve(void *arg, struct sockaddr_storage *addr, socklen_t *addrl
     return 0;
 }
 
+/* rediss://: the invalidation connection speaks TLS as the data ones do. */
+static struct ssl_st *on_new_ssl(void *arg, int *failed) {
+    px_server *srv = arg;
+    const px_config *cfg = srv->cfg;
+    int tls = cfg->tracking_upstream[0] != '\0' ? cfg->tracking_up.tls : cfg->up.tls;
+    if (!tls || srv->tls_client_ctx == NULL) return NULL;
+    SSL *ssl = px_tls_new_client(srv);
+    *failed = ssl == NULL;
+    return ssl;
+}
+
 /* ------------------------------------------------------------------------ */
 /* setup */
 
@@ -269,7 +281,7 @@ int px_caching_init(px_server *srv) {
     ic.nprefixes = pc->rules.all_keys ? 0 : pc->rules.nprefixes;
     ic.ping_ms = cfg->tracking_keepalive_ms;
     ic.timeout_ms = cfg->tracking_timeout_ms;
-    inv_callbacks cb = {on_invalidate, on_flush, on_active, on_command_table, on_resolve};
+    inv_callbacks cb = {on_invalidate, on_flush, on_active, on_command_table, on_resolve, on_new_ssl};
     pc->inv = inv_new(srv->base, &ic, &cb, srv);
     if (pc->inv == NULL) {
         snprintf(err, sizeof err, "out of memory");

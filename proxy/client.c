@@ -32,6 +32,7 @@
 #include "proxy/caching.h"
 #include "proxy/log.h"
 #include "proxy/stats.h"
+#include "proxy/tls.h"
 
 /* Reading stops while this much output waits for a slow reader, and resumes
  * when all of it is written. */
@@ -1084,7 +1085,7 @@ static void client_on_event(void *arg, int what, int err) {
 
 static const px_io_ops client_io_ops = {client_on_read, client_on_drain, client_on_event};
 
-px_client *px_client_new(px_server *srv, int fd, const char *addr) {
+px_client *px_client_new(px_server *srv, int fd, const char *addr, int tls) {
     px_client *c = calloc(1, sizeof *c);
     if (c == NULL) {
         evutil_closesocket(fd);
@@ -1119,7 +1120,11 @@ px_client *px_client_new(px_server *srv, int fd, const char *addr) {
     if (srv->clients) srv->clients->prev = c;
     srv->clients = c;
     srv->nclients++;
-    px_verbose("client connected id=%llu addr=%s", (unsigned long long)c->id, c->addr);
+    px_verbose("client connected id=%llu addr=%s%s", (unsigned long long)c->id, c->addr, tls ? " tls=1" : "");
+    if (tls && px_io_start_tls(&c->io, px_tls_new_server(srv)) != 0) {
+        client_close(c, "TLS setup failed");
+        return NULL;
+    }
     return c;
 }
 

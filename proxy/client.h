@@ -99,7 +99,7 @@ typedef struct px_client {
 } px_client;
 
 /* Takes ownership of an accepted socket. Returns NULL (socket closed) on error. */
-px_client *px_client_new(px_server *srv, int fd, const char *addr);
+px_client *px_client_new(px_server *srv, int fd, const char *addr, int tls);
 
 /* Called by upstream.c when the reply to r arrives (r->pending already 0).
  * data/len is the whole reply frame. */

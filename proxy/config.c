@@ -81,6 +81,7 @@ typedef struct px_directive {
 
 static const char *const px_loglevel_names[] = {"debug", "verbose", "notice", "warning", NULL};
 static const char *const px_profile_names[] = {"none", "juicefs", NULL};
+static const char *const px_tls_auth_names[] = {"no", "yes", "optional", NULL};
 static const char *const px_tracking_names[] = {"bcast", "default", "optin", NULL};
 
 /* The default bind address; a static string, so init cannot run out of
@@ -118,6 +119,22 @@ static const px_directive px_directives[] = {
      .help = "TCP keepalive period of client and upstream sockets; 0 = off"},
     {.name = "tcp-nodelay", .type = PX_CT_BOOL, PX_FIELD(tcp_nodelay), .def = "yes",
      .arg = "<yes|no>", .help = "Set TCP_NODELAY on client and upstream sockets"},
+    {.name = "tls-port", .type = PX_CT_INT, PX_FIELD(tls_port), .min = 0, .max = 65535, .def = "0",
+     .arg = "<port>", .help = "TCP port for TLS clients (on the bind addresses); 0 = none"},
+    {.name = "tls-cert-file", .type = PX_CT_STRING, PX_FIELD(tls_cert_file), .def = "", .arg = "<path>",
+     .help = "Certificate (chain, PEM) shown to TLS clients"},
+    {.name = "tls-key-file", .type = PX_CT_STRING, PX_FIELD(tls_key_file), .def = "", .arg = "<path>",
+     .help = "Its private key (PEM)"},
+    {.name = "tls-ca-cert-file", .type = PX_CT_STRING, PX_FIELD(tls_ca_cert_file), .def = "", .arg = "<path>",
+     .help = "CA certificates that client certificates must be signed by"},
+    {.name = "tls-auth-clients", .type = PX_CT_ENUM, PX_FIELD(tls_auth_clients), .names = px_tls_auth_names,
+     .def = "yes", .arg = "<yes|no|optional>", .help = "Require a client certificate from TLS clients, as Redis"},
+    {.name = "tls-upstream-ca-cert-file", .type = PX_CT_STRING, PX_FIELD(tls_upstream_ca_cert_file), .def = "",
+     .arg = "<path>", .help = "rediss://: CA certificates to verify Redis with; \"\" = the system's"},
+    {.name = "tls-upstream-cert-file", .type = PX_CT_STRING, PX_FIELD(tls_upstream_cert_file), .def = "",
+     .arg = "<path>", .help = "rediss://: client certificate shown to Redis, if it asks"},
+    {.name = "tls-upstream-key-file", .type = PX_CT_STRING, PX_FIELD(tls_upstream_key_file), .def = "",
+     .arg = "<path>", .help = "rediss://: its private key"},
     {.name = "metrics-port", .type = PX_CT_INT, PX_FIELD(metrics_port), .min = 0, .max = 65535, .def = "0",
      .arg = "<port>", .help = "Serve Prometheus metrics on http://metrics-bind:port/metrics; 0 = off"},
     {.name = "metrics-bind", .type = PX_CT_STRING, PX_FIELD(metrics_bind), .def = "127.0.0.1", .arg = "<addr>",
@@ -1220,8 +1237,12 @@ int px_upstream_parse(const char *url, px_upstream_addr *out, char *err, size_t 
         }
         if (parse_tcp(rest + 2, &a, err, errlen) < 0) return -1;
     } else if (scheme_ok && slen == 6 && strncasecmp(url, "rediss", 6) == 0) {
-        seterr(err, errlen, "upstream: rediss:// (TLS) is not supported yet");
-        return -1;
+        if (strncmp(rest, "//", 2) != 0) {
+            seterr(err, errlen, "upstream: expected '//' after 'rediss:' (rediss://host:port)");
+            return -1;
+        }
+        if (parse_tcp(rest + 2, &a, err, errlen) < 0) return -1;
+        a.tls = 1;
     } else if (scheme_ok && slen == 4 && strncasecmp(url, "unix", 4) == 0) {
         if (parse_unix(rest, &a, err, errlen) < 0) return -1;
     } else if (url[0] == '/') {
@@ -1275,7 +1296,7 @@ int px_upstream_format(const px_upstream_addr *a, int flags, char *buf, size_t l
     size_t o;
 
     if (len == 0) return -1;
-    o = append(buf, len, 0, a->is_unix ? "unix://" : "redis://");
+    o = append(buf, len, 0, a->is_unix ? "unix://" : a->tls ? "rediss://" : "redis://");
     if (a->has_user || a->has_pass) {
         o = pct_encode(buf, len, o, a->user);
         if (a->has_pass) {

@@ -22,6 +22,7 @@
 #define PX_MAX_SCRIPTS 32
 
 enum px_profile { PX_PROFILE_NONE, PX_PROFILE_JUICEFS };
+enum px_tls_auth { PX_TLS_AUTH_NO, PX_TLS_AUTH_YES, PX_TLS_AUTH_OPTIONAL };
 enum px_tracking_mode { PX_TRACKING_BCAST, PX_TRACKING_DEFAULT, PX_TRACKING_OPTIN };
 
 /* px_config_from_args's results other than 0 (run) and -1 (error). */
@@ -36,6 +37,7 @@ enum px_loglevel { PX_LOG_DEBUG, PX_LOG_VERBOSE, PX_LOG_NOTICE, PX_LOG_WARNING }
 /* Where Redis is: redis://[user:pass@]host:port[/db] or unix:///path[?db=N]. */
 typedef struct px_upstream_addr {
     int is_unix;      /* 1: path is a unix socket */
+    int tls;          /* 1: rediss:// */
     char host[256];   /* tcp host (name or address), without brackets */
     int port;         /* tcp port, default 6379 */
     char path[108];   /* unix socket path */
@@ -67,6 +69,10 @@ typedef struct px_config {
     int tcp_keepalive;             /* seconds, 0 = off */
     int tcp_nodelay;
     int metrics_port;              /* Prometheus /metrics; 0 = off */
+    int tls_port;                  /* TLS clients; 0 = none (proxy/tls.h) */
+    char tls_cert_file[1024], tls_key_file[1024], tls_ca_cert_file[1024];
+    int tls_auth_clients;          /* enum px_tls_auth */
+    char tls_upstream_ca_cert_file[1024], tls_upstream_cert_file[1024], tls_upstream_key_file[1024];
     char metrics_bind[64];         /* its address */               /* 1: TCP_NODELAY on client and upstream sockets */
     int upstream_connections;      /* shared connections per pool */
     int loglevel;                  /* enum px_loglevel */

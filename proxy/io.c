@@ -10,6 +10,8 @@
 
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #define PX_IO_READ_CHUNK 65536
 
@@ -27,8 +29,11 @@ static void io_disarm_write(px_io *io) {
     }
 }
 
+static int io_tls_write_now(px_io *io);
+
 /* Writes what the socket takes. Returns 0, or -1 after reporting an error. */
 static int io_write_now(px_io *io) {
+    if (io->ssl != NULL) return io_tls_write_now(io);
     while (evbuffer_get_length(io->out) > 0) {
         int n = evbuffer_write(io->out, io->fd);
         if (n > 0) continue;
@@ -65,9 +70,114 @@ void px_io_flush_all(px_server *srv) {
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* TLS: the same buffers, through SSL_read/SSL_write. A handshake (or a
+ * renegotiation) may make a read wait for writability or a write for
+ * readability: the flags remember which, and the other event resumes it. */
+
+static void io_tls_failed(px_io *io, int e) {
+    int err = e == SSL_ERROR_SYSCALL && errno != 0 ? errno : EPROTO;
+    ERR_clear_error();
+    io->ops->on_event(io->arg, PX_IO_ERROR, err);
+}
+
+static int io_tls_write_now(px_io *io) {
+    while (evbuffer_get_length(io->out) > 0) {
+        struct evbuffer_iovec v;
+        if (evbuffer_peek(io->out, -1, NULL, &v, 1) < 1) break;
+        int len = v.iov_len > (1 << 20) ? 1 << 20 : (int)v.iov_len;
+        ERR_clear_error();
+        int n = SSL_write(io->ssl, v.iov_base, len);
+        if (n > 0) {
+            evbuffer_drain(io->out, (size_t)n);
+            continue;
+        }
+        int e = SSL_get_error(io->ssl, n);
+        if (e == SSL_ERROR_WANT_WRITE) {
+            io_arm_write(io);
+            return 0;
+        }
+        if (e == SSL_ERROR_WANT_READ) {
+            /* resumed by the next read event, also while reading is paused */
+            io->tls_write_wants_read = 1;
+            io_disarm_write(io);
+            if (!io->reading && !io->closed) event_add(io->rev, NULL);
+            return 0;
+        }
+        io_disarm_write(io);
+        io_tls_failed(io, e);
+        return -1;
+    }
+    io_disarm_write(io);
+    if (!io->closed && io->ops->on_drain) io->ops->on_drain(io->arg);
+    return 0;
+}
+
+static void io_tls_read(px_io *io) {
+    if (io->tls_write_wants_read) {
+        io->tls_write_wants_read = 0;
+        if (!io->reading) event_del(io->rev);
+        if (io_write_now(io) != 0 || io->closed) return;
+    }
+    if (!io->reading) return;
+    int got = 0, eof = 0, e = SSL_ERROR_NONE;
+    for (;;) {
+        struct evbuffer_iovec vec;
+        if (evbuffer_reserve_space(io->in, PX_IO_READ_CHUNK, &vec, 1) < 1) {
+            io->ops->on_event(io->arg, PX_IO_ERROR, ENOMEM);
+            return;
+        }
+        ERR_clear_error();
+        int n = SSL_read(io->ssl, vec.iov_base, (int)vec.iov_len);
+        if (n > 0) {
+            vec.iov_len = (size_t)n;
+            evbuffer_commit_space(io->in, &vec, 1);
+            got = 1;
+            /* decrypted bytes left inside OpenSSL raise no socket event */
+            if (SSL_pending(io->ssl) > 0) continue;
+            break;
+        }
+        e = SSL_get_error(io->ssl, n);
+        if (e == SSL_ERROR_WANT_READ) {
+            e = SSL_ERROR_NONE;
+        } else if (e == SSL_ERROR_WANT_WRITE) {
+            io->tls_read_wants_write = 1;
+            io_arm_write(io);
+            e = SSL_ERROR_NONE;
+        } else if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && errno == 0)) {
+            eof = 1;
+        }
+        break;
+    }
+    if (got) {
+        io->ops->on_read(io->arg);
+        if (io->closed) return;
+    }
+    if (eof)
+        io->ops->on_event(io->arg, PX_IO_EOF, 0);
+    else if (e != SSL_ERROR_NONE)
+        io_tls_failed(io, e);
+}
+
+int px_io_start_tls(px_io *io, SSL *ssl) {
+    if (ssl == NULL) return -1;
+    if (io->fd < 0 || SSL_set_fd(ssl, io->fd) != 1) {
+        SSL_free(ssl);
+        return -1;
+    }
+    io->ssl = ssl;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+
 static void io_read_cb(evutil_socket_t fd, short what, void *arg) {
     px_io *io = arg;
     struct evbuffer_iovec vec;
+    if (io->ssl != NULL) {
+        io_tls_read(io);
+        return;
+    }
     if (evbuffer_reserve_space(io->in, PX_IO_READ_CHUNK, &vec, 1) < 1) {
         io->ops->on_event(io->arg, PX_IO_ERROR, ENOMEM);
         return;
@@ -100,6 +210,11 @@ static void io_write_cb(evutil_socket_t fd, short what, void *arg) {
         return;
     }
     io->want_write = 0; /* a non-persistent event: it is disarmed now */
+    if (io->ssl != NULL && io->tls_read_wants_write) {
+        io->tls_read_wants_write = 0;
+        io_tls_read(io);
+        if (io->closed) return;
+    }
     io_write_now(io);
 }
 
@@ -207,6 +322,12 @@ void px_io_close(px_io *io) {
     if (io->rev) event_del(io->rev);
     if (io->wev) event_del(io->wev);
     io->reading = io->want_write = 0;
+    if (io->ssl != NULL) {
+        SSL_shutdown(io->ssl); /* close_notify, best effort: no waiting */
+        SSL_free(io->ssl);
+        io->ssl = NULL;
+        ERR_clear_error();
+    }
     if (io->fd >= 0) close(io->fd);
     io->fd = -1;
     /* a queued flush skips closed sockets; the list entry goes at flush */

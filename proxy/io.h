@@ -28,6 +28,7 @@
 
 struct evbuffer;
 struct event;
+struct ssl_st;
 
 enum px_io_event {
     PX_IO_EOF = 1,       /* the peer closed */
@@ -54,6 +55,9 @@ typedef struct px_io {
     int flush_queued;     /* on srv's flush list */
     int closed;
     struct px_io *next_flush;
+    struct ssl_st *ssl;        /* TLS session, or NULL (owned) */
+    int tls_read_wants_write;  /* SSL_read needs the socket writable first */
+    int tls_write_wants_read;  /* SSL_write needs the socket readable first */
 } px_io;
 
 /* Sets up the buffers of an io that has no socket yet: writes are kept
@@ -71,6 +75,11 @@ int px_io_init(px_io *io, px_server *srv, int fd, const px_io_ops *ops, void *ar
 /* Starts a non-blocking connect to addr on an io made by px_io_setup.
  * Returns 0, or -1 with errno set. */
 int px_io_connect(px_io *io, const struct sockaddr *addr, socklen_t len);
+
+/* From now on the socket speaks TLS through ssl (accept or connect state
+ * already set; io takes ownership, also on failure). Call once io has its
+ * socket. Returns 0, or -1 (ssl freed). */
+int px_io_start_tls(px_io *io, struct ssl_st *ssl);
 
 /* Appends bytes to the output; they leave at the end of this loop iteration. */
 void px_io_write(px_io *io, const void *data, size_t len);

@@ -36,9 +36,7 @@ static void describe(const struct sockaddr *sa, char *buf, size_t n) {
     }
 }
 
-static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
-                      void *arg) {
-    px_server *srv = arg;
+static void accept_client(px_server *srv, evutil_socket_t fd, struct sockaddr *sa, int tls) {
     char addr[64];
     describe(sa, addr, sizeof addr);
     if (srv->stopping) {
@@ -68,7 +66,15 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 #endif
         }
     }
-    px_client_new(srv, fd, addr);
+    px_client_new(srv, fd, addr, tls);
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg) {
+    accept_client(arg, fd, sa, 0);
+}
+
+static void on_accept_tls(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg) {
+    accept_client(arg, fd, sa, 1);
 }
 
 static int add_listener(px_server *srv, struct evconnlistener *l, const char *what) {
@@ -84,25 +90,27 @@ static int add_listener(px_server *srv, struct evconnlistener *l, const char *wh
 int px_listeners_open(px_server *srv) {
     px_config *cfg = srv->cfg;
     unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC;
-    if (cfg->port > 0) {
+    for (int tls = 0; tls <= 1; tls++) {
+        int port = tls ? cfg->tls_port : cfg->port;
+        if (port <= 0) continue;
         for (int i = 0; i < cfg->nbind; i++) {
-            char portstr[8], what[300];
+            char portstr[16], what[300];
             struct addrinfo hints, *res = NULL;
             memset(&hints, 0, sizeof hints);
             hints.ai_family = AF_UNSPEC;
             hints.ai_socktype = SOCK_STREAM;
             hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
-            snprintf(portstr, sizeof portstr, "%d", cfg->port);
+            snprintf(portstr, sizeof portstr, "%d", port);
             const char *host = cfg->bind[i];
             if (host[0] == '*') host = NULL;
             int rc = getaddrinfo(host, portstr, &hints, &res);
             if (rc != 0) {
-                px_warning("cannot listen addr=%s:%d err=\"%s\"", cfg->bind[i], cfg->port, gai_strerror(rc));
+                px_warning("cannot listen addr=%s:%d err=\"%s\"", cfg->bind[i], port, gai_strerror(rc));
                 return -1;
             }
-            snprintf(what, sizeof what, "%s:%d", cfg->bind[i], cfg->port);
-            struct evconnlistener *l =
-                evconnlistener_new_bind(srv->base, on_accept, srv, flags, 511, res->ai_addr, (int)res->ai_addrlen);
+            snprintf(what, sizeof what, "%s:%d%s", cfg->bind[i], port, tls ? " (tls)" : "");
+            struct evconnlistener *l = evconnlistener_new_bind(srv->base, tls ? on_accept_tls : on_accept, srv, flags,
+                                                               511, res->ai_addr, (int)res->ai_addrlen);
             freeaddrinfo(res);
             if (add_listener(srv, l, what) != 0) return -1;
         }

@@ -24,6 +24,7 @@
 #include "proxy/log.h"
 #include "proxy/metrics.h"
 #include "proxy/sentinel.h"
+#include "proxy/tls.h"
 #include "proxy/upstream.h"
 
 #define PX_STOP_DEADLINE_MS 10000
@@ -193,6 +194,12 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     event_add(srv.sig_int, NULL);
     event_add(srv.sig_hup, NULL);
 
+    char tls_err[512];
+    if (px_tls_init(&srv, tls_err, sizeof tls_err) != 0) {
+        px_warning("TLS setup failed: %s", tls_err);
+        srv.exit_code = 1;
+        goto out;
+    }
     if (px_caching_init(&srv) != 0) {
         srv.exit_code = 1;
         goto out;
@@ -236,6 +243,7 @@ out:
     px_pools_free_all(&srv);
     reap_cb(-1, 0, &srv);
     px_caching_deinit(&srv);
+    px_tls_deinit(&srv);
     while (srv.free_reqs != NULL) {
         px_req *r = srv.free_reqs;
         srv.free_reqs = r->next_up;

@@ -28,7 +28,7 @@ struct px_upstream;
 struct px_req;
 struct px_caching;
 
-#define PX_MAX_LISTENERS (PX_MAX_BIND + 1)
+#define PX_MAX_LISTENERS (2 * PX_MAX_BIND + 1) /* port, tls-port, unixsocket */
 
 typedef struct px_server {
     struct event_base *base;
@@ -70,6 +70,7 @@ typedef struct px_server {
     int open_access;
 
     struct evhttp *metrics;
+    struct ssl_ctx_st *tls_server_ctx, *tls_client_ctx; /* proxy/tls.h */
     struct event *sentinel_ev; /* upstream-sentinel: asks every sentinel-check-ms */    /* /metrics, NULL when off (proxy/metrics.c) */
     uint64_t nupstreams;       /* open upstream connections (not the invalidation one) */
     /* latency histograms (proxy/stats.h) */

@@ -32,6 +32,7 @@
 #include "proxy/io.h"
 #include "proxy/log.h"
 #include "proxy/sentinel.h"
+#include "proxy/tls.h"
 
 #define PX_BACKOFF_MIN_MS 100
 #define PX_BACKOFF_MAX_MS 2000
@@ -329,6 +330,10 @@ static px_upstream *up_connect(px_pool *p) {
     if (px_io_connect(&u->io, (struct sockaddr *)&srv->up_sa, srv->up_salen) != 0) {
         snprintf(cause, sizeof cause, "%s", strerror(errno));
         srv->up_salen = 0;
+        goto fail;
+    }
+    if (srv->cfg->up.tls && px_io_start_tls(&u->io, px_tls_new_client(srv)) != 0) {
+        px_tls_error(cause, sizeof cause);
         goto fail;
     }
 

@@ -862,8 +862,7 @@ static void test_upstream_bad(void) {
     static const struct { const char *url; const char *err; } cases[] = {
         {"", "upstream: empty URL (use redis://host:port or unix:///path)"},
         {"http://host", "upstream: unknown scheme 'http' (use redis:// or unix://)"},
-        {"rediss://host:6379", "upstream: rediss:// (TLS) is not supported yet"},
-        {"REDISS://host", "upstream: rediss:// (TLS) is not supported yet"},
+        {"rediss:host", "upstream: expected '//' after 'rediss:' (rediss://host:port)"},
         {"redis:host", "upstream: expected '//' after 'redis:' (redis://host:port)"},
         {"localhost:6379", "upstream: 'localhost:6379' has no scheme (did you mean "
                            "redis://localhost:6379?)"},
@@ -978,11 +977,22 @@ static void test_upstream_directive(void) {
     CHECK_EQ_INT(c.up.port, 6390);
     CHECK_EQ_INT(c.up.db, 1);
     /* a bad URL leaves both the text and the parsed address as they were */
-    CHECK_EQ_INT(set1(&c, "upstream", "rediss://10.0.0.6", err, sizeof(err)), -1);
-    CHECK_STR(err, "upstream: rediss:// (TLS) is not supported yet");
+    CHECK_EQ_INT(set1(&c, "upstream", "http://10.0.0.6", err, sizeof(err)), -1);
+    CHECK_STR(err, "upstream: unknown scheme 'http' (use redis:// or unix://)");
     CHECK_STR(c.upstream, "redis://u:p@10.0.0.5:6390/1");
     CHECK_STR(c.up.host, "10.0.0.5");
     CHECK_STR(c.up.pass, "p");
+    /* rediss:// is TLS, and formats back as such */
+    {
+        px_config t;
+        char buf[256];
+        px_config_init(&t);
+        CHECK_EQ_INT(set1(&t, "upstream", "REDISS://10.0.0.7:6400/2", err, sizeof(err)), 0);
+        CHECK_EQ_INT(t.up.tls, 1);
+        CHECK(px_upstream_format(&t.up, 0, buf, sizeof buf) >= 0);
+        CHECK_STR(buf, "rediss://10.0.0.7:6400/2");
+        px_config_deinit(&t);
+    }
     /* switching to unix clears the tcp fields */
     CHECK_EQ_INT(set1(&c, "upstream", "unix:///tmp/r.sock", err, sizeof(err)), 0);
     CHECK_EQ_INT(c.up.is_unix, 1);
@@ -1104,7 +1114,7 @@ static void test_dump_roundtrip(void) {
     {
         int lines = 0;
         for (const char *p = one; *p; p++) lines += *p == '\n';
-        CHECK_EQ_INT(lines, 32); /* every directive once; cache-rule lines only when set */
+        CHECK_EQ_INT(lines, 40); /* every directive once; cache-rule lines only when set */
     }
     free(one);
     free(two);
