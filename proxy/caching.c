@@ -862,7 +862,10 @@ static void lookup_reply(struct px_caching *pc, px_req *r, const char *data, siz
                                 id.nlen, (const char *)be, 8, 0, now);
         char ikey[24];
         size_t iklen = px_lookup_inode_key(ino, ikey);
-        if (id.seq == change_seq(pc) && ino < PX_LOOKUP_MAX_INODE &&
+        /* Only where Redis tracks i<ino> by prefix: a script's own reads of
+         * keys it does not declare are not tracked for its caller (default,
+         * optin), so nothing would tell us when this attr changes. */
+        if (pc->mode == PX_TRACKING_BCAST && id.seq == change_seq(pc) && ino < PX_LOOKUP_MAX_INODE &&
             cache_rules_match(&pc->rules, CACHE_KIND_GET, ikey, iklen)) {
             uint64_t t = cache_fill_begin(pc->cache, id.part, (int)id.db, CACHE_KIND_GET, ikey, iklen, "", 0, now);
             if (t) cache_fill_complete(pc->cache, t, id.part, (int)id.db, CACHE_KIND_GET, ikey, iklen, "", 0, attr,

@@ -298,6 +298,11 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
         px_batch_on_reply(c, r, data, len);
         return;
     }
+    if (r->aux_flags & PX_AUX_TXN_CHECK) {
+        /* a command of a transaction queued here: Redis refused it */
+        c->txn_checks--;
+        if (is_error_frame(data, len)) c->txn_dirty = 1;
+    }
     resp_buf rewritten;
     resp_buf_init(&rewritten);
     /* The cache learns from every reply, also one its client no longer
@@ -521,17 +526,22 @@ static void enter_tunnel(px_client *c, const char *frame) {
 #define TXN_LOCAL_MAX_BYTES (4 * 1024 * 1024)
 
 /*
- * MULTI is answered here when every reply inside the transaction can be
- * known here: +QUEUED for a command Redis would queue (known, right arity,
- * not no_multi: the command table), for a client of the default user (a
- * user with an ACL could get NOPERM when queuing). Anything else — an
- * unknown command, wrong arity, nested MULTI, WATCH, SELECT, a command that
- * is answered here outside MULTI — is Redis's to answer: the transaction
- * then moves to a connection of the client's own (txn_local_to_pinned).
+ * MULTI without WATCH is answered here (+OK), and the transaction stays on
+ * the shared connection: nothing pins a connection while the client takes
+ * its time between MULTI and EXEC. Each queued command is checked by Redis
+ * itself, as Redis checks it when queuing (unknown command, arity, ACL,
+ * OOM, MISCONF, ...), with MULTI <command> DISCARD — a contiguous triple on
+ * the shared connection that runs nothing — and the client gets Redis's
+ * own answer (+QUEUED or the error). At EXEC, once every check is answered:
+ * a transaction with a refused command gets EXECABORT (as from Redis: it
+ * ran nothing); otherwise MULTI, the commands and EXEC go as one block.
+ * Commands with connection state (SELECT, nested MULTI, WATCH, commands
+ * answered here outside MULTI, ...) and oversized transactions move it to a
+ * connection of the client's own (txn_local_to_pinned).
  */
 static int txn_local_allowed(px_client *c) {
-    return px_caching_cmdtable(c->srv) != NULL && (c->user == NULL || strcmp(c->user, "default") == 0) &&
-           (c->pass != NULL || c->srv->open_access == 1);
+    /* where Redis wants a password, MULTI of a client without one is NOAUTH */
+    return c->pass != NULL || c->srv->open_access == 1;
 }
 
 /* Ends the local transaction (exec: its written keys stay recorded for
@@ -540,6 +550,7 @@ static void txn_local_end(px_client *c, int exec) {
     if (!c->txn_local) return;
     if (!exec) px_caching_txn_end(c, 0);
     c->txn_local = 0;
+    c->txn_dirty = 0;
     c->txn_count = 0;
     resp_buf_reset(&c->txn_frames);
 }
@@ -557,6 +568,7 @@ static int txn_local_to_pinned(px_client *c, const char *frame) {
     }
     c->in_multi = 1;
     c->txn_local = 0; /* the queued keys stay in txn_keys for EXEC */
+    c->txn_dirty = 0; /* Redis flags its own transaction again */
     c->txn_count = 0;
     resp_buf_reset(&c->txn_frames);
     c->srv->txn_pinned++;
@@ -595,20 +607,56 @@ static int txn_local_exec(px_client *c) {
     return DISPATCH_DONE;
 }
 
+/* Sends MULTI <command> DISCARD on u: the command's reply is Redis's answer
+ * to queuing it; nothing runs. */
+static int txn_local_check(px_client *c, px_upstream *u, const char *data, size_t len) {
+    static const char multi_cmd[] = "*1\r\n$5\r\nMULTI\r\n", discard_cmd[] = "*1\r\n$7\r\nDISCARD\r\n";
+    px_req *m = px_req_new(c->srv, NULL, PX_REQ_DISCARD), *d = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
+    px_req *r = px_req_new(c->srv, c, PX_REQ_CLIENT);
+    if (m == NULL || d == NULL || r == NULL) {
+        if (m) px_req_release(c->srv, m);
+        if (d) px_req_release(c->srv, d);
+        if (r) px_req_release(c->srv, r);
+        client_close(c, "out of memory");
+        return -1;
+    }
+    r->aux_flags |= PX_AUX_TXN_CHECK;
+    px_upstream_send(u, m, multi_cmd, sizeof multi_cmd - 1);
+    px_client_take_slot(c, r, u);
+    px_upstream_send(u, r, data, len);
+    px_upstream_send(u, d, discard_cmd, sizeof discard_cmd - 1);
+    c->txn_checks++;
+    return 0;
+}
+
 static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) {
-    if (id == CMD_EXEC) return txn_local_exec(c);
+    /* EXEC and DISCARD wait for every check: EXEC's outcome depends on them,
+     * and a check must not count for the next transaction */
+    if ((id == CMD_EXEC || id == CMD_DISCARD) && c->txn_checks > 0) return DISPATCH_WAIT;
+    if (id == CMD_EXEC) {
+        if (!c->txn_dirty) return txn_local_exec(c);
+        txn_local_end(c, 0);
+        reply_error(c, "EXECABORT Transaction discarded because of previous errors.");
+        return DISPATCH_DONE;
+    }
     if (id == CMD_DISCARD) {
         txn_local_end(c, 0);
         reply_simple(c, "OK");
         return DISPATCH_DONE;
     }
-    int flags;
+    if (act != ACT_FORWARD || c->txn_count >= TXN_LOCAL_MAX_COMMANDS ||
+        c->txn_frames.len + c->rq.frame_len > TXN_LOCAL_MAX_BYTES)
+        return txn_local_to_pinned(c, frame);
+    px_upstream *u = shared_conn(c);
+    if (u == NULL) {
+        /* as a command Redis refused: the transaction cannot run */
+        c->txn_dirty = 1;
+        reply_unavailable(c, c->pool);
+        return DISPATCH_DONE;
+    }
+    if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
     const char *data;
     size_t len;
-    if (act != ACT_FORWARD || c->txn_count >= TXN_LOCAL_MAX_COMMANDS ||
-        c->txn_frames.len + c->rq.frame_len > TXN_LOCAL_MAX_BYTES ||
-        !cmdtable_check(px_caching_cmdtable(c->srv), c->rq.argc, c->rq.argv, &flags) || (flags & CMDT_F_NO_MULTI))
-        return txn_local_to_pinned(c, frame);
     request_bytes(c, frame, &data, &len);
     if (px_frames_append(&c->txn_frames, data, len) != 0) {
         client_close(c, "out of memory");
@@ -616,7 +664,7 @@ static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) 
     }
     c->txn_count++;
     px_caching_on_send(c, NULL, NULL, 0, 1); /* its keys, for EXEC */
-    reply_simple(c, "QUEUED");
+    txn_local_check(c, u, c->txn_frames.data + c->txn_frames.len - len, len);
     return DISPATCH_DONE;
 }
 

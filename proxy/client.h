@@ -74,6 +74,8 @@ typedef struct px_client {
                                   commands wait in txn_frames until EXEC */
     resp_buf txn_frames;       /* (u32 length, bytes) per queued command */
     int txn_count;
+    int txn_checks;            /* queued commands whose check by Redis is in flight */
+    int txn_dirty;             /* Redis refused one: EXEC answers EXECABORT */
 
     /* write batching (proxy/batch.h) */
     resp_buf batch_frames;     /* the open batch: (u32 length, bytes) ... */

@@ -69,6 +69,7 @@ enum px_aux_flag {
     PX_AUX_LOOKUP = 1 << 6, /* aux: a lookup script's dentry identity; fill_token */
     PX_AUX_SCRIPT_LOAD = 1 << 7, /* SCRIPT LOAD of lookup script fill_token - 1 */
     PX_AUX_SCRIPT_FLUSH = 1 << 8, /* SCRIPT FLUSH: no script is loaded any more */
+    PX_AUX_TXN_CHECK = 1 << 9, /* a command queued in a local MULTI, checked by Redis */
 };
 
 typedef struct px_req {
