@@ -25,7 +25,10 @@
  *
  * The dentry of a forwarded lookup is cached as a CACHE_KIND_LOOKUP entry
  * (name -> inode, or nil) in the group of d<parent>, so a write to the
- * directory purges it with the HGET entries (proxy/caching.c fills it).
+ * directory purges it with the HGET entries (proxy/caching.c fills it). The
+ * attr it returned fills the GET entry of i<inode> only in bcast tracking
+ * (prefix i1..i9), when nothing was invalidated while it was in flight:
+ * Redis does not track a script's reads of undeclared keys for its caller.
  */
 #ifndef SIDECACHE_PROXY_LOOKUP_H
 #define SIDECACHE_PROXY_LOOKUP_H
