@@ -933,10 +933,16 @@ static int client_dispatch(px_client *c, const char *frame) {
     const resp_cmd_info *info = resp_cmd_lookup(a[0].ptr, a[0].len);
     int id = info ? info->id : CMD_OTHER;
     int act = classify(c, info);
-    int batchable = act == ACT_FORWARD && px_batch_eligible(c);
-    if (!batchable) {
-        px_batch_flush(c);
-        if (c->batch_wait) return DISPATCH_WAIT;
+    /* an open batch goes before anything that cannot join it (whether a
+     * request may join is asked only then, or below after a cache miss: a
+     * hit never pays for it) */
+    int batchable = -1;
+    if (c->batch_count > 0) {
+        batchable = act == ACT_FORWARD && px_batch_eligible(c);
+        if (!batchable) {
+            px_batch_flush(c);
+            if (c->batch_wait) return DISPATCH_WAIT;
+        }
     }
     if (id == CMD_QUIT) {
         reply_simple(c, "OK");
@@ -1025,6 +1031,7 @@ static int client_dispatch(px_client *c, const char *frame) {
         return DISPATCH_DONE;
     }
     if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
+    if (batchable < 0) batchable = act == ACT_FORWARD && !cacheable && px_batch_eligible(c);
     if (batchable) {
         const char *data;
         size_t len;
