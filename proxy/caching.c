@@ -394,6 +394,45 @@ typedef struct mget_hdr {
     uint32_t n, nmiss, part, db, proto;
 } mget_hdr;
 
+/* One key's place in a plan. */
+typedef struct plan_item {
+    int cached;        /* 1: value (or nil) below; 0: from the reply */
+    int nil;
+    const char *p;     /* the cached value, or the key */
+    uint32_t n;
+    char *token;       /* from the reply: where its fill token is (8 bytes) */
+} plan_item;
+
+/* The item at *at of a plan (starting after the header); advances *at.
+ * Returns 0 at the end. */
+static int plan_next(char *plan, size_t len, size_t *at, plan_item *it) {
+    if (*at >= len) return 0;
+    char *q = plan + *at;
+    it->cached = q[0] == 0;
+    if (it->cached) {
+        it->nil = q[1];
+        memcpy(&it->n, q + 2, 4);
+        it->p = q + 6;
+        it->token = NULL;
+        *at += 6 + it->n;
+    } else {
+        it->nil = 0;
+        memcpy(&it->n, q + 1, 4);
+        it->p = q + 5;
+        it->token = q + 5 + it->n;
+        *at += 5 + it->n + 8;
+    }
+    return 1;
+}
+
+/* A cached value of a plan, in the client's protocol. */
+static void plan_enc_cached(resp_buf *b, const plan_item *it, int proto) {
+    if (it->nil)
+        resp_enc_null(b, proto);
+    else
+        resp_enc_bulk(b, it->p, it->n);
+}
+
 static int hit_write(px_client *c, resp_buf *b) {
     px_io_write(&c->io, b->data, b->len);
     return 1;
@@ -439,17 +478,11 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
     memcpy(plan->data, &h, sizeof h);
     if (h.nmiss == 0) {
         /* every key cached: the reply, built from the plan */
+        plan_item it;
         resp_buf_reset(&c->scratch);
         resp_enc_array(&c->scratch, h.n);
-        for (size_t at = sizeof h; at < plan->len;) {
-            uint32_t n;
-            memcpy(&n, plan->data + at + 2, 4);
-            if (plan->data[at + 1])
-                resp_enc_null(&c->scratch, c->proto);
-            else
-                resp_enc_bulk(&c->scratch, plan->data + at + 6, n);
-            at += 6 + n;
-        }
+        for (size_t at = sizeof h; plan_next(plan->data, plan->len, &at, &it);)
+            plan_enc_cached(&c->scratch, &it, c->proto);
         pc->mget_hits++;
         pc->mget_keys_cached += h.n;
         pc->hits_served++;
@@ -462,16 +495,9 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
     resp_buf_reset(req);
     resp_enc_array(req, (long long)h.nmiss + 1);
     resp_enc_bulk(req, "MGET", 4);
-    for (size_t at = sizeof h; at < plan->len;) {
-        uint32_t n;
-        memcpy(&n, plan->data + at + (plan->data[at] ? 1 : 2), 4);
-        if (plan->data[at] == 0) {
-            at += 6 + n;
-            continue;
-        }
-        resp_enc_bulk(req, plan->data + at + 5, n);
-        at += 5 + n + 8;
-    }
+    plan_item it;
+    for (size_t at = sizeof h; plan_next(plan->data, plan->len, &at, &it);)
+        if (!it.cached) resp_enc_bulk(req, it.p, it.n);
     return 0;
 }
 
@@ -569,20 +595,12 @@ static void mget_send(struct px_caching *pc, px_client *c, px_upstream *u, px_re
     resp_buf *plan = &pc->plan;
     memcpy(&h, plan->data, sizeof h);
     int64_t now = px_now_ms();
-    for (size_t at = sizeof h; at < plan->len;) {
-        uint32_t n;
-        memcpy(&n, plan->data + at + (plan->data[at] ? 1 : 2), 4);
-        if (plan->data[at] == 0) {
-            at += 6 + n;
-            continue;
-        }
-        if (may_fill) {
-            uint64_t token = cache_fill_begin(pc->cache, h.part, (int)h.db, CACHE_KIND_GET, plan->data + at + 5, n,
-                                              "", 0, now);
-            memcpy(plan->data + at + 5 + n, &token, 8);
-            if (token) pc->fills_begun++, u->filled = 1;
-        }
-        at += 5 + n + 8;
+    plan_item it;
+    for (size_t at = sizeof h; may_fill && plan_next(plan->data, plan->len, &at, &it);) {
+        if (it.cached) continue;
+        uint64_t token = cache_fill_begin(pc->cache, h.part, (int)h.db, CACHE_KIND_GET, it.p, it.n, "", 0, now);
+        memcpy(it.token, &token, 8);
+        if (token) pc->fills_begun++, u->filled = 1;
     }
     /* the plan's buffer moves to the request */
     r->aux = plan->data;
@@ -777,7 +795,7 @@ static int next_element(const char *d, size_t len, size_t *at, const char **val,
  * reply is the client's as it is). */
 static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t len, resp_buf *out) {
     mget_hdr h;
-    const char *plan = r->aux;
+    char *plan = r->aux;
     size_t plen = r->aux_len, at = 0;
     long long m = -1;
     memcpy(&h, plan, sizeof h);
@@ -800,25 +818,16 @@ static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t
     int merge = ok && h.nmiss < h.n;
     int64_t now = px_now_ms();
     if (merge) resp_enc_array(out, h.n);
-    for (size_t pp = sizeof h; pp < plen;) {
-        uint32_t n;
-        memcpy(&n, plan + pp + (plan[pp] ? 1 : 2), 4);
-        if (plan[pp] == 0) {
-            if (merge) {
-                if (plan[pp + 1])
-                    resp_enc_null(out, (int)h.proto);
-                else
-                    resp_enc_bulk(out, plan + pp + 6, n);
-            }
-            pp += 6 + n;
+    plan_item it;
+    for (size_t pp = sizeof h; plan_next(plan, plen, &pp, &it);) {
+        if (it.cached) {
+            if (merge) plan_enc_cached(out, &it, (int)h.proto);
             continue;
         }
-        const char *key = plan + pp + 5;
         uint64_t token;
-        memcpy(&token, key + n, 8);
-        pp += 5 + n + 8;
+        memcpy(&token, it.token, 8);
         if (!ok) {
-            if (token) cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, key, n, "", 0);
+            if (token) cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.p, it.n, "", 0);
             continue;
         }
         const char *v = NULL;
@@ -826,7 +835,7 @@ static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t
         int k = next_element(data, len, &at, &v, &vl);
         if (merge) resp_buf_append(out, data + start, at - start);
         if (token)
-            cache_fill_complete(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, key, n, "", 0, v, vl, k == 2,
+            cache_fill_complete(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.p, it.n, "", 0, v, vl, k == 2,
                                 now);
     }
     if (h.nmiss < h.n && !ok && len > 0 && data[0] != '-' && data[0] != '!') {

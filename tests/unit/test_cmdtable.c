@@ -39,19 +39,22 @@ static void collect(void *arg, const char *key, size_t klen) {
 }
 
 /* Classifies the NULL-terminated argument list; keys land in *ks. */
-static int wr(const cmdtable *t, keys *ks, const char *a0, ...) {
-    resp_arg argv[MAX_ARGS];
+/* argv from a NULL-terminated list of words; returns argc. */
+static int argv_from(resp_arg *argv, const char *a0, va_list ap) {
     int argc = 0;
-    va_list ap;
-    const char *a = a0;
-
-    va_start(ap, a0);
-    while (a != NULL && argc < MAX_ARGS) {
+    for (const char *a = a0; a != NULL && argc < MAX_ARGS; a = va_arg(ap, const char *)) {
         argv[argc].ptr = a;
         argv[argc].len = strlen(a);
         argc++;
-        a = va_arg(ap, const char *);
     }
+    return argc;
+}
+
+static int wr(const cmdtable *t, keys *ks, const char *a0, ...) {
+    resp_arg argv[MAX_ARGS];
+    va_list ap;
+    va_start(ap, a0);
+    int argc = argv_from(argv, a0, ap);
     va_end(ap);
     memset(ks, 0, sizeof(*ks));
     return cmdtable_writes(t, argc, argv, collect, ks);
@@ -60,17 +63,9 @@ static int wr(const cmdtable *t, keys *ks, const char *a0, ...) {
 /* cmdtable_check of a NULL-terminated request; *flags gets the flags. */
 static int chk(const cmdtable *t, int *flags, const char *a0, ...) {
     resp_arg argv[MAX_ARGS];
-    int argc = 0;
     va_list ap;
-    const char *a = a0;
-
     va_start(ap, a0);
-    while (a != NULL && argc < MAX_ARGS) {
-        argv[argc].ptr = a;
-        argv[argc].len = strlen(a);
-        argc++;
-        a = va_arg(ap, const char *);
-    }
+    int argc = argv_from(argv, a0, ap);
     va_end(ap);
     *flags = 0;
     return cmdtable_check(t, argc, argv, flags);
