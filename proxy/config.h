@@ -75,6 +75,7 @@ typedef struct px_config {
     char tls_upstream_ca_cert_file[1024], tls_upstream_cert_file[1024], tls_upstream_key_file[1024];
     char metrics_bind[64];         /* its address */               /* 1: TCP_NODELAY on client and upstream sockets */
     int upstream_connections;      /* shared connections per pool */
+    int upstream_timeout;          /* seconds without a reply byte before a connection is dropped; 0 = never */
     int loglevel;                  /* enum px_loglevel */
     char logfile[1024];            /* "" = stderr */
     long long proto_max_bulk_len;  /* bytes */

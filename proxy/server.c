@@ -74,6 +74,7 @@ static void cron_cb(evutil_socket_t fd, short what, void *arg) {
         px_client_cron(c, now);
     }
     px_pools_sweep(srv, now);
+    px_upstreams_cron(srv, now);
     if (srv->stopping) {
         if (srv->nclients == 0) {
             event_base_loopexit(srv->base, NULL);

@@ -178,6 +178,27 @@ static void pool_free(px_server *srv, px_pool *p) {
     (void)srv;
 }
 
+static void up_check_timeout(px_upstream *u, int64_t now_ms, int timeout_s) {
+    if (u == NULL || u->state == PX_UP_CLOSED || u->npending == 0 || u->tunnel) return;
+    if (u->owner != NULL && u->owner->blocking) return; /* BLPOP 0 may wait for ever */
+    if (now_ms - u->waiting_since_ms <= (int64_t)timeout_s * 1000) return;
+    char why[128];
+    snprintf(why, sizeof why, "upstream timeout: no reply for %d s (upstream-timeout)", timeout_s);
+    px_warning("upstream id=%llu pending=%d: %s", (unsigned long long)u->id, u->npending, why);
+    px_upstream_close(u, why);
+}
+
+void px_upstreams_cron(px_server *srv, int64_t now_ms) {
+    int timeout = srv->cfg->upstream_timeout;
+    if (timeout <= 0) return;
+    for (px_pool *p = srv->pools; p != NULL; p = p->next)
+        for (int i = 0; i < p->nshared; i++) up_check_timeout(p->shared[i], now_ms, timeout);
+    for (px_client *c = srv->clients, *next; c != NULL; c = next) {
+        next = c->next;
+        up_check_timeout(c->pinned, now_ms, timeout);
+    }
+}
+
 void px_pools_sweep(px_server *srv, int64_t now_ms) {
     px_pool **pp = &srv->pools;
     while (*pp != NULL) {
@@ -403,6 +424,7 @@ void px_upstream_unpin(px_upstream *u, int clean) {
 }
 
 void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len) {
+    if (u->npending == 0) u->waiting_since_ms = px_now_ms();
     r->pending = 1;
     r->sent_us = px_now_us();
     r->next_up = NULL;
@@ -538,6 +560,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
 static void up_on_read(void *arg) {
     px_upstream *u = arg;
     struct evbuffer *in = u->io.in;
+    u->waiting_since_ms = px_now_ms();
     while (u->state != PX_UP_CLOSED) {
         size_t len = evbuffer_get_length(in);
         if (len == 0 || (u->rp.need != 0 && len < u->rp.need)) break;

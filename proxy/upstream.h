@@ -128,6 +128,7 @@ typedef struct px_upstream {
     uint64_t id;               /* for logs */
     uint64_t tracked_epoch;    /* tracking on, for this caching epoch (0: off) */
     int filled;                /* a fill was read on this connection */
+    int64_t waiting_since_ms;  /* requests pending and no byte read since then */
 } px_upstream;
 
 /* Finds or creates the pool of an identity; takes a reference. NULL on OOM. */
@@ -173,6 +174,12 @@ const char *px_format_address(const struct sockaddr_storage *sa, unsigned salen,
  * or -1 with a reason in why. May block on DNS. */
 int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, unsigned *salen, char *why,
                        size_t whylen);
+
+/* upstream-timeout: closes every connection (shared or pinned, but not
+ * one with a blocking command or a tunnel) whose pending requests have had
+ * no byte from Redis for that long: a half-open connection or a Redis that
+ * hangs. Its requests get an error. From cron. */
+void px_upstreams_cron(px_server *srv, int64_t now_ms);
 
 /* Frees idle pools unused for a while; called from cron. */
 void px_pools_sweep(px_server *srv, int64_t now_ms);
