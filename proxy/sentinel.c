@@ -187,10 +187,19 @@ void px_sentinel_check(px_server *srv) {
     unsigned salen = 0;
     char why[300], from[64] = "?", to[64] = "?";
     if (!px_sentinel_enabled(srv)) return;
+    /* every ask blocks the loop for up to PX_SENTINEL_TIMEOUT_MS per
+     * sentinel that does not answer: unanswered checks back off */
+    int64_t now = px_now_ms();
+    if (now < srv->sentinel_next_ms) return;
     if (px_sentinel_master(srv, &sa, &salen, why, sizeof why) != 0) {
-        px_verbose("sentinel: %s", why);
+        srv->sentinel_backoff_ms = srv->sentinel_backoff_ms ? srv->sentinel_backoff_ms * 2 : 1000;
+        if (srv->sentinel_backoff_ms > 30000) srv->sentinel_backoff_ms = 30000;
+        srv->sentinel_next_ms = px_now_ms() + srv->sentinel_backoff_ms;
+        px_warning("sentinel: %s (next ask in %d ms)", why, srv->sentinel_backoff_ms);
         return;
     }
+    srv->sentinel_backoff_ms = 0;
+    srv->sentinel_next_ms = 0;
     if (srv->up_salen == 0) {
         /* nothing connected yet (or the last connect failed): just use it */
         memcpy(&srv->up_sa, &sa, salen);

@@ -17,7 +17,9 @@
  *
  * Each ask is one short blocking exchange (connect and reply each bounded by
  * PX_SENTINEL_TIMEOUT_MS per sentinel), made from the event loop: sentinels
- * are expected close by (loopback, the same rack).
+ * are expected close by (loopback, the same rack). When no sentinel answers,
+ * the periodic asks back off (1 s doubling to 30 s) so that dead sentinels
+ * do not stall the proxy.
  */
 #ifndef SIDECACHE_PROXY_SENTINEL_H
 #define SIDECACHE_PROXY_SENTINEL_H

@@ -71,7 +71,9 @@ typedef struct px_server {
 
     struct evhttp *metrics;
     struct ssl_ctx_st *tls_server_ctx, *tls_client_ctx; /* proxy/tls.h */
-    struct event *sentinel_ev; /* upstream-sentinel: asks every sentinel-check-ms */    /* /metrics, NULL when off (proxy/metrics.c) */
+    struct event *sentinel_ev; /* upstream-sentinel: asks every sentinel-check-ms */
+    int64_t sentinel_next_ms;  /* ... but not before this after failures */
+    int sentinel_backoff_ms;    /* /metrics, NULL when off (proxy/metrics.c) */
     uint64_t nupstreams;       /* open upstream connections (not the invalidation one) */
     /* latency histograms (proxy/stats.h) */
     px_latency lat_hit, lat_upstream;
