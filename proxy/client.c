@@ -34,10 +34,6 @@
 #include "proxy/stats.h"
 #include "proxy/tls.h"
 
-/* Reading stops while this much output waits for a slow reader, and resumes
- * when all of it is written. */
-#define PX_OUTPUT_PAUSE_BYTES (4u << 20)
-
 enum dispatch_result { DISPATCH_DONE, DISPATCH_WAIT };
 
 /* What a command asks of the router, whatever the session's mode. */
@@ -1066,7 +1062,11 @@ static void client_process_input(px_client *c) {
     if (c->io.closed) return;
     struct evbuffer *in = c->io.in;
     while (c->state == PX_CLIENT_ACTIVE) {
-        if (c->barrier || px_io_pending(&c->io) > PX_OUTPUT_PAUSE_BYTES) {
+        /* No pause for output waiting on a client that does not read: as
+         * Redis, input is read on (a client may write a whole pipeline
+         * before it reads a reply, and would wait for ever), and a client
+         * whose output passes client-output-buffer-limit is dropped. */
+        if (c->barrier) {
             pause_input(c);
             return;
         }

@@ -245,3 +245,33 @@ def test_multi_of_one_client_does_not_capture_other_clients_commands(proxy_facto
         assert b.cmd("GET", "t").raw == b"$6\r\nfrom-a\r\n"
         assert a.cmd("DISCARD").raw == b"+OK\r\n"
         assert c.cmd("GET", "t").raw == b"$6\r\nfrom-a\r\n"
+
+
+def test_whole_pipeline_written_before_reading(proxy, ref):
+    """A client that writes its whole pipeline (30 MB of GETs, 107 MB of
+    replies: more than the kernel's socket buffers hold) before it reads a
+    single reply: Redis reads on and buffers the
+    replies, so must the proxy (it once stopped reading at 4 MB of pending
+    output, and the client, blocked in its write, never read: a deadlock)."""
+    import socket
+    import threading
+    value = b"v" * 100
+    n = 1000000
+    for ep in (proxy, ref):
+        ep.client().set("big100", value)
+    payload = encode("GET", "big100") * n
+    want = b"$100\r\n" + value + b"\r\n"
+    s = socket.create_connection(("127.0.0.1", proxy.port), timeout=60)
+    sender = threading.Thread(target=s.sendall, args=(payload,), daemon=True)
+    sender.start()
+    sender.join(60)
+    assert not sender.is_alive(), "the proxy stopped reading a client's pipeline"
+    got = 0
+    buf = b""
+    while got < n * len(want):
+        chunk = s.recv(1 << 20)
+        assert chunk, "connection closed after %d bytes" % got
+        got += len(chunk)
+        buf = (buf + chunk)[-len(want) * 2:]
+    assert got == n * len(want) and buf.endswith(want)
+    s.close()
