@@ -322,4 +322,9 @@ done
 cat "$md"
 echo
 echo "written: $md $csv"
+if command -v "${GNUPLOT:-gnuplot}" >/dev/null 2>&1; then # PNGs against clients (bench/plot.sh)
+  "$root/bench/plot.sh" "$csv" || log "warning: plotting $csv failed"
+else
+  log "notice: gnuplot not installed (Debian gnuplot-nox): no plots"
+fi
 [ "$failed" = 0 ] || die "some runs failed (see above)"

@@ -242,4 +242,5 @@ done
 cat "$md"
 echo
 echo "written: $md $csv"
+plot_csv "$csv"
 [ "$failed" = 0 ] || die "some runs failed or did not hit the cache (see above)"

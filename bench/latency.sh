@@ -20,8 +20,10 @@
 # CALIBRATE=0 lowers the toxic once so that the measured added round trip
 # (over L=0) is L. The table shows both the toxic set and the measured RTT.
 #
-# Efficiency, per target: (ops(c) / c) / (ops(1) / 1), per-client throughput
-# relative to one client (1.00 = perfect scaling).
+# Efficiency, per target: the scaling speedup ops(c) / ops(1) divided by the
+# clients c, i.e. per-client throughput relative to one client (1.00 =
+# perfect scaling). PNGs of ops/s and p99 against clients (bench/plot.sh) when
+# gnuplot is installed.
 #
 # Prints a markdown table; writes it and CSVs (summary, and loadgen's per-op
 # lines) to $RESULTS_DIR (latency-<time>.md/.csv/-ops.csv).
@@ -36,6 +38,7 @@
 #   DIST          key distribution: zipf, uniform, hot      (zipf)
 #   TOXIC_STREAM  downstream or both                        (downstream)
 #   CALIBRATE     1: correct the toxic for measured overshoot (1)
+#   RTT_SAMPLES   GETs per round-trip measurement           (1000)
 #   RESULTS_DIR, SIDECACHE_BIN, SIDECACHE_ARGS, REDIS_SERVER, TOXIPROXY_BIN, LOADGEN_BIN
 set -euo pipefail
 # shellcheck source=bench/lib.sh
@@ -51,68 +54,16 @@ KEYS=${KEYS:-10000}
 DIST=${DIST:-zipf}
 TOXIC_STREAM=${TOXIC_STREAM:-downstream}
 CALIBRATE=${CALIBRATE:-1}
-case "$TOXIC_STREAM" in downstream|both) ;; *) die "TOXIC_STREAM must be downstream or both" ;; esac
 case " $CLIENTS " in *" 1 "*) ;; *) log "notice: CLIENTS has no 1: efficiency is relative to the smallest count" ;; esac
 
 find_redis
 find_sidecache
 build_loadgen
-build_toxiproxy
 
 start_redis redis
-free_port; api=$fport
-start toxiproxy "$TOXIPROXY_BIN" -host 127.0.0.1 -port "$api"
-# http METHOD PATH [JSON]: one request to toxiproxy's API (bash's /dev/tcp,
-# HTTP/1.0); sets $http_status.
-http() {
-  local body=${3:-}
-  http_status=000
-  exec 3<>"/dev/tcp/127.0.0.1/$api" || return 1
-  printf '%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' \
-    "$1" "$2" "${#body}" "$body" >&3
-  IFS=' ' read -r _ http_status _ <&3 || true
-  cat <&3 >/dev/null
-  exec 3<&-
-}
-api_call() { # METHOD PATH [JSON]: dies unless toxiproxy answers 2xx
-  http "$@" 2>/dev/null || true
-  case "$http_status" in 2??) ;; *) die "toxiproxy API $1 $2 answered ${http_status:-nothing}" ;; esac
-}
-for _ in $(seq 100); do
-  http GET /version 2>/dev/null || true
-  [ "$http_status" = 200 ] && break
-  sleep 0.1
-done
-[ "$http_status" = 200 ] || die "toxiproxy API not up on :$api"
-free_port; tport=$fport
-api_call POST /proxies "{\"name\":\"redis\",\"listen\":\"127.0.0.1:$tport\",\"upstream\":\"127.0.0.1:$rport\",\"enabled\":true}"
-toxics_on=0
-set_latency() { # µs, total round trip to add
-  local us=$1
-  if [ "$toxics_on" = 1 ]; then
-    api_call DELETE /proxies/redis/toxics/lat_down
-    [ "$TOXIC_STREAM" = both ] && api_call DELETE /proxies/redis/toxics/lat_up
-    toxics_on=0
-  fi
-  [ "$us" -gt 0 ] || return 0
-  if [ "$TOXIC_STREAM" = both ]; then
-    api_call POST /proxies/redis/toxics "{\"name\":\"lat_down\",\"type\":\"latency_us\",\"stream\":\"downstream\",\"toxicity\":1.0,\"attributes\":{\"latency\":$((us / 2))}}"
-    api_call POST /proxies/redis/toxics "{\"name\":\"lat_up\",\"type\":\"latency_us\",\"stream\":\"upstream\",\"toxicity\":1.0,\"attributes\":{\"latency\":$((us - us / 2))}}"
-  else
-    api_call POST /proxies/redis/toxics "{\"name\":\"lat_down\",\"type\":\"latency_us\",\"stream\":\"downstream\",\"toxicity\":1.0,\"attributes\":{\"latency\":$us}}"
-  fi
-  toxics_on=1
-}
-get_rtt() { # p50 µs of GET through toxiproxy at c=1, the median of 3 runs of 1000
-  local v=()
-  for _ in 1 2 3; do
-    v+=("$("$LOADGEN_BIN" -p "$tport" -c 1 -n 1000 --mix get --keys "$KEYS" --quiet --no-header | awk -F, '$2 == "total" { print $8 }')")
-  done
-  median "${v[@]}"
-}
-
-start_sidecache sidecache "$tport"
-log "$(versions_line); toxiproxy on :$tport → redis :$rport; sidecache :$sport → :$tport"
+start_toxiproxy "$rport"
+start_sidecache sidecache "$toxport"
+log "$(versions_line); toxiproxy on :$toxport → redis :$rport; sidecache :$sport → :$toxport"
 
 # fresh_data TARGET_PORT: the data set anew on Redis, then read once through the target
 fresh_data() {
@@ -138,26 +89,14 @@ echo "mix,latency_us,toxic_us,rtt_p50_us,clients,direct_ops,sidecache_ops,speedu
 declare -A ops p50 p99 errs hitr toxic_of rtt_of
 failed=0
 # The latency loop is outermost: the toxic is set (and calibrated) once per L.
-set_latency 0
-fresh_data "$tport"
-base_rtt=$(median "$(get_rtt)" "$(get_rtt)" "$(get_rtt)")
-log "GET round trip through toxiproxy with no toxic: p50 ${base_rtt} µs"
+fresh_data "$toxport"
 for L in $LATENCIES; do
-  toxic=$L
-  set_latency "$toxic"
-  rtt=$(get_rtt)
-  if [ "$CALIBRATE" = 1 ] && [ "$L" -gt 0 ]; then
-    # one correction: take off what came on top of L
-    toxic=$(awk -v L="$L" -v r="$rtt" -v b="$base_rtt" 'BEGIN { t = L - ((r - b) - L); if (t < L / 2) t = L / 2; printf "%d", t }')
-    set_latency "$toxic"
-    rtt=$(get_rtt)
-  fi
-  toxic_of[$L]=$toxic; rtt_of[$L]=$rtt
-  log "L=$L µs: toxic $toxic µs ($TOXIC_STREAM), GET round trip p50 $rtt µs (no toxic: $base_rtt µs)"
+  toxi_calibrate "$L"
+  toxic_of[$L]=$toxic_us; rtt_of[$L]=$rtt_us
   for mix in $MIXES; do
     for c in $CLIENTS; do
       for t in direct sidecache; do
-        p=$tport
+        p=$toxport
         [ "$t" = sidecache ] && p=$sport
         fresh_data "$p"
         hb=$(info_field "$sport" cache_hits); mb=$(info_field "$sport" cache_misses)
@@ -183,7 +122,7 @@ for L in $LATENCIES; do
     done
   done
 done
-set_latency 0
+toxi_set_latency 0
 
 eff() { # ops(c) c ops(1) c1
   awk -v o="$1" -v c="$2" -v o1="$3" -v c1="$4" 'BEGIN { if (o != "" && o1 > 0) printf "%.2f", (o / c) / (o1 / c1) }'
@@ -194,7 +133,7 @@ c1=$(tr ' ' '\n' <<<"$CLIENTS" | grep . | sort -n | head -n1)
   echo
   echo "$(versions_line); toxiproxy latency_us toxic on $TOXIC_STREAM; loadgen $DURATION s (+${WARMUP} s warm-up)," \
     "--keys $KEYS --dist $DIST, data set recreated and prewarmed before every run; GET round trip through toxiproxy" \
-    "with no toxic: p50 $base_rtt µs. Speedup = sidecache ops/s ÷ direct ops/s; efficiency = (ops(c)/c) ÷ (ops($c1)/$c1)."
+    "with no toxic: p50 $toxi_base_rtt µs. Speedup = sidecache ops/s ÷ direct ops/s; efficiency, per target, = scaling ÷ clients = (ops(c) ÷ ops($c1)) ÷ (c ÷ $c1) (1.00 = linear scaling)."
   echo "Goal: speedup >= 10 at 500 µs for the read-heavy mix."
   for mix in $MIXES; do
     echo
@@ -218,4 +157,5 @@ c1=$(tr ' ' '\n' <<<"$CLIENTS" | grep . | sort -n | head -n1)
 cat "$md"
 echo
 echo "written: $md $csv $opscsv"
+plot_csv "$csv"
 [ "$failed" = 0 ] || die "some runs failed or had errors (see above)"

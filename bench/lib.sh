@@ -10,8 +10,13 @@
 # Binaries (environment overrides): REDIS_SERVER, REDIS_CLI, REDIS_BENCHMARK,
 # NUTCRACKER_BIN, SIDECACHE_BIN (default: build/sidecache when ./sidecache is an
 # ASan build or missing, else ./sidecache), LOADGEN_BIN (bench/build/loadgen,
-# compiled when missing or older than bench/loadgen.c), TOXIPROXY_BIN
+# compiled when missing or older than bench/loadgen.c), BATCHUNLINK_BIN
+# (bench/build/batchunlink, from bench/batchunlink.c), TOXIPROXY_BIN
 # (bench/build/toxiproxy-server, built with Go from bench/toxiproxy/).
+#
+# Toxiproxy (start_toxiproxy, toxi_set_latency, toxi_calibrate): Redis behind
+# a TCP proxy that adds microseconds of latency, for latency.sh and
+# batch_unlink.sh. plot_csv draws a scenario's CSV with gnuplot when installed.
 
 bench_init() {
   bench_name=$1
@@ -125,6 +130,24 @@ build_loadgen() {
     ${CC:-cc} $LOADGEN_CFLAGS -o "$LOADGEN_BIN" "$here/loadgen.c" $LOADGEN_LIBS \
       || die "cannot compile bench/loadgen.c (needs Debian libhiredis-dev and libevent-dev)"
   fi
+}
+
+# build_c NAME LIBS...: bench/NAME.c compiled into bench/build/NAME when
+# missing or older than its source; prints the binary's path.
+build_c() {
+  local name=$1 bin=$here/build/$1
+  shift
+  if [ ! -x "$bin" ] || [ "$here/$name.c" -nt "$bin" ]; then
+    mkdir -p "$here/build"
+    log "compiling $bin"
+    ${CC:-cc} -O2 -Wall -Wextra -o "$bin" "$here/$name.c" "$@" >&2 \
+      || die "cannot compile bench/$name.c (needs Debian libhiredis-dev, libevent-dev)"
+  fi
+  echo "$bin"
+}
+
+build_batchunlink() {
+  BATCHUNLINK_BIN=${BATCHUNLINK_BIN:-$(build_c batchunlink -lhiredis)} || exit 1
 }
 
 # toxiproxy with a microsecond latency toxic (bench/toxiproxy/), built with Go.
@@ -300,4 +323,111 @@ versions_line() {
   sc_rev=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
   git -C "$root" diff --quiet HEAD -- proxy protocol cache invalidation 2>/dev/null || sc_rev+="+dirty"
   echo "redis-server $redis_ver; sidecache $sc_rev (${SIDECACHE_BIN#"$root"/}); $(nproc) cores; $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+}
+
+# ---------------------------------------------------------------------------
+# Toxiproxy: Redis across a simulated network (bench/toxiproxy: the stock
+# server plus a "latency_us" toxic that sleeps on a timerfd, in µs).
+
+# start_toxiproxy UPSTREAM_PORT: toxiproxy-server on a free API port with one
+# proxy "redis" → 127.0.0.1:UPSTREAM_PORT; sets $toxport (where to connect)
+# and $toxapi. TOXIC_STREAM (downstream|both) says where latency goes.
+start_toxiproxy() {
+  TOXIC_STREAM=${TOXIC_STREAM:-downstream}
+  case "$TOXIC_STREAM" in downstream|both) ;; *) die "TOXIC_STREAM must be downstream or both" ;; esac
+  build_toxiproxy
+  free_port; toxapi=$fport
+  start toxiproxy "$TOXIPROXY_BIN" -host 127.0.0.1 -port "$toxapi"
+  for _ in $(seq 100); do
+    toxi_http GET /version 2>/dev/null || true
+    [ "$http_status" = 200 ] && break
+    kill -0 "$(pid_of toxiproxy)" 2>/dev/null || die "toxiproxy exited (log: $work/toxiproxy.log)"
+    sleep 0.1
+  done
+  [ "$http_status" = 200 ] || die "toxiproxy API not up on :$toxapi"
+  free_port; toxport=$fport
+  toxi_api POST /proxies "{\"name\":\"redis\",\"listen\":\"127.0.0.1:$toxport\",\"upstream\":\"127.0.0.1:$1\",\"enabled\":true}"
+  toxics_on=0
+}
+
+# toxi_http METHOD PATH [JSON]: one request to toxiproxy's API (bash's
+# /dev/tcp, HTTP/1.0); sets $http_status.
+toxi_http() {
+  local body=${3:-}
+  http_status=000
+  exec 3<>"/dev/tcp/127.0.0.1/$toxapi" || return 1
+  printf '%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s' \
+    "$1" "$2" "${#body}" "$body" >&3
+  IFS=' ' read -r _ http_status _ <&3 || true
+  cat <&3 >/dev/null
+  exec 3<&-
+}
+
+toxi_api() { # METHOD PATH [JSON]: dies unless toxiproxy answers 2xx
+  toxi_http "$@" 2>/dev/null || true
+  case "$http_status" in 2??) ;; *) die "toxiproxy API $1 $2 answered ${http_status:-nothing}" ;; esac
+}
+
+# toxi_set_latency US: the toxic(s) adding US µs to every round trip (0: none).
+toxi_set_latency() {
+  local us=$1
+  if [ "$toxics_on" = 1 ]; then
+    toxi_api DELETE /proxies/redis/toxics/lat_down
+    [ "$TOXIC_STREAM" = both ] && toxi_api DELETE /proxies/redis/toxics/lat_up
+    toxics_on=0
+  fi
+  [ "$us" -gt 0 ] || return 0
+  if [ "$TOXIC_STREAM" = both ]; then
+    toxi_api POST /proxies/redis/toxics "{\"name\":\"lat_down\",\"type\":\"latency_us\",\"stream\":\"downstream\",\"toxicity\":1.0,\"attributes\":{\"latency\":$((us / 2))}}"
+    toxi_api POST /proxies/redis/toxics "{\"name\":\"lat_up\",\"type\":\"latency_us\",\"stream\":\"upstream\",\"toxicity\":1.0,\"attributes\":{\"latency\":$((us - us / 2))}}"
+  else
+    toxi_api POST /proxies/redis/toxics "{\"name\":\"lat_down\",\"type\":\"latency_us\",\"stream\":\"downstream\",\"toxicity\":1.0,\"attributes\":{\"latency\":$us}}"
+  fi
+  toxics_on=1
+}
+
+# toxi_rtt: p50 µs of GET through toxiproxy at c=1, the median of 3 runs of
+# RTT_SAMPLES (1000) GETs (needs LOADGEN_BIN).
+toxi_rtt() {
+  local v=()
+  for _ in 1 2 3; do
+    v+=("$("$LOADGEN_BIN" -p "$toxport" -c 1 -n "${RTT_SAMPLES:-1000}" --mix get --keys 1000 --quiet --no-header --allow-errors \
+      | awk -F, '$2 == "total" { print $8 }')")
+  done
+  median "${v[@]}"
+}
+
+# toxi_calibrate L: sets the toxic for an added round trip of L µs and
+# measures it; sets $toxic_us (the toxic set) and $rtt_us (GET round trip
+# p50). Toxiproxy and timer wake-ups add their own delay: unless CALIBRATE=0
+# the toxic is lowered once so that the measured round trip is the one with no
+# toxic ($toxi_base_rtt, measured at the first call) plus L.
+toxi_calibrate() {
+  local L=$1
+  if [ -z "${toxi_base_rtt:-}" ]; then
+    toxi_set_latency 0
+    toxi_base_rtt=$(median "$(toxi_rtt)" "$(toxi_rtt)" "$(toxi_rtt)")
+    log "GET round trip through toxiproxy with no toxic: p50 $toxi_base_rtt µs"
+  fi
+  toxic_us=$L
+  toxi_set_latency "$toxic_us"
+  rtt_us=$(toxi_rtt)
+  if [ "${CALIBRATE:-1}" = 1 ] && [ "$L" -gt 0 ]; then
+    # one correction: take off what came on top of L
+    toxic_us=$(awk -v L="$L" -v r="$rtt_us" -v b="$toxi_base_rtt" 'BEGIN { t = L - ((r - b) - L); if (t < L / 2) t = L / 2; printf "%d", t }')
+    toxi_set_latency "$toxic_us"
+    rtt_us=$(toxi_rtt)
+  fi
+  log "L=$L µs: toxic $toxic_us µs ($TOXIC_STREAM), GET round trip p50 $rtt_us µs (no toxic: $toxi_base_rtt µs)"
+}
+
+# ---------------------------------------------------------------------------
+# plot_csv CSV: PNGs of ops/s and p99 against clients from a scenario's CSV
+# (bench/plot.sh), when gnuplot is installed; a notice otherwise.
+plot_csv() {
+  if ! command -v "${GNUPLOT:-gnuplot}" >/dev/null 2>&1; then
+    log "notice: gnuplot not installed (Debian gnuplot-nox): no plots"
+    return 0
+  fi
+  "$here/plot.sh" "$@" || log "warning: plotting $* failed"
 }

@@ -14,7 +14,8 @@
  *   i<ino>  string, a 72-byte attribute (--value-size)
  *   d<dir>  hash, name "f<j>" -> 9-byte entry (type 1, inode big-endian u64)
  *   usedSpace, totalInodes  counters
- * Ops pick a file j from the key distribution (hot: j = 0; uniform; zipf s).
+ * Ops pick a file j from the key distribution (hot: j = 0; uniform; zipf s;
+ * seq: 0, 1, 2, ... in turn, to read every file once).
  *
  * Op types (weights in --mix name=weight,...):
  *   get      GET i<ino>                          hget   HGET d<dir> f<j>
@@ -22,7 +23,11 @@
  *   mget     MGET of --mget-keys inode keys      multi  MULTI SET i SET i<dir> EXEC (no WATCH)
  *   evalsha  EVALSHA <JuiceFS lookup script> 2 d<dir> f<j>
  *   getattr  GET i<ino> (JuiceFS getattr)
- *   lookup   HGET d<dir> f<j>, then GET i<ino of the entry>
+ *   lookup   EVALSHA <JuiceFS lookup script> 2 d<dir> f<j>: what JuiceFS sends
+ *            once SCRIPT LOAD succeeded (no key prefix); the reply must be
+ *            [ino, attr] of the file
+ *   lookupkv HGET d<dir> f<j>, then GET i<ino of the entry>: JuiceFS's
+ *            fallback (key prefix, or the script disabled)
  *   readdir  GET i<dir>; HSCAN d<dir> 0 MATCH * COUNT 10000; MGET of the inodes listed
  *   create   WATCH i<p> d<p>; GET i<p>; HGET d<p> name;
  *            MULTI SET i<new> SET i<p> HSET d<p> INCRBY usedSpace INCR totalInodes EXEC; UNWATCH
@@ -33,10 +38,17 @@
  * after JuiceFS's back-off (rand % n^2 ms after the n-th conflict; at most 50
  * attempts, counted as conflicts), and the op has its connection to itself. An unlink with no file of this run left to remove runs as a create.
  *
+ * --check-commandstats: the driver checks itself against Redis. It counts
+ * every command it sends, by name (commands queued in a MULTI only when EXEC
+ * ran them, and the HGET/GET that the lookup script calls), and compares the
+ * counts with the deltas of Redis's INFO commandstats calls over the run; the
+ * target must be Redis itself, used by nothing else meanwhile.
+ *
  * Output: CSV on stdout, one line per op type that ran plus "total":
  *   label,op,count,errors,conflicts,ops_per_s,mean_us,p50_us,p99_us,p999_us,max_us
  * Exit status: 0, 1 on a usage or connection error, 3 when any reply was an
- * error (unless --allow-errors), 4 when ops were still in flight 10 s after the end.
+ * error (unless --allow-errors), 4 when ops were still in flight 10 s after the
+ * end, 5 when --check-commandstats found a difference.
  *
  * Build: cc -O2 -Wall -o bench/build/loadgen bench/loadgen.c -lhiredis -levent -lm
  */
@@ -142,6 +154,17 @@ static double hist_quantile(const hist *h, double q) {
 
 static uint64_t rng_state = 0x853c49e6748fea9bULL;
 
+/* The generator's state for a --seed. splitmix64 adds a constant to its state
+ * per draw, so seeds that differ by multiples of it would give the same
+ * sequence shifted by a few draws (overlapping runs): the seed goes through
+ * its bijective finalizer first, which scatters neighbouring seeds. */
+static uint64_t seed_state(uint64_t seed) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
 static uint64_t rng_next(void) { /* splitmix64 */
     uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -151,18 +174,20 @@ static uint64_t rng_next(void) { /* splitmix64 */
 
 static double rng_unit(void) { return (double)(rng_next() >> 11) * 0x1.0p-53; } /* [0, 1) */
 
-enum { DIST_UNIFORM, DIST_HOT, DIST_ZIPF };
+enum { DIST_UNIFORM, DIST_HOT, DIST_ZIPF, DIST_SEQ };
 
 typedef struct keydist {
     int kind;
     uint32_t n;
     double *cdf; /* zipf: cdf[r] = P(rank <= r) */
+    uint64_t next; /* seq: the next file */
 } keydist;
 
 static int keydist_init(keydist *d, int kind, uint32_t n, double s) {
     d->kind = kind;
     d->n = n;
     d->cdf = NULL;
+    d->next = 0;
     if (kind != DIST_ZIPF) return 0;
     d->cdf = malloc(sizeof(double) * n);
     if (d->cdf == NULL) return -1;
@@ -176,10 +201,12 @@ static int keydist_init(keydist *d, int kind, uint32_t n, double s) {
     return 0;
 }
 
-/* A file index in [0, n): rank 0 (file 0) is the hottest under zipf. */
-static uint32_t keydist_next(const keydist *d) {
+/* A file index in [0, n): rank 0 (file 0) is the hottest under zipf; seq
+ * takes 0, 1, ... n-1, 0, ... (each file once per n ops). */
+static uint32_t keydist_next(keydist *d) {
     switch (d->kind) {
     case DIST_HOT: return 0;
+    case DIST_SEQ: return (uint32_t)(d->next++ % d->n);
     case DIST_UNIFORM: return (uint32_t)(rng_next() % d->n);
     default: {
         double u = rng_unit();
@@ -201,10 +228,11 @@ static uint32_t keydist_next(const keydist *d) {
 
 enum {
     OP_GET, OP_HGET, OP_SET, OP_HSET, OP_MGET, OP_EVALSHA, OP_MULTI,
-    OP_GETATTR, OP_LOOKUP, OP_READDIR, OP_CREATE, OP_UNLINK, OP_NTYPES
+    OP_GETATTR, OP_LOOKUP, OP_LOOKUPKV, OP_READDIR, OP_CREATE, OP_UNLINK, OP_NTYPES
 };
-static const char *const op_names[OP_NTYPES] = {"get",     "hget",    "set",    "hset",    "mget",   "evalsha",
-                                                "multi",   "getattr", "lookup", "readdir", "create", "unlink"};
+static const char *const op_names[OP_NTYPES] = {"get",     "hget",   "set",      "hset",    "mget",
+                                                "evalsha", "multi",  "getattr",  "lookup",  "lookupkv",
+                                                "readdir", "create", "unlink"};
 
 #define INO_BLOCK 100000000ull /* inode numbers reserved per run for create */
 
@@ -213,7 +241,7 @@ static int op_is_txn(int t) { return t == OP_CREATE || t == OP_UNLINK; }
 static const struct {
     const char *name, *spec;
 } mix_presets[] = {
-    /* 90 % reads: lookup, getattr, readdir(plus); 10 % writes: create, unlink */
+    /* 90 % reads: lookup (the EVALSHA script), getattr, readdir(plus); 10 % writes: create, unlink */
     {"juicefs90", "lookup=400,getattr=450,readdir=50,create=50,unlink=50"},
     {"juicefs99", "lookup=440,getattr=500,readdir=50,create=5,unlink=5"},
     {"get", "get=1"},
@@ -252,7 +280,7 @@ static struct {
     int value_size;
     const char *label;
     int header, allow_errors, quiet;
-    int populate, prewarm;
+    int populate, prewarm, check_stats;
     unsigned weights[OP_NTYPES];
     unsigned wsum;
 } cfg = {
@@ -297,6 +325,9 @@ struct op {
     uint64_t *inos;   /* readdir: inodes listed by HSCAN */
     size_t ninos;
     uint64_t t0;
+    int in_multi;     /* commands sent now are queued in a MULTI */
+    int nqueued;      /* their command-name ids, counted when EXEC runs them */
+    int queued[16];
 };
 
 enum { PH_CONNECT, PH_WARMUP, PH_MEASURE, PH_DRAIN };
@@ -392,6 +423,29 @@ static void cmd_fmt(const char *fmt, ...) {
 
 static void on_reply(redisAsyncContext *ac, void *r, void *priv);
 
+/* Commands sent, by lower-case name, as Redis's INFO commandstats counts
+ * them (for --check-commandstats). */
+#define MAX_CMDNAMES 64
+static struct {
+    char name[24];
+    uint64_t sent;
+} cmdcount[MAX_CMDNAMES];
+static int ncmdnames;
+
+static int cmdname_id(const char *p, size_t n) {
+    char name[24];
+    if (n >= sizeof name) n = sizeof name - 1;
+    for (size_t i = 0; i < n; i++) name[i] = (char)(p[i] >= 'A' && p[i] <= 'Z' ? p[i] + 32 : p[i]);
+    name[n] = '\0';
+    for (int i = 0; i < ncmdnames; i++)
+        if (strcmp(cmdcount[i].name, name) == 0) return i;
+    if (ncmdnames == MAX_CMDNAMES) return MAX_CMDNAMES - 1;
+    memcpy(cmdcount[ncmdnames].name, name, n + 1);
+    return ncmdnames++;
+}
+
+static void cmdname_count(const char *name) { cmdcount[cmdname_id(name, strlen(name))].sent++; }
+
 /* Sends the command built in the scratch area as part of op's current step. */
 static void cmd_send(op *o) {
     if (o->c->dead) {
@@ -403,6 +457,19 @@ static void cmd_send(op *o) {
         return;
     }
     o->pending++;
+    int id = cmdname_id(argv_[0], argl_[0]);
+    if (strcmp(cmdcount[id].name, "multi") == 0) {
+        cmdcount[id].sent++;
+        o->in_multi = 1;
+        o->nqueued = 0;
+    } else if (strcmp(cmdcount[id].name, "exec") == 0) {
+        cmdcount[id].sent++;
+        o->in_multi = 0;
+    } else if (o->in_multi && o->nqueued < (int)(sizeof o->queued / sizeof *o->queued)) {
+        o->queued[o->nqueued++] = id;
+    } else {
+        cmdcount[id].sent++;
+    }
 }
 
 static void record_error(op *o, const char *what) {
@@ -466,6 +533,11 @@ static int op_issue(op *o) {
         cmd_begin(); cmd_str("EXEC"); cmd_send(o);
         break;
     case OP_LOOKUP:
+        if (o->step > 0) return 0;
+        cmd_begin(); cmd_str("EVALSHA"); cmd_str(lookup_sha); cmd_str("2"); cmd_fmt("d%u", dir_ino(o->dir));
+        cmd_fmt("f%u", o->j); cmd_send(o);
+        break;
+    case OP_LOOKUPKV:
         if (o->step == 0) {
             cmd_begin(); cmd_str("HGET"); cmd_fmt("d%u", dir_ino(o->dir)); cmd_fmt("f%u", o->j); cmd_send(o);
         } else if (o->step == 1 && o->ino != 0) {
@@ -561,6 +633,21 @@ static void op_on_reply(op *o, int idx, redisReply *r) {
         record_error(o, "connection lost");
         return;
     }
+    if (o->type == OP_LOOKUP || o->type == OP_EVALSHA) {
+        /* the commands the script calls count in commandstats too */
+        if (r->type == REDIS_REPLY_ARRAY) {
+            cmdname_count("hget");
+            cmdname_count("get");
+        } else if (r->type == REDIS_REPLY_ERROR && (strstr(r->str, "ENOENT") || strstr(r->str, "ENOTSUP"))) {
+            cmdname_count("hget");
+        }
+    }
+    if (idx == o->exec_idx) {
+        /* EXEC ran the queued commands unless it returned nil (or an error) */
+        if (r->type == REDIS_REPLY_ARRAY)
+            for (int i = 0; i < o->nqueued; i++) cmdcount[o->queued[i]].sent++;
+        o->nqueued = 0;
+    }
     if (r->type == REDIS_REPLY_ERROR) {
         record_error(o, r->str);
         return;
@@ -571,6 +658,11 @@ static void op_on_reply(op *o, int idx, redisReply *r) {
     }
     switch (o->type) {
     case OP_LOOKUP:
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+            (uint64_t)r->element[0]->integer != file_ino(o->j) || r->element[1]->type != REDIS_REPLY_STRING)
+            record_error(o, "the lookup script did not return [ino, attr] of the file");
+        break;
+    case OP_LOOKUPKV:
         if (o->step == 0) {
             o->ino = r->type == REDIS_REPLY_STRING ? parse_entry(r->str, (size_t)r->len) : 0;
             if (o->ino == 0) record_error(o, "no entry for a file of the data set");
@@ -921,7 +1013,7 @@ static int do_prewarm(void) {
     if (rc == NULL) return 1;
     char key[32], name[24];
     long queued = 0, errs = 0;
-    for (uint32_t k = 0; k < cfg.ndirs; k++) {
+    for (uint32_t k = 0; k < cfg.ndirs && cfg.prewarm == 1; k++) {
         snprintf(key, sizeof key, "i%u", dir_ino(k));
         redisAppendCommand(rc, "GET %s", key);
         queued++;
@@ -929,10 +1021,13 @@ static int do_prewarm(void) {
     for (uint32_t j = 0; j < cfg.keys; j++) {
         snprintf(key, sizeof key, "i%" PRIu64, file_ino(j));
         redisAppendCommand(rc, "GET %s", key);
-        snprintf(key, sizeof key, "d%u", dir_ino(file_dir(j)));
-        snprintf(name, sizeof name, "f%u", j);
-        redisAppendCommand(rc, "HGET %s %s", key, name);
-        queued += 2;
+        queued++;
+        if (cfg.prewarm != 2) { /* --prewarm-get: the files' attributes only */
+            snprintf(key, sizeof key, "d%u", dir_ino(file_dir(j)));
+            snprintf(name, sizeof name, "f%u", j);
+            redisAppendCommand(rc, "HGET %s %s", key, name);
+            queued++;
+        }
         if (queued >= 2000) {
             long e = drain_replies(rc, queued);
             if (e < 0) goto fail;
@@ -976,6 +1071,68 @@ static int ensure_script(void) {
     if (r) freeReplyObject(r);
     redisFree(rc);
     return bad;
+}
+
+/* INFO commandstats: name -> calls, into names/calls (at most max); returns
+ * how many, or -1. */
+static int commandstats(char names[][24], uint64_t *calls, int max) {
+    redisContext *rc = sync_connect();
+    if (rc == NULL) return -1;
+    redisReply *r = redisCommand(rc, "INFO commandstats");
+    int n = -1;
+    if (r != NULL && r->type == REDIS_REPLY_STRING) {
+        n = 0;
+        for (const char *p = r->str; p && *p && n < max; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+            const char *colon, *c;
+            if (strncmp(p, "cmdstat_", 8) != 0 || (colon = strchr(p, ':')) == NULL) continue;
+            if ((c = strstr(colon, "calls=")) == NULL) continue;
+            size_t len = (size_t)(colon - (p + 8));
+            if (len >= 24) continue;
+            memcpy(names[n], p + 8, len);
+            names[n][len] = '\0';
+            calls[n++] = strtoull(c + 6, NULL, 10);
+        }
+    } else {
+        fprintf(stderr, "loadgen: INFO commandstats failed%s%s\n", r && r->str ? ": " : "", r && r->str ? r->str : "");
+    }
+    if (r) freeReplyObject(r);
+    redisFree(rc);
+    return n;
+}
+
+static uint64_t stat_of(char names[][24], const uint64_t *calls, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0) return calls[i];
+    return 0;
+}
+
+/* Compares the commands this run sent with the growth of Redis's
+ * commandstats calls between the two snapshots; the first snapshot's own
+ * INFO is the one call of "info" expected. Returns 0 when every count agrees. */
+static int check_commandstats(char n0[][24], const uint64_t *c0, int k0) {
+    static char n1[256][24];
+    static uint64_t c1[256];
+    int k1 = commandstats(n1, c1, 256);
+    if (k1 < 0) return 1;
+    cmdname_count("info");
+    int bad = 0;
+    printf("check-commandstats: %-12s %12s %12s\n", "command", "loadgen", "redis");
+    for (int i = 0; i < k1; i++) { /* every command Redis ran */
+        uint64_t d = c1[i] - stat_of(n0, c0, k0, n1[i]);
+        if (d == 0) continue;
+        int id = cmdname_id(n1[i], strlen(n1[i]));
+        int ok = cmdcount[id].sent == d;
+        bad += !ok;
+        printf("check-commandstats: %-12s %12" PRIu64 " %12" PRIu64 "  %s\n", n1[i], cmdcount[id].sent, d,
+               ok ? "ok" : "MISMATCH");
+    }
+    for (int i = 0; i < ncmdnames; i++) { /* and every command sent */
+        if (cmdcount[i].sent == 0 || stat_of(n1, c1, k1, cmdcount[i].name) != 0) continue;
+        bad++;
+        printf("check-commandstats: %-12s %12" PRIu64 " %12d  MISMATCH\n", cmdcount[i].name, cmdcount[i].sent, 0);
+    }
+    printf("check-commandstats: %s\n", bad ? "FAILED" : "passed");
+    return bad ? 5 : 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1148,33 +1305,38 @@ static void usage(FILE *f) {
             "  -n OPS               run this many ops instead of a duration (no warm-up)\n"
             "  --warmup SECONDS     unmeasured load before the measurement (1; 0 with -n)\n"
             "  --mix SPEC           name=weight,... of get hget set hset mget evalsha multi getattr\n"
-            "                       lookup readdir create unlink, or a preset: juicefs90 juicefs99 get hget\n"
+            "                       lookup lookupkv readdir create unlink, or a preset: juicefs90 juicefs99\n"
+            "                       get hget\n"
             "  --keys N             files in the data set (10000)\n"
             "  --dir-size N         entries per directory (100)\n"
-            "  --dist hot|uniform|zipf  which file an op touches (uniform)\n"
+            "  --dist hot|uniform|zipf|seq  which file an op touches (uniform; seq: 0, 1, 2, ...)\n"
             "  --zipf-s S           zipf exponent (0.99)\n"
             "  --mget-keys N        keys of the mget op (16)\n"
             "  --value-size N       bytes of an attribute value (72)\n"
             "  --populate           create the data set on the target (Redis itself) and exit\n"
             "  --prewarm            read every key once, pipelined, before the run\n"
+            "  --prewarm-get        the same, only GET i<ino> of every file\n"
             "  --label TEXT         first CSV column (-)\n"
             "  --no-header          no CSV header line\n"
             "  --allow-errors       exit 0 even when replies were errors\n"
             "  --seed N             random seed\n"
             "  --quiet              nothing on stderr but errors\n"
-            "  --selftest           check the histogram, the distributions and the mix; exit 0/1\n");
+            "  --selftest           check the histogram, the distributions and the mix; exit 0/1\n"
+            "  --check-commandstats after the run, compare the commands sent with the growth of\n"
+            "                       INFO commandstats calls (target: Redis itself, idle); exit 5 if they differ\n");
 }
 
 int main(int argc, char **argv) {
     enum { O_WARMUP = 256, O_MIX, O_KEYS, O_DIRSIZE, O_DIST, O_ZIPFS, O_MGETK, O_VALSZ, O_POPULATE, O_PREWARM,
-           O_LABEL, O_NOHEADER, O_ALLOWERR, O_SEED, O_QUIET, O_SELFTEST, O_HELP };
+           O_PREWARMGET, O_LABEL, O_NOHEADER, O_ALLOWERR, O_SEED, O_QUIET, O_SELFTEST, O_CHECKSTATS, O_HELP };
     static const struct option lopts[] = {
         {"warmup", 1, 0, O_WARMUP},     {"mix", 1, 0, O_MIX},           {"keys", 1, 0, O_KEYS},
         {"dir-size", 1, 0, O_DIRSIZE},  {"dist", 1, 0, O_DIST},         {"zipf-s", 1, 0, O_ZIPFS},
         {"mget-keys", 1, 0, O_MGETK},   {"value-size", 1, 0, O_VALSZ},  {"populate", 0, 0, O_POPULATE},
-        {"prewarm", 0, 0, O_PREWARM},   {"label", 1, 0, O_LABEL},       {"no-header", 0, 0, O_NOHEADER},
-        {"allow-errors", 0, 0, O_ALLOWERR}, {"seed", 1, 0, O_SEED},     {"quiet", 0, 0, O_QUIET},
-        {"selftest", 0, 0, O_SELFTEST}, {"help", 0, 0, O_HELP},         {0, 0, 0, 0}};
+        {"prewarm", 0, 0, O_PREWARM},   {"prewarm-get", 0, 0, O_PREWARMGET}, {"label", 1, 0, O_LABEL},
+        {"no-header", 0, 0, O_NOHEADER}, {"allow-errors", 0, 0, O_ALLOWERR}, {"seed", 1, 0, O_SEED},
+        {"quiet", 0, 0, O_QUIET},       {"selftest", 0, 0, O_SELFTEST},  {"help", 0, 0, O_HELP},
+        {"check-commandstats", 0, 0, O_CHECKSTATS}, {0, 0, 0, 0}};
     const char *mix = "get=1";
     int opt, want_selftest = 0;
     while ((opt = getopt_long(argc, argv, "h:p:c:P:d:n:", lopts, NULL)) != -1) {
@@ -1193,19 +1355,22 @@ int main(int argc, char **argv) {
             if (strcmp(optarg, "hot") == 0) cfg.dist = DIST_HOT;
             else if (strcmp(optarg, "uniform") == 0) cfg.dist = DIST_UNIFORM;
             else if (strcmp(optarg, "zipf") == 0 || strcmp(optarg, "zipfian") == 0) cfg.dist = DIST_ZIPF;
-            else { fprintf(stderr, "loadgen: --dist hot|uniform|zipf\n"); return 1; }
+            else if (strcmp(optarg, "seq") == 0) cfg.dist = DIST_SEQ;
+            else { fprintf(stderr, "loadgen: --dist hot|uniform|zipf|seq\n"); return 1; }
             break;
         case O_ZIPFS: cfg.zipf_s = atof(optarg); break;
         case O_MGETK: cfg.mget_keys = atoi(optarg); break;
         case O_VALSZ: cfg.value_size = atoi(optarg); break;
         case O_POPULATE: cfg.populate = 1; break;
         case O_PREWARM: cfg.prewarm = 1; break;
+        case O_PREWARMGET: cfg.prewarm = 2; break;
         case O_LABEL: cfg.label = optarg; break;
         case O_NOHEADER: cfg.header = 0; break;
         case O_ALLOWERR: cfg.allow_errors = 1; break;
-        case O_SEED: rng_state = strtoull(optarg, NULL, 10) * 0x9e3779b97f4a7c15ULL + 1; break;
+        case O_SEED: rng_state = seed_state(strtoull(optarg, NULL, 10)); break;
         case O_QUIET: cfg.quiet = 1; break;
         case O_SELFTEST: want_selftest = 1; break;
+        case O_CHECKSTATS: cfg.check_stats = 1; break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 1;
         }
@@ -1227,13 +1392,17 @@ int main(int argc, char **argv) {
     cfg.ndirs = (cfg.keys + cfg.dir_size - 1) / cfg.dir_size;
 
     if (cfg.populate) return do_populate();
-    if (cfg.weights[OP_EVALSHA] && ensure_script() != 0) return 1;
+    if ((cfg.weights[OP_EVALSHA] || cfg.weights[OP_LOOKUP]) && ensure_script() != 0) return 1;
     if ((cfg.weights[OP_CREATE] || cfg.weights[OP_UNLINK]) && reserve_inodes() != 0) return 1;
     if (cfg.prewarm) {
         int rc = do_prewarm();
         if (rc) return rc;
     }
     if (keydist_init(&g.kd, cfg.dist, cfg.keys, cfg.zipf_s) != 0) return 1;
+    static char stat_names[256][24];
+    static uint64_t stat_calls[256];
+    int nstats = 0;
+    if (cfg.check_stats && (nstats = commandstats(stat_names, stat_calls, 256)) < 0) return 1;
 
     g.base = event_base_new();
     g.conns = calloc((size_t)cfg.conns, sizeof *g.conns);
@@ -1265,5 +1434,9 @@ int main(int argc, char **argv) {
     event_base_loop(g.base, EVLOOP_NONBLOCK);
     uint64_t terr = 0;
     for (int t = 0; t < OP_NTYPES; t++) terr += g.errors[t];
+    if (cfg.check_stats) {
+        int rc = check_commandstats(stat_names, stat_calls, nstats);
+        if (rc) return rc;
+    }
     return terr && !cfg.allow_errors ? 3 : 0;
 }

@@ -4,6 +4,7 @@
 #   install-deps.sh build   compiler-side: libevent, OpenSSL, uthash, hiredis
 #   install-deps.sh test    test-side: redis-server, twemproxy, pytest, redis-py, Go modules
 #   install-deps.sh fuzz    clang with libFuzzer (make fuzz)
+#   install-deps.sh bench   gnuplot for the benchmark plots (make bench)
 set -euo pipefail
 want=${1:-build}
 build_pkgs=(libevent-dev libssl-dev uthash-dev libhiredis-dev pkg-config make gcc)
@@ -11,9 +12,11 @@ test_pkgs=(redis-server redis-tools nutcracker)
 
 missing=()
 fuzz_pkgs=(clang libclang-rt-14-dev uthash-dev)
+bench_pkgs=(gnuplot-nox)
 pkgs=("${build_pkgs[@]}")
 [ "$want" = test ] && pkgs=("${test_pkgs[@]}")
 [ "$want" = fuzz ] && pkgs=("${fuzz_pkgs[@]}")
+[ "$want" = bench ] && pkgs=("${bench_pkgs[@]}")
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

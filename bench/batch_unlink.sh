@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# bench/batch_unlink.sh — JuiceFS's batch unlink of one flat directory, direct
+# vs through sidecache, with Redis behind 0 and 500 µs of network latency.
+#
+# Goal: through sidecache the run takes no more than 1.05 × the time direct.
+#
+# Redis sits behind toxiproxy (lib.sh start_toxiproxy, the latency_us toxic,
+# calibrated as in latency.sh). For each latency L, REPEAT times, for each
+# variant, for direct (the toxiproxy port) and sidecache (upstream: the
+# toxiproxy port), back to back:
+#   unlink  FLUSHALL; bench/batchunlink --populate creates d1 with FILES files
+#           on Redis; --prewarm reads every attribute and entry once through
+#           the target (a cache then holds the directory, as after the readdir
+#           and lookups of an rm -r; PREWARM=0 skips it); then --unlink is
+#           timed: batches of 250 entries, each a JuiceFS doBatchUnlink
+#           transaction (WATCH i1 d1; GET i1; HMGET d1 names; WATCH i<ino>...;
+#           MGET i<ino>...; MULTI HDEL, per file ZADD delfiles, DEL i, INCRBY
+#           usedSpace, DECR totalInodes, SET i1 EXEC in one write; UNWATCH).
+#   writes  FLUSHALL; --writes is timed: the same directory created through
+#           the target with pipelines of SET i<ino> + HSET d1 name (250 files,
+#           500 commands, per round trip).
+# After each run the result is verified on Redis and through the target
+# (unlink: d1 empty, GET of every i<ino> and HGET of every name nil, counters
+# and delfiles right; writes: every value and entry present); a failed
+# verification fails the script.
+#
+# Prints a markdown table (median seconds of REPEAT runs, ratio
+# sidecache/direct, goal <= 1.05) and writes it with a CSV to $RESULTS_DIR
+# (batch-unlink-<time>.md/.csv).
+#
+# Environment (all optional):
+#   FILES         files in the directory                    (100000)
+#   LATENCIES     added round trip, µs                      ("0 500")
+#   REPEAT        runs per measurement, the median is shown (3)
+#   VARIANTS      unlink and/or writes                      ("unlink writes")
+#   BATCH         entries per transaction / pipeline        (250)
+#   PREWARM       1: read the directory through the target before unlinking (1)
+#   GOAL          the ratio not to exceed                   (1.05)
+#   TOXIC_STREAM, CALIBRATE, RTT_SAMPLES (see latency.sh)
+#   RESULTS_DIR, SIDECACHE_BIN, SIDECACHE_ARGS, REDIS_SERVER, TOXIPROXY_BIN,
+#   LOADGEN_BIN, BATCHUNLINK_BIN, BENCH_TIMEOUT
+set -euo pipefail
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_init batch-unlink
+
+FILES=${FILES:-100000}
+LATENCIES=${LATENCIES:-"0 500"}
+REPEAT=${REPEAT:-3}
+VARIANTS=${VARIANTS:-"unlink writes"}
+BATCH=${BATCH:-250}
+PREWARM=${PREWARM:-1}
+GOAL=${GOAL:-1.05}
+for v in FILES REPEAT BATCH; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
+done
+for v in $VARIANTS; do case "$v" in unlink|writes) ;; *) die "VARIANTS: unlink or writes, not '$v'" ;; esac; done
+
+find_redis
+find_sidecache
+build_loadgen
+build_batchunlink
+
+start_redis redis
+start_toxiproxy "$rport"
+start_sidecache sidecache "$toxport"
+log "$(versions_line); toxiproxy on :$toxport → redis :$rport; sidecache :$sport → :$toxport"
+
+bu() { "$BATCHUNLINK_BIN" --files "$FILES" --batch "$BATCH" "$@"; }
+
+# fresh PORT: an empty Redis, seen as flushed by the proxy (its cache empty)
+fresh() {
+  rcli "$rport" FLUSHALL >/dev/null
+  for _ in $(seq 100); do
+    [ "$(info_field "$sport" cache_entries)" = 0 ] && [ "$(info_field "$sport" tracking_state)" = active ] && return 0
+    sleep 0.02
+  done
+  die "the proxy's cache is not empty 2 s after FLUSHALL"
+}
+
+mkdir -p "$RESULTS_DIR"
+stamp=$(date +%Y%m%d-%H%M%S)
+md="$RESULTS_DIR/batch-unlink-$stamp.md"
+csv="$RESULTS_DIR/batch-unlink-$stamp.csv"
+declare -A secs_l bp50_l bp99_l rts toxic_of rtt_of
+for L in $LATENCIES; do
+  toxi_calibrate "$L"
+  toxic_of[$L]=$toxic_us; rtt_of[$L]=$rtt_us
+  for rep in $(seq "$REPEAT"); do
+    for v in $VARIANTS; do
+      # alternate which target goes first, so that drift favours neither
+      order="direct sidecache"
+      [ $((rep % 2)) = 0 ] && order="sidecache direct"
+      for t in $order; do
+        p=$toxport
+        [ "$t" = sidecache ] && p=$sport
+        fresh
+        if [ "$v" = unlink ]; then
+          bu -p "$rport" --populate --quiet || die "populate failed"
+          if [ "$PREWARM" = 1 ]; then bu -p "$p" --prewarm --quiet || die "prewarm through $t failed"; fi
+        fi
+        out=$work/run-$L-$v-$t-$rep.csv
+        log "L=$L $v $t (run $rep/$REPEAT, $FILES files)"
+        rc=0
+        fg "$BATCHUNLINK_BIN" -p "$p" --"$v" --files "$FILES" --batch "$BATCH" --label "$t" --no-header \
+          >"$out" 2>"$out.err" || rc=$?
+        [ "$rc" = 0 ] || { cat "$out.err" >&2; die "$v through $t failed (exit $rc)"; }
+        check="--verify-empty"
+        [ "$v" = writes ] && check="--verify-full"
+        for vp in "$rport" "$p"; do
+          bu -p "$vp" "$check" --quiet || die "$v through $t: verification on :$vp failed"
+        done
+        # label,mode,files,batches,round_trips,commands,conflicts,seconds,batch_p50_us,batch_p99_us,batch_max_us
+        IFS=, read -r _ _ _ _ nrt _ conf s b50 b99 _ <"$out"
+        [ "$conf" = 0 ] || log "note: $conf WATCH conflicts"
+        k="$L,$v,$t"
+        secs_l[$k]+=" $s"; bp50_l[$k]+=" $b50"; bp99_l[$k]+=" $b99"; rts[$v]=$nrt
+        check_alive
+      done
+    done
+  done
+done
+toxi_set_latency 0
+
+over=0
+{
+  echo "# Batch unlink of one flat directory ($stamp)"
+  echo
+  echo "$(versions_line); $FILES files in d1, batches of $BATCH; toxiproxy latency_us toxic on $TOXIC_STREAM" \
+    "(GET round trip with no toxic: p50 $toxi_base_rtt µs); median of $REPEAT run(s); prewarm $PREWARM." \
+    "unlink: JuiceFS doBatchUnlink transactions (7 round trips per batch); writes: SET + HSET pipelines (1 round trip per batch)."
+  echo "Goal: sidecache/direct <= $GOAL."
+  echo
+  echo "| latency µs | toxic µs | GET RTT p50 µs | variant | round trips | direct s | sidecache s | sidecache/direct | goal | batch p50 ms direct | batch p50 ms sidecache | batch p99 ms direct | batch p99 ms sidecache |"
+  echo "|--:|--:|--:|---|--:|--:|--:|--:|---|--:|--:|--:|--:|"
+} >"$md"
+echo "latency_us,toxic_us,rtt_p50_us,variant,files,batch,round_trips,direct_s,sidecache_s,ratio,goal,direct_batch_p50_us,sidecache_batch_p50_us,direct_batch_p99_us,sidecache_batch_p99_us,direct_runs_s,sidecache_runs_s" >"$csv"
+runs() { local a; read -ra a <<<"$1"; (IFS=';'; echo "${a[*]}"); } # the seconds of each run, ;-separated
+ms() { awk -v a="$1" 'BEGIN { if (a != "") printf "%.2f", a / 1000; else printf "n/a" }'; }
+for L in $LATENCIES; do
+  for v in $VARIANTS; do
+    declare -A m=() m50=() m99=()
+    for t in direct sidecache; do
+      # shellcheck disable=SC2086 # word lists on purpose
+      m[$t]=$(median ${secs_l[$L,$v,$t]})
+      # shellcheck disable=SC2086
+      m50[$t]=$(median ${bp50_l[$L,$v,$t]})
+      # shellcheck disable=SC2086
+      m99[$t]=$(median ${bp99_l[$L,$v,$t]})
+    done
+    r=$(awk -v a="${m[sidecache]}" -v b="${m[direct]}" 'BEGIN { if (b > 0) printf "%.3f", a / b }')
+    verdict="≤ $GOAL ok"
+    if awk -v r="$r" -v g="$GOAL" 'BEGIN { exit !(r > g) }'; then verdict="**over $GOAL**"; over=$((over + 1)); fi
+    echo "| $L | ${toxic_of[$L]} | ${rtt_of[$L]} | $v | ${rts[$v]} | $(printf '%.3f' "${m[direct]}") | $(printf '%.3f' "${m[sidecache]}") | $r | $verdict | $(ms "${m50[direct]}") | $(ms "${m50[sidecache]}") | $(ms "${m99[direct]}") | $(ms "${m99[sidecache]}") |" >>"$md"
+    echo "$L,${toxic_of[$L]},${rtt_of[$L]},$v,$FILES,$BATCH,${rts[$v]},${m[direct]},${m[sidecache]},$r,$GOAL,${m50[direct]},${m50[sidecache]},${m99[direct]},${m99[sidecache]},$(runs "${secs_l[$L,$v,direct]}"),$(runs "${secs_l[$L,$v,sidecache]}")" >>"$csv"
+  done
+done
+{
+  echo
+  echo "Rows over the goal: $over. Every run verified: d1 empty, no file's attribute or entry left (on Redis and through the target)."
+} >>"$md"
+cat "$md"
+echo
+echo "written: $md $csv"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# bench/selftest.sh — the bench drivers check themselves (about 5 s).
+#
+#   1. loadgen --selftest: histogram percentiles, the zipf sampler, mix weights.
+#   2. loadgen --check-commandstats against a fresh redis-server: a short run
+#      of every op type (and then of each JuiceFS preset) whose own count of
+#      commands sent, per command, must equal the growth of Redis's INFO
+#      commandstats calls (commands queued in a MULTI count when EXEC ran
+#      them; the lookup script's HGET and GET count too). A driver that
+#      sends something else than it reports fails here.
+#   3. batchunlink on the same redis-server: populate, unlink, verify-empty;
+#      writes, verify-full (small directory).
+#
+# Exits non-zero on the first failure. Environment: REDIS_SERVER, LOADGEN_BIN,
+# BATCHUNLINK_BIN, SELFTEST_OPS (ops per check run, 5000).
+set -euo pipefail
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_init selftest
+
+SELFTEST_OPS=${SELFTEST_OPS:-5000}
+find_redis
+build_loadgen
+build_batchunlink
+
+log "loadgen --selftest"
+"$LOADGEN_BIN" --selftest >"$work/selftest.out" || { cat "$work/selftest.out"; die "loadgen --selftest failed"; }
+tail -n 1 "$work/selftest.out"
+
+start_redis redis
+keys=2000
+"$LOADGEN_BIN" -p "$rport" --populate --keys "$keys" --quiet || die "populate failed"
+all="get=1,hget=1,set=1,hset=1,mget=1,evalsha=1,multi=1,getattr=1,lookup=1,lookupkv=1,readdir=1,create=1,unlink=1"
+for run in "c=4 P=2 mix=$all" "c=8 P=1 mix=juicefs90" "c=2 P=4 mix=juicefs99"; do
+  read -r cc pp mm <<<"$run"
+  log "loadgen --check-commandstats -${cc/=/ } -${pp/=/ } --mix ${mm#mix=} -n $SELFTEST_OPS"
+  rc=0
+  "$LOADGEN_BIN" -p "$rport" --check-commandstats -c "${cc#c=}" -P "${pp#P=}" -n "$SELFTEST_OPS" --keys "$keys" \
+    --dist zipf --mix "${mm#mix=}" --quiet >"$work/check.out" 2>&1 || rc=$?
+  if [ "$rc" != 0 ]; then
+    cat "$work/check.out"
+    die "loadgen --check-commandstats failed (exit $rc)"
+  fi
+  grep '^check-commandstats:' "$work/check.out" | tail -n 1
+done
+
+log "batchunlink: populate, unlink, verify; writes, verify"
+rcli "$rport" FLUSHALL >/dev/null
+"$BATCHUNLINK_BIN" -p "$rport" --populate --files 1000 --quiet || die "batchunlink --populate failed"
+"$BATCHUNLINK_BIN" -p "$rport" --unlink --files 1000 --no-header >/dev/null || die "batchunlink --unlink failed"
+"$BATCHUNLINK_BIN" -p "$rport" --verify-empty --files 1000 --quiet || die "batchunlink --verify-empty failed"
+rcli "$rport" FLUSHALL >/dev/null
+"$BATCHUNLINK_BIN" -p "$rport" --writes --files 1000 --no-header >/dev/null || die "batchunlink --writes failed"
+"$BATCHUNLINK_BIN" -p "$rport" --verify-full --files 1000 --quiet || die "batchunlink --verify-full failed"
+# and a verification that must fail: the directory is full, not empty
+if "$BATCHUNLINK_BIN" -p "$rport" --verify-empty --files 1000 --quiet 2>/dev/null; then
+  die "batchunlink --verify-empty passed on a full directory"
+fi
+echo "selftest: bench drivers passed"
