@@ -1018,7 +1018,7 @@ static int client_dispatch(px_client *c, const char *frame) {
     }
     int cacheable = 0;
     if (c->srv->caching != NULL && px_caching_try_hit(c, &cacheable)) {
-        px_latency_add(&c->srv->lat_hit, (uint64_t)(px_now_us() - c->read_us));
+        px_latency_add(&c->srv->lat_hit, px_now_us() - c->read_us);
         return DISPATCH_DONE;
     }
     px_upstream *u = shared_conn(c);

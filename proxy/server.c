@@ -41,6 +41,12 @@ int64_t px_now_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+int64_t px_loop_now_us(px_server *srv) {
+    struct timeval tv;
+    if (event_base_gettimeofday_cached(srv->base, &tv) != 0) return px_now_us();
+    return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
 void px_server_schedule_reap(px_server *srv) {
     if (srv->reap_ev != NULL) event_active(srv->reap_ev, EV_TIMEOUT, 0);
 }

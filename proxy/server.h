@@ -89,6 +89,10 @@ typedef struct px_server {
 int64_t px_now_ms(void);
 /* The same clock in microseconds. */
 int64_t px_now_us(void);
+/* Microseconds of the wall clock as the event loop cached it when this
+ * iteration began: no system call, for the latency histograms (a reply is
+ * read in a later iteration than its request was written). */
+int64_t px_loop_now_us(struct px_server *srv);
 
 /* Asks for px_server_reap() at the end of this loop iteration. */
 void px_server_schedule_reap(px_server *srv);

@@ -16,11 +16,12 @@ static const uint64_t latency_bounds_us[PX_LATENCY_BUCKETS] = {
     10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, 5000000,
 };
 
-void px_latency_add(px_latency *h, uint64_t us) {
+void px_latency_add(px_latency *h, int64_t us) {
     int i = 0;
-    while (i < PX_LATENCY_BUCKETS && us > latency_bounds_us[i]) i++;
+    if (us < 0) us = 0; /* the wall clock stepped back */
+    while (i < PX_LATENCY_BUCKETS && (uint64_t)us > latency_bounds_us[i]) i++;
     h->counts[i]++;
-    h->sum_us += us;
+    h->sum_us += (uint64_t)us;
     h->n++;
 }
 

@@ -81,7 +81,7 @@ typedef struct px_latency {
 } px_latency;
 
 /* Records one observation of us microseconds. */
-void px_latency_add(px_latency *h, uint64_t us);
+void px_latency_add(px_latency *h, int64_t us);
 
 /* Reads every number now. */
 void px_stats_collect(struct px_server *srv, px_stats *s);

@@ -178,10 +178,16 @@ static void pool_free(px_server *srv, px_pool *p) {
     (void)srv;
 }
 
+/* Counted in cron ticks (one a second), so that no request pays for a clock. */
 static void up_check_timeout(px_upstream *u, int64_t now_ms, int timeout_s) {
-    if (u == NULL || u->state == PX_UP_CLOSED || u->npending == 0 || u->tunnel) return;
-    if (u->owner != NULL && u->owner->blocking) return; /* BLPOP 0 may wait for ever */
-    if (now_ms - u->waiting_since_ms <= (int64_t)timeout_s * 1000) return;
+    if (u == NULL || u->state == PX_UP_CLOSED) return;
+    if (u->npending == 0 || u->tunnel || u->reads != u->reads_seen ||
+        (u->owner != NULL && u->owner->blocking)) { /* BLPOP 0 may wait for ever */
+        u->reads_seen = u->reads;
+        u->idle_ticks = 0;
+        return;
+    }
+    if (++u->idle_ticks <= timeout_s) return;
     char why[128];
     snprintf(why, sizeof why, "upstream timeout: no reply for %d s (upstream-timeout)", timeout_s);
     px_warning("upstream id=%llu pending=%d: %s", (unsigned long long)u->id, u->npending, why);
@@ -204,6 +210,7 @@ void px_pools_sweep(px_server *srv, int64_t now_ms) {
     while (*pp != NULL) {
         px_pool *p = *pp;
         int busy = 0;
+        if (p->used) p->last_used_ms = now_ms, p->used = 0;
         for (int i = 0; i < p->nshared && !busy; i++)
             if (p->shared[i] != NULL && p->shared[i]->npending > 0) busy = 1;
         if (p->refs == 0 && !busy && now_ms - p->last_used_ms > PX_POOL_IDLE_FREE_MS) {
@@ -383,7 +390,7 @@ fail:
 px_upstream *px_pool_shared(px_pool *p, uint64_t client_id) {
     int i = (int)(client_id % (uint64_t)p->nshared);
     px_upstream *u = p->shared[i];
-    p->last_used_ms = px_now_ms();
+    p->used = 1;
     if (u != NULL && u->state != PX_UP_CLOSED) return u;
     if (pool_in_backoff(p)) return NULL;
     u = up_connect(p);
@@ -395,7 +402,7 @@ px_upstream *px_pool_shared(px_pool *p, uint64_t client_id) {
 
 px_upstream *px_pool_pin(px_pool *p, px_client *owner, int tunnel) {
     px_upstream *u = p->idle;
-    p->last_used_ms = px_now_ms();
+    p->used = 1;
     if (u != NULL) {
         p->idle = u->next_idle;
         u->next_idle = NULL;
@@ -424,9 +431,8 @@ void px_upstream_unpin(px_upstream *u, int clean) {
 }
 
 void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len) {
-    if (u->npending == 0) u->waiting_since_ms = px_now_ms();
     r->pending = 1;
-    r->sent_us = px_now_us();
+    r->sent_us = px_loop_now_us(u->srv);
     r->next_up = NULL;
     if (u->tail != NULL)
         u->tail->next_up = r;
@@ -548,7 +554,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     } else if (r->kind == PX_REQ_DISCARD) {
         px_req_release(u->srv, r);
     } else {
-        px_latency_add(&u->srv->lat_upstream, (uint64_t)(px_now_us() - r->sent_us));
+        px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
         /* no longer the master: with Sentinel, ask where it went (after
          * this callback: a switch closes this very connection) */
         if (type == '-' && len >= 9 && memcmp(data, "-READONLY", 9) == 0 && u->srv->sentinel_ev != NULL)
@@ -560,7 +566,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
 static void up_on_read(void *arg) {
     px_upstream *u = arg;
     struct evbuffer *in = u->io.in;
-    u->waiting_since_ms = px_now_ms();
+    u->reads++;
     while (u->state != PX_UP_CLOSED) {
         size_t len = evbuffer_get_length(in);
         if (len == 0 || (u->rp.need != 0 && len < u->rp.need)) break;

@@ -103,6 +103,7 @@ typedef struct px_pool {
     struct px_upstream *idle;  /* clean connections ready to be pinned */
     int nidle;
     int refs;            /* clients whose session uses this pool */
+    int used;            /* a client asked for a connection since the last cron */
     int64_t last_used_ms;
     int backoff_ms;
     int64_t backoff_until_ms;
@@ -128,7 +129,9 @@ typedef struct px_upstream {
     uint64_t id;               /* for logs */
     uint64_t tracked_epoch;    /* tracking on, for this caching epoch (0: off) */
     int filled;                /* a fill was read on this connection */
-    int64_t waiting_since_ms;  /* requests pending and no byte read since then */
+    uint64_t reads;            /* read events: progress, for upstream-timeout */
+    uint64_t reads_seen;       /* ... as the last cron saw it */
+    int idle_ticks;            /* crons with requests pending and no read since */
 } px_upstream;
 
 /* Finds or creates the pool of an identity; takes a reference. NULL on OOM. */
