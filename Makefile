@@ -84,13 +84,15 @@ bench/build/loadgen: bench/loadgen.c
 	$(CC) -O2 -Wall -Wextra -o $@ $< -lhiredis -levent -lm
 
 bench: deps test-deps $(BIN) bench/build/loadgen
+	@scripts/install-deps.sh bench
 	@bench/run.sh
 
-# libFuzzer targets (tests/fuzz/), FUZZ_SECONDS each; needs clang (fuzz-deps).
+# libFuzzer targets (tests/fuzz/), FUZZ_SECONDS each; needs clang (fuzz-deps),
+# and fuzz_session, which links the whole proxy, the build deps too.
 fuzz-deps:
 	@scripts/install-deps.sh fuzz
 
-fuzz: fuzz-deps
+fuzz: deps fuzz-deps
 	@scripts/fuzz.sh
 
 clean:

@@ -330,7 +330,18 @@ void px_io_close(px_io *io) {
     }
     if (io->fd >= 0) close(io->fd);
     io->fd = -1;
-    /* a queued flush skips closed sockets; the list entry goes at flush */
+    /* off the flush list now: the owner may be reaped (and io freed) before
+     * the flush event runs in this loop iteration (found by fuzz_session) */
+    if (io->flush_queued) {
+        for (px_io **pp = &io->srv->flush_list; *pp != NULL; pp = &(*pp)->next_flush) {
+            if (*pp == io) {
+                *pp = io->next_flush;
+                break;
+            }
+        }
+        io->next_flush = NULL;
+        io->flush_queued = 0;
+    }
 }
 
 void px_io_deinit(px_io *io) {

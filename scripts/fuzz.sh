@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in tests/fuzz/ into build-fuzz/ and runs each
 # for FUZZ_SECONDS (default 60) on its seed corpus and regression inputs.
+# fuzz_session (the whole proxy against a fake Redis) also needs the build
+# dependencies (libevent, OpenSSL: make deps).
 #   scripts/fuzz.sh                 every target
 #   scripts/fuzz.sh fuzz_req ...    only these
 #   FUZZ_SECONDS=300 FUZZ_JOBS=2 scripts/fuzz.sh
@@ -21,6 +23,12 @@ CFLAGS=(-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
         -fno-sanitize-recover=undefined -std=c11 -D_GNU_SOURCE
         -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -I.)
 LIB_SRC=(protocol/resp.c protocol/cmdtable.c)
+# fuzz_session runs the whole proxy in process: every library source (as
+# the Makefile's libsidecache.a, without main.c) and its libraries. They
+# are compiled into $OUT/obj/ first, with warnings not fatal there (the
+# Makefile's build holds them to -Werror); the target itself keeps -Werror.
+PROXY_SRC=($(ls protocol/*.c cache/*.c invalidation/*.c proxy/*.c | grep -v '^proxy/main\.c$'))
+PROXY_LIBS=(-levent_openssl -levent -lssl -lcrypto -lm)
 
 if ! command -v "$CC" >/dev/null 2>&1; then
   echo "fuzz: $CC not found (Debian: apt-get install clang libclang-rt-14-dev)" >&2
@@ -61,6 +69,16 @@ make_dict() {
         printf '%s\n' store storedist keys copy replace auth auth2 streams group count block noack \
           left right min max '|' 0123456789abcdef0123456789abcdef01234567
       } | sed 's/.*/"&"/' >"$d" ;;
+    fuzz_session)
+      { printf '%s\n' '"\x0d\x0a"' '"*1\x0d\x0a"' '"*2\x0d\x0a"' '"*3\x0d\x0a"' '"$1\x0d\x0a"' '"$2\x0d\x0a"' \
+        '"$3\x0d\x0a"' '"$4\x0d\x0a"' '"$5\x0d\x0a"' '"$-1\x0d\x0a"' '"*-1\x0d\x0a"'
+      printf '"%s"\n' GET SET MGET MSET HGET HSET HDEL DEL INCR EXPIRE MULTI EXEC DISCARD WATCH UNWATCH \
+        SUBSCRIBE UNSUBSCRIBE PSUBSCRIBE PUBLISH MONITOR HELLO AUTH SELECT PING ECHO QUIT RESET \
+        CLIENT SETNAME GETNAME SETINFO TRACKING REPLY CACHING OPTIN ON OFF SKIP REDIRECT BCAST \
+        BLPOP BRPOP XREAD BLOCK INFO SCRIPT LOAD FLUSH EVAL EVALSHA FLUSHALL FLUSHDB SWAPDB \
+        READONLY WAIT COMMAND SORT STORE default pw alice secret i1 i2 d1 name \
+        __redis__:invalidate 8526c64984678fc27f67f44755c8ba7dcdf7ea60
+      } >"$d" ;;
     *) return 1 ;;
   esac
 }
@@ -73,6 +91,19 @@ for t in "${targets[@]}"; do
     echo "fuzz: no such target tests/fuzz/$t.c" >&2; status=1; result[$t]="missing"; continue
   fi
   echo "fuzz: building $OUT/$t"
+  if [ "$t" = fuzz_session ]; then
+    objs=() ok=1
+    for src in "${PROXY_SRC[@]}"; do
+      o="$OUT/obj/${src%.c}.o"
+      mkdir -p "$(dirname "$o")"
+      "$CC" "${CFLAGS[@]}" -Wno-error -c -o "$o" "$src" || { ok=0; break; }
+      objs+=("$o")
+    done
+    if [ $ok = 1 ] && "$CC" "${CFLAGS[@]}" -o "$OUT/$t" "tests/fuzz/$t.c" "${objs[@]}" "${PROXY_LIBS[@]}"; then
+      continue
+    fi
+    echo "fuzz: $t does not build" >&2; status=1; result[$t]="build failed"; continue
+  fi
   if ! "$CC" "${CFLAGS[@]}" -o "$OUT/$t" "tests/fuzz/$t.c" "${LIB_SRC[@]}"; then
     echo "fuzz: $t does not build" >&2; status=1; result[$t]="build failed"; continue
   fi
