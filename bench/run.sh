@@ -64,6 +64,7 @@ if [ "$FULL" = 1 ]; then
   scenario compare.sh REPEAT=3
   scenario hits.sh REPEAT=3
   scenario invalidation_delay.sh
+  scenario latency.sh MIXES=get DIST=hot
   scenario latency.sh
   scenario uniform.sh
   scenario batch_unlink.sh REPEAT=3
@@ -72,6 +73,7 @@ else
   scenario compare.sh N=10000
   scenario hits.sh N=10000 MEM_ENTRIES=10000
   scenario invalidation_delay.sh N=500
+  scenario latency.sh MIXES=get DIST=hot LATENCIES="0 500" CLIENTS="1 8" DURATION=1 WARMUP=0.3 RTT_SAMPLES=300
   scenario latency.sh LATENCIES="0 500" CLIENTS="1 8" DURATION=1.5 WARMUP=0.5 RTT_SAMPLES=300
   scenario uniform.sh KEYSETS=10000 CLIENTS="1 8" DURATION=1 WARMUP=0.3
   scenario batch_unlink.sh FILES=10000 REPEAT=1 RTT_SAMPLES=300
