@@ -79,7 +79,7 @@ test: deps test-deps
 run: deps $(BIN)
 	@scripts/run.sh $(CURDIR)/$(BIN)
 
-bench/build/loadgen: bench/loadgen.c
+bench/build/loadgen: bench/loadgen.c bench/rng.h
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -Wall -Wextra -o $@ $< -lhiredis -levent -lm
 

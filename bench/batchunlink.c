@@ -58,6 +58,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "rng.h"
+
 static struct {
     const char *host;
     int port;
@@ -80,24 +82,6 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
-/* The generator's state for a --seed. splitmix64 adds a constant to its state
- * per draw, so seeds that differ by multiples of it would give the same
- * sequence shifted by a few draws (overlapping runs): the seed goes through
- * its bijective finalizer first, which scatters neighbouring seeds. */
-static uint64_t seed_state(uint64_t seed) {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_next(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void fail(const char *fmt, ...) {

@@ -70,6 +70,8 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
+#include "rng.h"
+
 /* ------------------------------------------------------------------------ */
 /* histogram: log-linear buckets over nanoseconds
  *
@@ -152,25 +154,6 @@ static double hist_quantile(const hist *h, double q) {
 /* ------------------------------------------------------------------------ */
 /* random numbers and key distributions */
 
-static uint64_t rng_state = 0x853c49e6748fea9bULL;
-
-/* The generator's state for a --seed. splitmix64 adds a constant to its state
- * per draw, so seeds that differ by multiples of it would give the same
- * sequence shifted by a few draws (overlapping runs): the seed goes through
- * its bijective finalizer first, which scatters neighbouring seeds. */
-static uint64_t seed_state(uint64_t seed) {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rng_next(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
 
 static double rng_unit(void) { return (double)(rng_next() >> 11) * 0x1.0p-53; } /* [0, 1) */
 

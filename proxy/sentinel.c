@@ -33,6 +33,19 @@ static int wait_fd(int fd, short events, int64_t deadline_ms) {
     }
 }
 
+/* "$N\r\n<N bytes>\r\n" at s into out (NUL-terminated, N < outlen, N > 0):
+ * the position after it, or NULL. */
+static const char *read_bulk(const char *s, const char *end, char *out, size_t outlen) {
+    long long n;
+    const char *e;
+    if (s >= end || *s != '$' || (e = memchr(s, '\r', (size_t)(end - s))) == NULL ||
+        !resp_string2ll(s + 1, (size_t)(e - s - 1), &n) || n <= 0 || (size_t)n >= outlen || e + 2 + n + 2 > end)
+        return NULL;
+    memcpy(out, e + 2, (size_t)n);
+    out[n] = '\0';
+    return e + 2 + n + 2;
+}
+
 /* One sentinel: "host:port" (len bytes). The master's host and port in
  * host/port, or -1 with why. */
 static int ask_one(const char *addr, size_t alen, const char *name, char *host, size_t hostlen, char *port,
@@ -115,26 +128,14 @@ static int ask_one(const char *addr, size_t alen, const char *name, char *host, 
     }
     /* "*2\r\n$N\r\nhost\r\n$M\r\nport\r\n" */
     const char *s = buf, *end = buf + got;
-    long long n, hl, pl;
+    long long n;
     const char *e = memchr(s, '\r', (size_t)(end - s));
     if (buf[0] != '*' || e == NULL || !resp_string2ll(s + 1, (size_t)(e - s - 1), &n) || n != 2) {
         snprintf(why, whylen, "sentinel %s:%s does not know master '%s'", h, p, name);
         return -1;
     }
     s = e + 2;
-    if (s >= end || *s != '$' || (e = memchr(s, '\r', (size_t)(end - s))) == NULL ||
-        !resp_string2ll(s + 1, (size_t)(e - s - 1), &hl) || hl <= 0 || (size_t)hl >= hostlen ||
-        e + 2 + hl + 2 > end)
-        goto bad;
-    memcpy(host, e + 2, (size_t)hl);
-    host[hl] = '\0';
-    s = e + 2 + hl + 2;
-    if (s >= end || *s != '$' || (e = memchr(s, '\r', (size_t)(end - s))) == NULL ||
-        !resp_string2ll(s + 1, (size_t)(e - s - 1), &pl) || pl <= 0 || (size_t)pl >= portlen ||
-        e + 2 + pl + 2 > end)
-        goto bad;
-    memcpy(port, e + 2, (size_t)pl);
-    port[pl] = '\0';
+    if ((s = read_bulk(s, end, host, hostlen)) == NULL || read_bulk(s, end, port, portlen) == NULL) goto bad;
     return 0;
 bad:
     snprintf(why, whylen, "sentinel %s:%s: unexpected reply", h, p);
