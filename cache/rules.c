@@ -42,6 +42,7 @@ int cache_rules_add(cache_rules *r, const char *command, const char *pattern, co
         return -1;
     }
     rule->kind = kind;
+    rule->plen = (size_t)n;
     r->nrules++;
     return 0;
 }
@@ -101,7 +102,7 @@ int cache_glob_match(const char *p, size_t plen, const char *s, size_t slen) {
 int cache_rules_match(const cache_rules *r, int kind, const char *key, size_t klen) {
     for (int i = 0; i < r->nrules; i++)
         if (r->rules[i].kind == kind &&
-            cache_glob_match(r->rules[i].pattern, strlen(r->rules[i].pattern), key, klen))
+            cache_glob_match(r->rules[i].pattern, r->rules[i].plen, key, klen))
             return 1;
     return 0;
 }

@@ -30,6 +30,7 @@
 typedef struct cache_rule {
     int kind;         /* enum cache_kind */
     char pattern[256];
+    size_t plen;      /* strlen(pattern): matched on every request */
 } cache_rule;
 
 typedef struct cache_rules {
