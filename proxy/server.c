@@ -57,8 +57,7 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg) {
     px_io_flush_all(arg);
 }
 
-static void reap_cb(evutil_socket_t fd, short what, void *arg) {
-    px_server *srv = arg;
+void px_server_reap(px_server *srv) {
     while (srv->reap_clients != NULL) {
         px_client *c = srv->reap_clients;
         srv->reap_clients = c->next_reap;
@@ -69,6 +68,11 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg) {
         srv->reap_upstreams = u->next_reap;
         px_upstream_free(u);
     }
+}
+
+static void reap_cb(evutil_socket_t fd, short what, void *arg) {
+    px_server *srv = arg;
+    px_server_reap(srv);
     if (srv->stopping && srv->nclients == 0) event_base_loopexit(srv->base, NULL);
 }
 
@@ -246,9 +250,9 @@ out:
      * and the pools go last, when no client refers to them. */
     while (srv.clients != NULL) px_client_close(srv.clients, "shutdown");
     px_pools_close_connections(&srv);
-    reap_cb(-1, 0, &srv);
+    px_server_reap(&srv);
     px_pools_free_all(&srv);
-    reap_cb(-1, 0, &srv);
+    px_server_reap(&srv);
     px_caching_deinit(&srv);
     px_tls_deinit(&srv);
     while (srv.free_reqs != NULL) {

@@ -96,6 +96,9 @@ int64_t px_loop_now_us(struct px_server *srv);
 
 /* Asks for px_server_reap() at the end of this loop iteration. */
 void px_server_schedule_reap(px_server *srv);
+/* Frees the clients and upstream connections queued for reaping (the reap
+ * event does this at the end of a loop iteration). */
+void px_server_reap(px_server *srv);
 
 
 

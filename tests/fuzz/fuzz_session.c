@@ -53,8 +53,7 @@
  *
  * Debugging a reproducer: SIDECACHE_FUZZ_LOG=debug (or verbose, notice,
  * warning) logs the proxy to stderr; SIDECACHE_FUZZ_TRACE=1 prints what
- * the client and the fake Redis exchange. SIDECACHE_FUZZ_WORKAROUND (see
- * reap_cb) sidesteps a known bug to fuzz past it.
+ * the client and the fake Redis exchange.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -1502,30 +1501,7 @@ static void client_write_all(const uint8_t *p, size_t n) {
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg) { px_io_flush_all(arg); }
 
-static void reap_now(px_server *srv) {
-    while (srv->reap_clients != NULL) {
-        px_client *c = srv->reap_clients;
-        srv->reap_clients = c->next_reap;
-        px_client_free(c);
-    }
-    while (srv->reap_upstreams != NULL) {
-        px_upstream *u = srv->reap_upstreams;
-        srv->reap_upstreams = u->next_reap;
-        px_upstream_free(u);
-    }
-}
-
-/* SIDECACHE_FUZZ_WORKAROUND=flush-before-reap: the sockets queued for a
- * write are written before anything is freed, which hides the known
- * use-after-free of a reaped px_io still on srv->flush_list
- * (regressions/fuzz_session/flush-list-uaf-*) so that a long run can look
- * for other bugs. Off by default: the target runs the proxy's own order. */
-static int flush_before_reap;
-
-static void reap_cb(evutil_socket_t fd, short what, void *arg) {
-    if (flush_before_reap) px_io_flush_all(arg);
-    reap_now(arg);
-}
+static void reap_cb(evutil_socket_t fd, short what, void *arg) { px_server_reap(arg); }
 
 static void set1(px_config *cfg, const char *name, const char *value) {
     char err[512];
@@ -1599,9 +1575,9 @@ static void server_teardown(px_server *srv) {
      * in flight), connections close (failing those), pools go last */
     while (srv->clients != NULL) px_client_close(srv->clients, "shutdown");
     px_pools_close_connections(srv);
-    reap_now(srv);
+    px_server_reap(srv);
     px_pools_free_all(srv);
-    reap_now(srv);
+    px_server_reap(srv);
     px_caching_deinit(srv);
     px_tls_deinit(srv);
     while (srv->free_reqs != NULL) {
@@ -1720,8 +1696,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     }
     px_log_set_level(log_level);
     trace = getenv("SIDECACHE_FUZZ_TRACE") != NULL;
-    const char *wa = getenv("SIDECACHE_FUZZ_WORKAROUND");
-    flush_before_reap = wa != NULL && strstr(wa, "flush-before-reap") != NULL;
     signal(SIGPIPE, SIG_IGN);
 
     snprintf(sock_path, sizeof sock_path, "/tmp/sidecache-fuzz-%d.sock", (int)getpid());
