@@ -127,6 +127,35 @@ int resp_string2ll(const char *s, size_t n, long long *out) {
     return 1;
 }
 
+size_t resp_read_int_line(const char *buf, size_t len, size_t at, char type, long long *v) {
+    if (at >= len || buf[at] != type) return 0;
+    const char *cr = memchr(buf + at + 1, '\r', len - at - 1);
+    if (cr == NULL || (size_t)(cr - buf) + 1 >= len || cr[1] != '\n' ||
+        !resp_string2ll(buf + at + 1, (size_t)(cr - buf) - at - 1, v))
+        return 0;
+    return (size_t)(cr - buf) + 2;
+}
+
+int resp_read_bulk(const char *buf, size_t len, size_t at, const char **val, size_t *vlen, size_t *next) {
+    long long n;
+    size_t p;
+    if (at < len && len - at >= 3 && memcmp(buf + at, "_\r\n", 3) == 0) {
+        *next = at + 3;
+        return 2;
+    }
+    if ((p = resp_read_int_line(buf, len, at, '$', &n)) == 0) return 0;
+    if (n == -1) {
+        *next = p;
+        return 2;
+    }
+    if (n < 0 || (size_t)n > len - p || len - p - (size_t)n < 2 || buf[p + n] != '\r' || buf[p + n + 1] != '\n')
+        return 0;
+    *val = buf + p;
+    *vlen = (size_t)n;
+    *next = p + (size_t)n + 2;
+    return 1;
+}
+
 /* Offset one past the furthest place a line starting at `start` may put its
  * terminator, saturating instead of wrapping. */
 static size_t line_limit_end(size_t start, size_t max_line) {

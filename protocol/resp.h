@@ -73,6 +73,21 @@ typedef struct resp_limits {
  */
 int resp_string2ll(const char *s, size_t n, long long *out);
 
+/*
+ * Small readers for one reply that is already whole in memory (the framers
+ * below are for streams): for picking apart replies the proxy itself looks
+ * into (EXEC arrays, MGET, lookup scripts, Sentinel).
+ *
+ * resp_read_int_line: "<type><integer>\r\n" at buf[at] (type '*', ':', '$',
+ * ...). Returns the offset just past the CRLF with the integer in *v, or 0.
+ *
+ * resp_read_bulk: a bulk string ("$n\r\n<n bytes>\r\n": returns 1 with *val,
+ * *vlen) or a null ("$-1\r\n" or "_\r\n": returns 2) at buf[at], with *next
+ * just past it; 0 for anything else or a value cut short.
+ */
+size_t resp_read_int_line(const char *buf, size_t len, size_t at, char type, long long *v);
+int resp_read_bulk(const char *buf, size_t len, size_t at, const char **val, size_t *vlen, size_t *next);
+
 /* Fills *lim with the defaults above. */
 void resp_limits_default(resp_limits *lim);
 

@@ -168,11 +168,8 @@ void px_batch_flush(px_client *c) {
  * end. Returns 0, or -1 when data is not an array of exactly n values. */
 static int split_array(px_server *srv, const char *data, size_t len, uint32_t n, size_t *offs) {
     long long m;
-    size_t e = 1;
-    if (len < 4 || data[0] != '*') return -1;
-    while (e < len && data[e] != '\r') e++;
-    if (e + 1 >= len || !resp_string2ll(data + 1, e - 1, &m) || m != (long long)n) return -1;
-    size_t at = e + 2;
+    size_t at = resp_read_int_line(data, len, 0, '*', &m);
+    if (at == 0 || m != (long long)n) return -1;
     resp_reply_parser p;
     resp_reply_init(&p, &srv->reply_limits);
     int rc = 0;

@@ -752,15 +752,9 @@ static void invalidate_records(struct px_caching *pc, const char *p, size_t n) {
 /* Parses a bulk or nil reply frame. Returns 1 (bulk, in *val and *vlen), 2 (nil),
  * 0 (anything else: not cacheable, C7). */
 static int bulk_or_nil(const char *d, size_t len, const char **val, size_t *vlen) {
-    if (len >= 3 && d[0] == '_') return 2;
-    if (len < 4 || d[0] != '$') return 0;
-    if (d[1] == '-') return 2;
-    size_t n = 0, i = 1;
-    while (i < len && d[i] >= '0' && d[i] <= '9') n = n * 10 + (size_t)(d[i++] - '0');
-    if (i + 2 + n + 2 != len) return 0;
-    *val = d + i + 2;
-    *vlen = n;
-    return 1;
+    size_t next;
+    int k = resp_read_bulk(d, len, 0, val, vlen, &next);
+    return next == len ? k : 0;
 }
 
 static int starts_with(const char *d, size_t len, const char *p) {
@@ -771,23 +765,10 @@ static int starts_with(const char *d, size_t len, const char *p) {
 /* One element of an MGET reply at *at: bulk (1, with *val, *vlen) or nil
  * (2); 0 when it is neither or runs past len. */
 static int next_element(const char *d, size_t len, size_t *at, const char **val, size_t *vlen) {
-    size_t i = *at, e = i;
-    while (e < len && d[e] != '\r') e++;
-    if (e + 1 >= len || d[e + 1] != '\n') return 0;
-    int k = bulk_or_nil(d + i, e + 2 - i, val, vlen);
-    if (k == 2) {
-        *at = e + 2;
-        return 2;
-    }
-    if (i >= len || d[i] != '$') return 0;
-    long long n;
-    if (!resp_string2ll(d + i + 1, e - i - 1, &n) || n < 0 || (size_t)n > len - (e + 2) ||
-        len - (e + 2) - (size_t)n < 2)
-        return 0;
-    *val = d + e + 2;
-    *vlen = (size_t)n;
-    *at = e + 2 + (size_t)n + 2;
-    return 1;
+    size_t next;
+    int k = resp_read_bulk(d, len, *at, val, vlen, &next);
+    if (k != 0) *at = next;
+    return k;
 }
 
 /* An MGET's reply: fills its keys, and merges it with the plan's cached
@@ -799,12 +780,7 @@ static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t
     size_t plen = r->aux_len, at = 0;
     long long m = -1;
     memcpy(&h, plan, sizeof h);
-    /* "*m\r\n" */
-    if (len > 3 && data[0] == '*') {
-        size_t e = 1;
-        while (e < len && data[e] != '\r') e++;
-        if (e + 1 < len && resp_string2ll(data + 1, e - 1, &m)) at = e + 2;
-    }
+    at = resp_read_int_line(data, len, 0, '*', &m); /* "*m\r\n" */
     int ok = m == (long long)h.nmiss;
     if (ok) {
         /* check the whole reply first: a fill must not take a value from a

@@ -168,33 +168,23 @@ int px_lookup_answer(px_lookup *l, int idx, cache *c, uint32_t part, int db, int
     return 1;
 }
 
-/* Reads "<type><digits>\r\n" at d; returns the position after it, or 0. */
-static size_t read_line_num(const char *d, size_t len, size_t at, char type, long long *v) {
-    size_t i = at + 1, start;
-    if (at >= len || d[at] != type) return 0;
-    start = i;
-    while (i < len && d[i] != '\r') i++;
-    if (i + 1 >= len || d[i + 1] != '\n' || !resp_string2ll(d + start, i - start, v)) return 0;
-    return i + 2;
-}
-
 int px_lookup_parse_reply(const char *data, size_t len, uint64_t *ino, const char **attr, size_t *alen) {
-    long long n, v, blen;
-    size_t at;
+    long long n, v;
+    size_t at, next;
     if (len == 0) return PX_LOOKUP_OTHER;
     if (data[0] == '-') {
         if (len >= 9 && memcmp(data, "-NOSCRIPT", 9) == 0) return PX_LOOKUP_NOSCRIPT;
         return memmem(data, len, "ENOENT", 6) != NULL ? PX_LOOKUP_MISSING : PX_LOOKUP_OTHER;
     }
-    if ((len == 5 && memcmp(data, "$-1\r\n", 5) == 0) || (len == 3 && memcmp(data, "_\r\n", 3) == 0))
-        return PX_LOOKUP_MISSING;
-    if ((at = read_line_num(data, len, 0, '*', &n)) == 0 || n != 2) return PX_LOOKUP_OTHER;
-    if ((at = read_line_num(data, len, at, ':', &v)) == 0 || v < 0) return PX_LOOKUP_OTHER;
-    if ((at = read_line_num(data, len, at, '$', &blen)) == 0 || blen < 0) return PX_LOOKUP_OTHER;
-    if ((size_t)blen + 2 != len - at) return PX_LOOKUP_OTHER;
+    const char *val;
+    size_t vlen;
+    if (resp_read_bulk(data, len, 0, &val, &vlen, &next) == 2 && next == len) return PX_LOOKUP_MISSING;
+    if ((at = resp_read_int_line(data, len, 0, '*', &n)) == 0 || n != 2) return PX_LOOKUP_OTHER;
+    if ((at = resp_read_int_line(data, len, at, ':', &v)) == 0 || v < 0) return PX_LOOKUP_OTHER;
+    if (resp_read_bulk(data, len, at, &val, &vlen, &next) != 1 || next != len) return PX_LOOKUP_OTHER;
     *ino = (uint64_t)v;
-    *attr = data + at;
-    *alen = (size_t)blen;
+    *attr = val;
+    *alen = vlen;
     return PX_LOOKUP_FOUND;
 }
 

@@ -33,17 +33,15 @@ static int wait_fd(int fd, short events, int64_t deadline_ms) {
     }
 }
 
-/* "$N\r\n<N bytes>\r\n" at s into out (NUL-terminated, N < outlen, N > 0):
- * the position after it, or NULL. */
-static const char *read_bulk(const char *s, const char *end, char *out, size_t outlen) {
-    long long n;
-    const char *e;
-    if (s >= end || *s != '$' || (e = memchr(s, '\r', (size_t)(end - s))) == NULL ||
-        !resp_string2ll(s + 1, (size_t)(e - s - 1), &n) || n <= 0 || (size_t)n >= outlen || e + 2 + n + 2 > end)
-        return NULL;
-    memcpy(out, e + 2, (size_t)n);
-    out[n] = '\0';
-    return e + 2 + n + 2;
+/* A non-empty bulk string at buf[*at] into out (NUL-terminated, shorter
+ * than outlen); advances *at. 0, or -1. */
+static int copy_bulk(const char *buf, size_t len, size_t *at, char *out, size_t outlen) {
+    const char *val;
+    size_t vlen;
+    if (resp_read_bulk(buf, len, *at, &val, &vlen, at) != 1 || vlen == 0 || vlen >= outlen) return -1;
+    memcpy(out, val, vlen);
+    out[vlen] = '\0';
+    return 0;
 }
 
 /* One sentinel: "host:port" (len bytes). The master's host and port in
@@ -127,15 +125,13 @@ static int ask_one(const char *addr, size_t alen, const char *name, char *host, 
         return -1;
     }
     /* "*2\r\n$N\r\nhost\r\n$M\r\nport\r\n" */
-    const char *s = buf, *end = buf + got;
     long long n;
-    const char *e = memchr(s, '\r', (size_t)(end - s));
-    if (buf[0] != '*' || e == NULL || !resp_string2ll(s + 1, (size_t)(e - s - 1), &n) || n != 2) {
+    size_t at = resp_read_int_line(buf, got, 0, '*', &n);
+    if (at == 0 || n != 2) {
         snprintf(why, whylen, "sentinel %s:%s does not know master '%s'", h, p, name);
         return -1;
     }
-    s = e + 2;
-    if ((s = read_bulk(s, end, host, hostlen)) == NULL || read_bulk(s, end, port, portlen) == NULL) goto bad;
+    if (copy_bulk(buf, got, &at, host, hostlen) != 0 || copy_bulk(buf, got, &at, port, portlen) != 0) goto bad;
     return 0;
 bad:
     snprintf(why, whylen, "sentinel %s:%s: unexpected reply", h, p);

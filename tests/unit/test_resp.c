@@ -1239,7 +1239,36 @@ static void test_req_default_line_limits(void) {
     free(in.p);
 }
 
+/* The readers for a whole reply in memory. */
+static void test_read_helpers(void) {
+    long long v = 7;
+    const char *val = NULL;
+    size_t vlen = 0, next = 0;
+    static const char arr[] = "*2\r\n$3\r\nabc\r\n$-1\r\n_\r\n";
+    CHECK_EQ_INT(resp_read_int_line(arr, sizeof arr - 1, 0, '*', &v), 4);
+    CHECK_EQ_INT(v, 2);
+    CHECK_EQ_INT(resp_read_int_line(arr, sizeof arr - 1, 0, ':', &v), 0); /* another type */
+    CHECK_EQ_INT(resp_read_bulk(arr, sizeof arr - 1, 4, &val, &vlen, &next), 1);
+    CHECK_MEM(val, vlen, "abc");
+    CHECK_EQ_INT(next, 13);
+    CHECK_EQ_INT(resp_read_bulk(arr, sizeof arr - 1, next, &val, &vlen, &next), 2); /* $-1 */
+    CHECK_EQ_INT(resp_read_bulk(arr, sizeof arr - 1, next, &val, &vlen, &next), 2); /* _ */
+    CHECK_EQ_INT(next, sizeof arr - 1);
+    CHECK_EQ_INT(resp_read_bulk(arr, sizeof arr - 1, next, &val, &vlen, &next), 0); /* at the end */
+    /* cut short, not an integer, Redis-exact integers, a bulk without its CRLF */
+    CHECK_EQ_INT(resp_read_int_line("*2\r", 3, 0, '*', &v), 0);
+    CHECK_EQ_INT(resp_read_int_line("*+2\r\n", 5, 0, '*', &v), 0);
+    CHECK_EQ_INT(resp_read_int_line("*02\r\n", 5, 0, '*', &v), 0);
+    CHECK_EQ_INT(resp_read_int_line(":-5\r\n", 5, 0, ':', &v), 5);
+    CHECK_EQ_INT(v, -5);
+    CHECK_EQ_INT(resp_read_bulk("$3\r\nab", 7, 0, &val, &vlen, &next), 0);
+    CHECK_EQ_INT(resp_read_bulk("$3\r\nabcX\r\n", 10, 0, &val, &vlen, &next), 0);
+    CHECK_EQ_INT(resp_read_bulk("$-2\r\n", 5, 0, &val, &vlen, &next), 0);
+    CHECK_EQ_INT(resp_read_bulk("+OK\r\n", 5, 0, &val, &vlen, &next), 0);
+}
+
 int main(void) {
+    RUN(test_read_helpers);
     RUN(test_req_simple);
     RUN(test_req_pipeline);
     RUN(test_req_binary);
