@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -59,25 +58,26 @@ static int ask_one(const char *addr, size_t alen, const char *name, char *host, 
     memcpy(p, colon + 1, alen - (size_t)(colon - addr) - 1);
     p[alen - (size_t)(colon - addr) - 1] = '\0';
 
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    int rc = getaddrinfo(h, p, &hints, &res);
-    if (rc != 0 || res == NULL) {
-        snprintf(why, whylen, "sentinel %s:%s: %s", h, p, rc ? gai_strerror(rc) : "no address");
+    px_upstream_addr sentinel;
+    struct sockaddr_storage sa;
+    unsigned salen;
+    char cause[200];
+    memset(&sentinel, 0, sizeof sentinel);
+    snprintf(sentinel.host, sizeof sentinel.host, "%s", h);
+    sentinel.port = atoi(p);
+    if (px_resolve_address(&sentinel, &sa, &salen, cause, sizeof cause) != 0) {
+        snprintf(why, whylen, "sentinel %s:%s: %s", h, p, cause);
         return -1;
     }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int64_t deadline = px_now_ms() + PX_SENTINEL_TIMEOUT_MS;
     int ok = fd >= 0;
-    if (ok && connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+    if (ok && connect(fd, (struct sockaddr *)&sa, salen) != 0) {
         int err = 0;
         socklen_t el = sizeof err;
         ok = errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline) &&
              getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0;
     }
-    freeaddrinfo(res);
     if (!ok) {
         snprintf(why, whylen, "sentinel %s:%s: cannot connect", h, p);
         if (fd >= 0) close(fd);
