@@ -259,13 +259,12 @@ static void apply_state_change(px_client *c, px_req *r, int ok) {
 /* INFO's reply with the "# sidecache" section appended; the same type
  * (bulk, or RESP3 verbatim text). Returns 0, or -1 to relay it unchanged. */
 static int info_with_section(px_client *c, const char *data, size_t len, resp_buf *out) {
-    const char *text;
-    size_t tlen, i = 1, n = 0;
+    long long n;
+    size_t at;
     if (len < 4 || (data[0] != '$' && data[0] != '=')) return -1;
-    while (i < len && data[i] >= '0' && data[i] <= '9') n = n * 10 + (size_t)(data[i++] - '0');
-    if (i + 2 + n + 2 != len) return -1;
-    text = data + i + 2;
-    tlen = n;
+    if ((at = resp_read_int_line(data, len, 0, data[0], &n)) == 0 || n < 0 || (size_t)n + 2 != len - at) return -1;
+    const char *text = data + at;
+    size_t tlen = (size_t)n;
     if (data[0] == '=') {
         if (tlen < 4) return -1;
         text += 4, tlen -= 4; /* "txt:" */
