@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzzcommon.h"
 #include "protocol/resp.h"
 
 #define CHECK(c)                                                                                   \
@@ -58,38 +59,6 @@
 /* Input header                                                             */
 
 enum { F_UNAUTH = 1, F_IGNORE_NEED = 2 };
-
-/* Profiles 1-3 are small enough that inputs of a few hundred bytes reach
- * every limit. */
-static void limits_for(int profile, resp_limits *lim) {
-    resp_limits_default(lim);
-    switch (profile) {
-    case 1:
-        lim->max_bulk_len = 64;
-        lim->max_multibulk_len = 8;
-        lim->max_depth = 3;
-        lim->max_inline_len = 32;
-        break;
-    case 2:
-        lim->max_bulk_len = 4096;
-        lim->max_multibulk_len = 100;
-        lim->max_depth = 16;
-        lim->max_inline_len = 512;
-        break;
-    case 3:
-        lim->max_bulk_len = 1;
-        lim->max_multibulk_len = 2;
-        lim->max_depth = 1;
-        lim->max_inline_len = 4;
-        break;
-    default:
-        break;
-    }
-}
-
-static size_t chunk_size(uint8_t b) {
-    return b < 0x80 ? (size_t)b + 1 : (size_t)(b - 0x7f) * 256;
-}
 
 /* ------------------------------------------------------------------------ */
 /* What a run produced                                                      */

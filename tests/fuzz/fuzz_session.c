@@ -75,6 +75,7 @@
 #include <event2/listener.h>
 #include <openssl/sha.h>
 
+#include "fuzzcommon.h"
 #include "protocol/resp.h"
 #include "proxy/caching.h"
 #include "proxy/client.h"
@@ -1715,8 +1716,6 @@ static void drain_backlog(void) {
 
 /* ------------------------------------------------------------------------ */
 
-static size_t chunk_size(uint8_t b) { return b < 0x80 ? (size_t)b + 1 : (size_t)(b - 0x7f) * 256; }
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 4) return 0;
     unsigned flags = data[0] | (unsigned)data[1] << 8;
@@ -1815,7 +1814,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         release_held(1);
         run_until_idle();
     }
-
 
     server_teardown(srv);
     while (s->conns != NULL) fc_free(s->conns);
