@@ -255,66 +255,65 @@ def _is_invalidation_setup(cmd):
     return False
 
 
-class RequestHold:
+class _ArmedHold:
+    """What hold_request() and hold_reply() share: .held is set once the
+    matching command (or its reply) reached the relay and was held back;
+    release() lets it and what queued behind it go, or disarms the hold if
+    nothing matched yet."""
+
+    what = ""           # for the timeout message
+    relay_list = ""     # the relay's list of armed holds
+    conn_release = ""   # the connection's method that lets a held one go
+
+    def __init__(self, relay, match):
+        self.relay = relay
+        self.match = match
+        self.conn = None
+        self.released = False
+        self.held = threading.Event()
+
+    def wait(self, timeout=5.0):
+        if not self.held.wait(timeout):
+            raise AssertionError("the relay saw no %s %r within %.1fs"
+                                 % (self.what, getattr(self.match, "words", self.match), timeout))
+        return self
+
+    def release(self):
+        if self.released:
+            return
+        self.released = True
+        if self.conn is not None:
+            getattr(self.conn, self.conn_release)(self)
+        else:
+            with self.relay.lock:
+                armed = getattr(self.relay, self.relay_list)
+                if self in armed:
+                    armed.remove(self)
+
+
+class RequestHold(_ArmedHold):
     """One armed hold_request(): the matching command (and every later one on
     its connection) is kept from Redis until release(). .held is set once the
     command reached the relay."""
 
-    def __init__(self, relay, match):
-        self.relay = relay
-        self.match = match
-        self.conn = None
-        self.released = False
-        self.held = threading.Event()
-
-    def wait(self, timeout=5.0):
-        if not self.held.wait(timeout):
-            raise AssertionError("the relay saw no request %r within %.1fs"
-                                 % (getattr(self.match, "words", self.match), timeout))
-        return self
-
-    def release(self):
-        if self.released:
-            return
-        self.released = True
-        if self.conn is not None:
-            self.conn.release_req_hold(self)
-        else:
-            with self.relay.lock:
-                if self in self.relay.req_holds:
-                    self.relay.req_holds.remove(self)
+    what = "request"
+    relay_list = "req_holds"
+    conn_release = "release_req_hold"
 
 
-class Hold:
+class Hold(_ArmedHold):
     """One armed hold_reply(). .held is set when the matching reply reached
     the relay and was held back; .value is that reply."""
 
+    what = "reply to"
+    relay_list = "holds"
+    conn_release = "release_hold"
+
     def __init__(self, relay, match):
-        self.relay = relay
-        self.match = match
+        super().__init__(relay, match)
         self.triggered = False
-        self.released = False
-        self.conn = None
         self.value = None
         self.raw = None
-        self.held = threading.Event()
-
-    def wait(self, timeout=5.0):
-        if not self.held.wait(timeout):
-            raise AssertionError("the relay saw no reply to %r within %.1fs"
-                                 % (getattr(self.match, "words", self.match), timeout))
-        return self
-
-    def release(self):
-        if self.released:
-            return
-        self.released = True
-        if self.conn is not None:
-            self.conn.release_hold(self)
-        else:
-            with self.relay.lock:
-                if self in self.relay.holds:
-                    self.relay.holds.remove(self)
 
 
 class Rewrite:
