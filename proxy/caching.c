@@ -561,12 +561,14 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
 typedef struct key_sink {
     struct px_caching *pc;
     resp_buf *keys;   /* where the keys are recorded for the reply */
+    int queued;       /* queued in MULTI: nothing runs before EXEC, so the
+                         keys are only recorded (for EXEC's reply) */
 } key_sink;
 
 static void invalidate_now(void *arg, const char *key, size_t klen) {
     key_sink *ks = arg;
     if (!key_is_cacheable(ks->pc, key, klen)) return;
-    cache_invalidate_key(ks->pc->cache, key, klen);
+    if (!ks->queued) cache_invalidate_key(ks->pc->cache, key, klen);
     if (ks->keys != NULL) {
         uint32_t n = (uint32_t)klen;
         resp_buf_append(ks->keys, &n, sizeof n);
@@ -701,7 +703,7 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
 
     resp_buf keys;
     resp_buf_init(&keys);
-    key_sink ks = {pc, r != NULL || in_multi ? &keys : NULL};
+    key_sink ks = {pc, in_multi ? &c->txn_keys : r != NULL ? &keys : NULL, in_multi};
     int w = cmdtable_writes(pc->cmdt, argc, a, invalidate_now, &ks);
     /* Change data without being writes by Redis's flags: a role change
      * (C6) or a DEBUG RELOAD/POPULATE. */
@@ -716,10 +718,9 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
         w = CMDT_WRITES_UNKNOWN;
     if (w == CMDT_WRITES_UNKNOWN) flush_for_write(pc, &a[0]);
     if (in_multi) {
-        /* queued: invalidated again when EXEC's reply comes */
-        if (keys.len) resp_buf_append(&c->txn_keys, keys.data, keys.len);
+        /* queued: its keys went to txn_keys, invalidated when EXEC's reply
+         * comes, before the client sees it (C1) */
         if (w == CMDT_WRITES_UNKNOWN) c->txn_flush = 1;
-        resp_buf_deinit(&keys);
         return;
     }
     if (r != NULL) {
@@ -870,16 +871,21 @@ static void lookup_reply(struct px_caching *pc, px_req *r, const char *data, siz
     if (token) cache_fill_abort(pc->cache, token, id.part, (int)id.db, CACHE_KIND_LOOKUP, dkey, id.dklen, name, id.nlen);
 }
 
-int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, resp_buf *out) {
-    struct px_caching *pc = c->srv->caching;
-    if (pc == NULL) return 0;
-    if (len > 0 && data[0] == '-' &&
+void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
+    struct px_caching *pc = srv->caching;
+    if (pc != NULL && len > 0 && data[0] == '-' &&
         (starts_with(data, len, "-LOADING") || starts_with(data, len, "-READONLY") ||
          starts_with(data, len, "-MASTERDOWN"))) {
         /* Redis is not (or no longer) the master we cached from (C6) */
         flush_cache(pc);
         pc->flush_failover++;
     }
+}
+
+int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, resp_buf *out) {
+    struct px_caching *pc = c->srv->caching;
+    if (pc == NULL) return 0;
+    px_caching_on_error_reply(c->srv, data, len);
     if (r->aux_flags & PX_AUX_FILL) {
         uint32_t hdr[4];
         memcpy(hdr, r->aux, sizeof hdr);

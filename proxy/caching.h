@@ -8,8 +8,9 @@
  *   C1 read-your-writes: px_caching_on_send invalidates the keys a write
  *      declares when it is sent, and px_caching_on_reply again before its
  *      reply is relayed; a write whose keys cannot be known empties the
- *      cache both times. A transaction's queued writes are invalidated
- *      again at EXEC. A client with requests in flight gets no hits, so a
+ *      cache both times. A transaction's queued writes are recorded when
+ *      queued (nothing runs before EXEC) and invalidated when EXEC's reply
+ *      comes. A client with requests in flight gets no hits, so a
  *      pipelined read after its own write never overtakes the write.
  *   C2 no hits under WATCH or in MULTI: hits and fills only for clients in
  *      the shared mode (client.c pins every other client).
@@ -84,6 +85,10 @@ void px_caching_on_send(struct px_client *c, struct px_upstream *u, struct px_re
  * client must get *out instead of data (an MGET merged with the values
  * that were cached), 0 to relay data as it is. */
 int px_caching_on_reply(struct px_client *c, struct px_req *r, const char *data, size_t len, resp_buf *out);
+
+/* Any reply with nothing else to learn (a command queued in MULTI): only
+ * the role-change errors matter (C6). */
+void px_caching_on_error_reply(px_server *srv, const char *data, size_t len);
 
 /* Frees what px_caching_on_send attached to r (reply never came). */
 void px_caching_release_req(struct px_req *r);

@@ -91,6 +91,12 @@ static void client_flush_slots(px_client *c) {
         }
         px_req_release(c->srv, r);
     }
+    /* a run now at the head: the replies it already has go out, the rest
+     * will be written as they come (px_client_on_reply_part) */
+    if (r != NULL && r->early != NULL && !c->io.closed && evbuffer_get_length(r->early) > 0) {
+        px_io_write_buffer(&c->io, r->early);
+        check_output_limit(c);
+    }
 }
 
 static void slot_append(px_client *c, px_req *r) {
@@ -216,9 +222,52 @@ static void maybe_unpin(px_client *c) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* UNWATCH with nothing watched */
+
+/*
+ * go-redis ends every transaction with UNWATCH (Tx.Close), after EXEC has
+ * already dropped the watches: a round trip that cannot change anything.
+ * On a shared connection nothing is ever watched (WATCH pins), so once
+ * Redis has answered +OK to an UNWATCH of this identity (its ACL allows
+ * it) the answer is given here. An ACL change sent through the proxy
+ * (acl_epoch) makes it ask Redis again.
+ */
+static int unwatch_local(px_client *c) {
+    if (c->rq.argc != 1 || c->mode != PX_MODE_SHARED) return 0;
+    if (c->pass == NULL && c->srv->open_access != 1) return 0;
+    if (c->pool->unwatch_epoch != c->srv->acl_epoch + 1) return 0;
+    reply_simple(c, "OK");
+    c->srv->unwatch_local++;
+    return 1;
+}
+
+/* An UNWATCH sent to Redis: its +OK teaches unwatch_local. */
+static void unwatch_probe(px_client *c, px_req *r) {
+    if (c->rq.argc != 1 || c->mode != PX_MODE_SHARED) return;
+    r->aux_flags |= PX_AUX_UNWATCH;
+    r->fill_token = c->srv->acl_epoch;
+}
+
+static void unwatch_learn(px_client *c, px_req *r, const char *data, size_t len) {
+    if (len == 5 && memcmp(data, "+OK\r\n", 5) == 0 && r->fill_token == c->srv->acl_epoch)
+        c->pool->unwatch_epoch = c->srv->acl_epoch + 1;
+}
+
+/* ------------------------------------------------------------------------ */
 /* replies from upstream */
 
 static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len);
+
+/* Keeps a reply that arrived before its turn. Returns 0, or -1 after
+ * closing the client (out of memory). */
+static int early_add(px_client *c, px_req *r, const char *data, size_t len) {
+    if (r->early == NULL) r->early = evbuffer_new();
+    if (r->early == NULL || evbuffer_add(r->early, data, len) != 0) {
+        client_close(c, "out of memory");
+        return -1;
+    }
+    return 0;
+}
 
 static int is_error_frame(const char *data, size_t len) {
     return len > 0 && (data[0] == '-' || data[0] == '!');
@@ -293,6 +342,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
         px_batch_on_reply(c, r, data, len);
         return;
     }
+    if (r->aux_flags & PX_AUX_UNWATCH) unwatch_learn(c, r, data, len);
     if (r->aux_flags & PX_AUX_TXN_CHECK) {
         /* a command of a transaction queued here: Redis refused it */
         c->txn_checks--;
@@ -335,12 +385,7 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
         client_write(c, data, len);
         client_flush_slots(c);
     } else {
-        r->early = evbuffer_new();
-        if (r->early == NULL) {
-            client_close(c, "out of memory");
-            return;
-        }
-        evbuffer_add(r->early, data, len);
+        if (early_add(c, r, data, len) != 0) return;
         r->done = 1;
     }
     if (c->state == PX_CLIENT_CLOSED) return;
@@ -353,6 +398,16 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
         return;
     }
     resume_input(c);
+}
+
+void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t len) {
+    px_caching_on_error_reply(c->srv, data, len);
+    if (c->state == PX_CLIENT_CLOSED) return;
+    /* the head slot's early replies were written when it became the head */
+    if (r == c->slots_head)
+        client_write(c, data, len);
+    else
+        early_add(c, r, data, len);
 }
 
 void px_client_on_tunnel_data(px_client *c, const char *data, size_t len) {
@@ -440,6 +495,24 @@ static px_req *forward_current(px_client *c, px_upstream *u, const char *frame) 
     return r;
 }
 
+/* Commands queued in MULTI on the client's own connection travel as a run:
+ * one record for all their replies (px_req.replies_left), which saves a
+ * record, a reply slot and a delivery per command of a large transaction
+ * (JuiceFS's batch unlink queues about a thousand). Joins the current
+ * request to the run the client's last slot holds, if it is still the
+ * last request on that connection. Returns 1 if it did. */
+static int run_extend(px_client *c, const char *frame) {
+    px_req *r = c->slots_tail;
+    px_upstream *u = c->pinned;
+    if (r == NULL || !r->run || !r->pending || u == NULL || u->tail != r || r->replies_left >= UINT32_MAX / 2)
+        return 0;
+    const char *data;
+    size_t len;
+    request_bytes(c, frame, &data, &len);
+    px_upstream_extend(u, r, data, len);
+    return 1;
+}
+
 /* Records what a forwarded command does to the transaction state. */
 static void track_txn(px_client *c, int id) {
     switch (id) {
@@ -460,17 +533,24 @@ static void track_txn(px_client *c, int id) {
 }
 
 /* Forwards to the client's own connection, keeping the transaction state
- * and what the cache must learn from it: writes queued in MULTI are
- * invalidated when queued and again when EXEC's reply comes (C1). */
+ * and what the cache must learn from it: the keys of writes queued in
+ * MULTI are invalidated when EXEC's reply comes (C1). */
 static void forward_pinned(px_client *c, int id, const char *frame) {
     int queued = c->in_multi && id != CMD_EXEC && id != CMD_DISCARD && id != CMD_MULTI;
     int is_exec = c->in_multi && id == CMD_EXEC;
     if (c->in_multi && id == CMD_DISCARD) px_caching_txn_end(c, 0);
     track_txn(c, id);
+    if (queued && run_extend(c, frame)) {
+        px_caching_on_send(c, c->pinned, NULL, 0, 1);
+        return;
+    }
     px_req *r = forward_current(c, c->pinned, frame);
     if (r == NULL) return;
     px_caching_on_send(c, c->pinned, r, 0, queued);
     if (is_exec) r->aux_flags |= PX_AUX_EXEC;
+    /* a queued command's reply is +QUEUED or an error, with nothing to
+     * learn: the next ones may join its record */
+    if (queued && r->aux_flags == 0) r->run = 1;
 }
 
 /* Takes a connection of the client's own. Returns 0, or -1 after replying
@@ -927,6 +1007,8 @@ static int client_dispatch(px_client *c, const char *frame) {
     if (c->batch_wait) return DISPATCH_WAIT;
     const resp_cmd_info *info = resp_cmd_lookup(a[0].ptr, a[0].len);
     int id = info ? info->id : CMD_OTHER;
+    /* a user's permissions may change: forget what was learned of them */
+    if (id == CMD_OTHER && resp_arg_is(a[0].ptr, a[0].len, "ACL")) c->srv->acl_epoch++;
     int act = classify(c, info);
     /* an open batch goes before anything that cannot join it (whether a
      * request may join is asked only then, or below after a cache miss: a
@@ -990,6 +1072,7 @@ static int client_dispatch(px_client *c, const char *frame) {
     case ACT_STATE:
         return cmd_state(c, id, frame);
     case ACT_TXN:
+        if (id == CMD_UNWATCH && unwatch_local(c)) return DISPATCH_DONE;
         if (id == CMD_MULTI && txn_local_allowed(c)) {
             c->txn_local = 1;
             reply_simple(c, "OK");
@@ -1045,7 +1128,10 @@ static int client_dispatch(px_client *c, const char *frame) {
     } else {
         r = forward_current(c, u, frame);
     }
-    if (r != NULL) px_caching_on_send(c, u, r, cacheable, 0);
+    if (r != NULL) {
+        px_caching_on_send(c, u, r, cacheable, 0);
+        if (id == CMD_UNWATCH) unwatch_probe(c, r);
+    }
     return DISPATCH_DONE;
 }
 

@@ -96,8 +96,8 @@ typedef struct px_client {
     char *pend_user, *pend_pass, *pend_name;
 
     int64_t last_active_ms;
-    int64_t read_us;
-    int64_t partial_since_ms;  /* a request started arriving then and is not whole (0: none) */           /* when the input being processed was read */
+    int64_t read_us;           /* when the input being processed was read */
+    int64_t partial_since_ms;  /* a request started arriving then and is not whole (0: none) */
 } px_client;
 
 /* Takes ownership of an accepted socket. Returns NULL (socket closed) on error. */
@@ -106,6 +106,10 @@ px_client *px_client_new(px_server *srv, int fd, const char *addr, int tls);
 /* Called by upstream.c when the reply to r arrives (r->pending already 0).
  * data/len is the whole reply frame. */
 void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len);
+
+/* One reply of a run (px_req.replies_left) that is not its last: relayed
+ * in order; px_client_on_reply brings the last. */
+void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t len);
 
 /* A request record takes the client's next reply slot, awaited from u
  * (for proxy/batch.c). */

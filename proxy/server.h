@@ -79,6 +79,10 @@ typedef struct px_server {
     px_latency lat_hit, lat_upstream;
     /* blocks sent as MULTI ... EXEC on shared connections (proxy/batch.h) */
     uint64_t batch_blocks, batch_commands, batch_replays, txn_shared, txn_pinned;
+    uint64_t unwatch_local;    /* UNWATCH answered here (proxy/client.c) */
+    /* ACL SETUSER/DELUSER/LOAD sent through the proxy: what was learned of
+     * a user's permissions before (px_pool.unwatch_epoch) no longer holds */
+    uint64_t acl_epoch;
 
     int stopping;              /* SIGTERM seen: finish in-flight work, then exit */
     int64_t stop_deadline_ms;

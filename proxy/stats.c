@@ -36,6 +36,7 @@ void px_stats_collect(px_server *srv, px_stats *s) {
     s->batch_replays = srv->batch_replays;
     s->txn_shared = srv->txn_shared;
     s->txn_pinned = srv->txn_pinned;
+    s->unwatch_local = srv->unwatch_local;
     s->tracking_state = "off";
     s->tracking_mode = "";
     s->tracking_last_error = "";

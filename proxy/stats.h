@@ -31,6 +31,7 @@ struct px_server;
     X(batch_replays, counter, "Write batches refused (EXECABORT) and sent again one by one")               \
     X(txn_shared, counter, "Transactions without WATCH sent on a shared connection")                       \
     X(txn_pinned, counter, "Transactions without WATCH moved to a pinned connection")                      \
+    X(unwatch_local, counter, "UNWATCH with nothing watched, answered by sidecache")                       \
     X(cache_enabled, gauge, "1 when the cache is configured")                                               \
     X(tracking_active, gauge, "1 while tracking is confirmed and hits are served")                          \
     X(cache_hits, counter, "Cache entries found (GET, HGET, MGET keys, lookup parts)")                     \

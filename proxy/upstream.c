@@ -432,6 +432,7 @@ void px_upstream_unpin(px_upstream *u, int clean) {
 
 void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len) {
     r->pending = 1;
+    r->replies_left = 1;
     r->sent_us = px_loop_now_us(u->srv);
     r->next_up = NULL;
     if (u->tail != NULL)
@@ -440,6 +441,11 @@ void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len) {
         u->head = r;
     u->tail = r;
     u->npending++;
+    px_io_write(&u->io, data, len);
+}
+
+void px_upstream_extend(px_upstream *u, px_req *r, const char *data, size_t len) {
+    r->replies_left++;
     px_io_write(&u->io, data, len);
 }
 
@@ -457,10 +463,12 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen) {
         r->pending = 0;
         r->next_up = NULL;
         r->lost = 1;
-        if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING)
+        if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING) {
             px_req_release(u->srv, r);
-        else
-            px_client_on_reply(r->client, r, err, errlen);
+            continue;
+        }
+        for (; r->replies_left > 1; r->replies_left--) px_client_on_reply_part(r->client, r, err, errlen);
+        px_client_on_reply(r->client, r, err, errlen);
     }
 }
 
@@ -499,6 +507,13 @@ void px_upstream_free(px_upstream *u) {
 }
 
 /* One whole reply frame from Redis. */
+/* No longer the master: with Sentinel, ask where it went (after this
+ * callback: a switch closes this very connection). */
+static void note_readonly(px_upstream *u, const char *data, size_t len) {
+    if (len >= 9 && memcmp(data, "-READONLY", 9) == 0 && u->srv->sentinel_ev != NULL)
+        event_active(u->srv->sentinel_ev, EV_TIMEOUT, 0);
+}
+
 static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     char type = u->rp.type;
     if (u->handshake_left > 0) {
@@ -543,6 +558,13 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_upstream_close(u, "unexpected reply from upstream");
         return;
     }
+    if (r->replies_left > 1) {
+        /* a run's record stays at the head until its last reply */
+        r->replies_left--;
+        if (type == '-') note_readonly(u, data, len);
+        px_client_on_reply_part(r->client, r, data, len);
+        return;
+    }
     u->head = r->next_up;
     if (u->head == NULL) u->tail = NULL;
     u->npending--;
@@ -555,10 +577,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_req_release(u->srv, r);
     } else {
         px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
-        /* no longer the master: with Sentinel, ask where it went (after
-         * this callback: a switch closes this very connection) */
-        if (type == '-' && len >= 9 && memcmp(data, "-READONLY", 9) == 0 && u->srv->sentinel_ev != NULL)
-            event_active(u->srv->sentinel_ev, EV_TIMEOUT, 0);
+        if (type == '-') note_readonly(u, data, len);
         px_client_on_reply(r->client, r, data, len);
     }
 }

@@ -70,6 +70,8 @@ enum px_aux_flag {
     PX_AUX_SCRIPT_LOAD = 1 << 7, /* SCRIPT LOAD of lookup script fill_token - 1 */
     PX_AUX_SCRIPT_FLUSH = 1 << 8, /* SCRIPT FLUSH: no script is loaded any more */
     PX_AUX_TXN_CHECK = 1 << 9, /* a command queued in a local MULTI, checked by Redis */
+    PX_AUX_UNWATCH = 1 << 10,  /* UNWATCH: +OK means the pool's user may send it
+                                  (fill_token: the ACL epoch when sent) */
 };
 
 typedef struct px_req {
@@ -87,6 +89,12 @@ typedef struct px_req {
     size_t aux_len;
     uint64_t fill_token;
     int64_t sent_us;            /* when it was written (px_now_us) */
+    /* Replies still awaited from Redis: 1, or more for a run (commands
+     * queued in MULTI on a pinned connection, forwarded into one record by
+     * px_upstream_extend: their +QUEUED replies only need relaying). All
+     * but the last reach px_client_on_reply_part. */
+    uint32_t replies_left;
+    int run;                    /* a run that may still grow (client.c) */
 } px_req;
 
 enum px_up_state { PX_UP_CONNECTING, PX_UP_HANDSHAKE, PX_UP_READY, PX_UP_CLOSED };
@@ -108,6 +116,9 @@ typedef struct px_pool {
     int backoff_ms;
     int64_t backoff_until_ms;
     char last_error[256];
+    /* srv->acl_epoch + 1 when Redis last let this identity UNWATCH (0: not
+     * known); then an UNWATCH with nothing watched is answered here */
+    uint64_t unwatch_epoch;
 } px_pool;
 
 typedef struct px_upstream {
@@ -156,6 +167,10 @@ void px_upstream_unpin(px_upstream *u, int clean);
 /* Appends one request's bytes and its record. The record must be linked in
  * the client's slots by the caller first. */
 void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len);
+
+/* Appends one more request whose reply belongs to r, which must be the
+ * last request sent on u (a run: see px_req.replies_left). */
+void px_upstream_extend(px_upstream *u, px_req *r, const char *data, size_t len);
 
 /* Appends raw bytes with no reply expected to be matched (tunnels only). */
 void px_upstream_send_raw(px_upstream *u, const char *data, size_t len);

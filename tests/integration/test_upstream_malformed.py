@@ -1,10 +1,13 @@
 """A malformed reply from the upstream closes that upstream connection and
 fails every request pending on it with an error; the client stays
-connected, and the next request is served on a fresh connection.
+connected, and the next request is served on a fresh connection. A pinned
+transaction whose connection breaks in the middle of its +QUEUED replies
+gets one reply per command it sent, then loses its connection.
 
 A real redis-server cannot be made to send a broken reply, so this is the
 one place a fake upstream is used: a tiny RESP server in Python that answers
-PING, GET good, and answers GET bad with bytes that are not RESP.
+PING, GET good, and answers GET bad with bytes that are not RESP; inside
+MULTI it answers +QUEUED, and SET cut with bytes that are not RESP.
 """
 import socket
 import threading
@@ -12,7 +15,7 @@ import time
 
 import pytest
 
-from helpers import free_port
+from helpers import ConnectionClosed, encode, free_port
 
 BROKEN = b"$abc\r\nnot resp\r\n"
 
@@ -52,13 +55,21 @@ class FakeUpstream(threading.Thread):
 
     def serve(self, conn):
         f = conn.makefile("rb")
+        in_multi = False
         try:
             while True:
                 cmd = self.read_command(f)
                 if cmd is None:
                     return
                 name = cmd[0].upper()
-                if name == b"PING":
+                if in_multi and name == b"SET" and cmd[1] == b"cut":
+                    conn.sendall(BROKEN)
+                elif in_multi and name not in (b"EXEC", b"DISCARD"):
+                    conn.sendall(b"+QUEUED\r\n")
+                elif name == b"MULTI":
+                    in_multi = True
+                    conn.sendall(b"+OK\r\n")
+                elif name == b"PING":
                     conn.sendall(b"+PONG\r\n")
                 elif name == b"GET" and cmd[1] == b"bad":
                     conn.sendall(BROKEN)
@@ -112,4 +123,28 @@ def test_malformed_upstream_reply_fails_pending_and_reconnects(proxy_factory, fa
             assert time.monotonic() < deadline, r
             time.sleep(0.05)
         assert fake_upstream.connections > before, "no new upstream connection was made"
+    assert p.alive()
+
+
+@pytest.mark.proxy_only
+def test_broken_reply_in_the_middle_of_a_queued_run(proxy_factory, fake_upstream):
+    """WATCH pins; MULTI and 200 commands go as one run of replies. The 4th
+    queued reply is broken: the client gets the three +QUEUED, then one
+    error for each command still unanswered (EXEC included), in order and
+    no more, then the proxy closes it (its transaction is gone)."""
+    p = proxy_factory(upstream_url="redis://127.0.0.1:%d" % fake_upstream.port,
+                      args=("--cache-max-memory", "0"))
+    with p.raw() as c:
+        assert c.cmd("WATCH", "w").raw == b"+OK\r\n"
+        cmds = [("MULTI",)] + [("SET", "k%d" % i, "v") for i in range(3)] + [("SET", "cut", "x")]
+        cmds += [("SET", "k%d" % i, "v") for i in range(3, 199)] + [("EXEC",)]
+        c.send(b"".join(encode(*x) for x in cmds))
+        replies = [c.read_frame(timeout=5).raw for _ in range(len(cmds))]
+        assert replies[0] == b"+OK\r\n"
+        assert replies[1:4] == [b"+QUEUED\r\n"] * 3, replies[:6]
+        for r in replies[4:]:
+            assert r.startswith(b"-ERR sidecache: malformed reply from upstream"), r
+        with pytest.raises((ConnectionClosed, OSError)):
+            extra = c.read_frame(timeout=5)
+            raise AssertionError("a reply more than the commands sent: %r" % (extra.raw,))
     assert p.alive()
