@@ -288,6 +288,26 @@ static int do_populate(void) {
     return errors ? 3 : 0;
 }
 
+/* Per-step time of the unlink transaction, printed to stderr at the end
+ * when BATCHUNLINK_STEPS is set: where a target spends its time. */
+static const char *step_names[7] = {"WATCH i d", "GET i", "HMGET", "WATCH inodes", "MGET", "MULTI..EXEC", "UNWATCH"};
+static uint64_t step_ns[7], step_n[7];
+
+static redisReply **timed_exchange(int q, int step) {
+    uint64_t t = now_ns();
+    redisReply **rs = exchange(q);
+    step_ns[step] += now_ns() - t;
+    step_n[step]++;
+    return rs;
+}
+
+static void print_steps(void) {
+    if (getenv("BATCHUNLINK_STEPS") == NULL) return;
+    for (int i = 0; i < 7; i++)
+        fprintf(stderr, "batchunlink: step %-13s mean %8.1f us\n", step_names[i],
+                step_n[i] ? (double)step_ns[i] / (double)step_n[i] / 1000.0 : 0.0);
+}
+
 static int do_unlink(void) {
     uint32_t nb = (cfg.files + cfg.batch - 1) / cfg.batch;
     uint64_t *bt = calloc(nb + 1, sizeof *bt);
@@ -306,19 +326,19 @@ static int do_unlink(void) {
             /* WATCH i<P> d<P> */
             cmd_begin(&c); cmd_str(&c, "WATCH"); cmd_fmt(&c, "i%" PRIu64, cfg.parent); cmd_fmt(&c, "d%" PRIu64, cfg.parent);
             cmd_append(&c);
-            rs = exchange(1);
+            rs = timed_exchange(1, 0);
             expect_status("WATCH i d", rs[0], "OK");
             free_replies(rs, 1);
             /* GET i<P> */
             cmd_begin(&c); cmd_str(&c, "GET"); cmd_fmt(&c, "i%" PRIu64, cfg.parent); cmd_append(&c);
-            rs = exchange(1);
+            rs = timed_exchange(1, 1);
             if (rs[0]->type != REDIS_REPLY_STRING) fail("GET i%" PRIu64 ": the directory's attribute is missing", cfg.parent);
             free_replies(rs, 1);
             /* HMGET d<P> names... */
             cmd_begin(&c); cmd_str(&c, "HMGET"); cmd_fmt(&c, "d%" PRIu64, cfg.parent);
             for (uint32_t k = 0; k < n; k++) cmd_fmt(&c, "f%u", j0 + k);
             cmd_append(&c);
-            rs = exchange(1);
+            rs = timed_exchange(1, 2);
             uint32_t ni = 0;
             if (rs[0]->type != REDIS_REPLY_ARRAY || rs[0]->elements != n) {
                 fail("HMGET: not an array of %u", n);
@@ -335,13 +355,13 @@ static int do_unlink(void) {
             cmd_begin(&c); cmd_str(&c, "WATCH");
             for (uint32_t k = 0; k < ni; k++) cmd_fmt(&c, "i%" PRIu64, inos[k]);
             cmd_append(&c);
-            rs = exchange(1);
+            rs = timed_exchange(1, 3);
             expect_status("WATCH inodes", rs[0], "OK");
             free_replies(rs, 1);
             cmd_begin(&c); cmd_str(&c, "MGET");
             for (uint32_t k = 0; k < ni; k++) cmd_fmt(&c, "i%" PRIu64, inos[k]);
             cmd_append(&c);
-            rs = exchange(1);
+            rs = timed_exchange(1, 4);
             if (rs[0]->type != REDIS_REPLY_ARRAY || rs[0]->elements != ni) {
                 fail("MGET: not an array of %u", ni);
             } else {
@@ -370,7 +390,7 @@ static int do_unlink(void) {
             cmd_begin(&c); cmd_str(&c, "SET"); cmd_fmt(&c, "i%" PRIu64, cfg.parent); cmd_arg(&c, val, (size_t)cfg.value_size);
             cmd_append(&c); q++;
             cmd_begin(&c); cmd_str(&c, "EXEC"); cmd_append(&c); q++;
-            rs = exchange(q);
+            rs = timed_exchange(q, 5);
             expect_status("MULTI", rs[0], "OK");
             for (int i = 1; i < q - 1; i++) expect_status("queued command", rs[i], "QUEUED");
             redisReply *ex = rs[q - 1];
@@ -392,7 +412,7 @@ static int do_unlink(void) {
             free_replies(rs, q);
             /* UNWATCH (go-redis Tx.Close) */
             cmd_begin(&c); cmd_str(&c, "UNWATCH"); cmd_append(&c);
-            rs = exchange(1);
+            rs = timed_exchange(1, 6);
             expect_status("UNWATCH", rs[0], "OK");
             free_replies(rs, 1);
             if (!conflict || errors) break;
@@ -408,6 +428,7 @@ static int do_unlink(void) {
     }
     uint64_t t = now_ns() - t0;
     if (errors == 0) report("unlink", nb, conflicts, t, bt);
+    print_steps();
     free(bt);
     free(inos);
     return errors ? 3 : 0;

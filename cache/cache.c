@@ -609,14 +609,13 @@ void cache_fill_abort(cache *c, uint64_t token, uint32_t part, int db, int kind,
     }
 }
 
-size_t cache_invalidate_key(cache *c, const char *key, size_t klen) {
-    struct probe gp;
+/* cache_invalidate_key with the group's probe made. */
+static size_t invalidate_probe(cache *c, const struct probe *gp) {
     struct group *g;
     size_t n = 0;
     c->stats.invalidations++;
-    if (c->groups == NULL || klen > KEY_MAX) return 0;
-    probe_group(c, &gp, (const unsigned char *)key, klen);
-    HASH_FIND_BYHASHVALUE(hh, c->groups, &gp, gp.len, gp.hv, g);
+    if (c->groups == NULL || gp->klen > KEY_MAX) return 0;
+    HASH_FIND_BYHASHVALUE(hh, c->groups, gp, gp->len, gp->hv, g);
     if (g == NULL) return 0;
     /* the whole circle goes, so no group_unlink per entry */
     struct link *l = g->members.next;
@@ -633,6 +632,67 @@ size_t cache_invalidate_key(cache *c, const char *key, size_t klen) {
     c->stats.keys_purged += n;
     account(c);
     return n;
+}
+
+size_t cache_invalidate_key(cache *c, const char *key, size_t klen) {
+    struct probe gp;
+    probe_group(c, &gp, (const unsigned char *)key, klen);
+    return invalidate_probe(c, &gp);
+}
+
+/* The bucket of the groups table where hv would be. */
+static UT_hash_bucket *group_bucket(const cache *c, unsigned hv) {
+    UT_hash_table *t = c->groups->hh.tbl;
+    return &t->buckets[hv & (t->num_buckets - 1u)];
+}
+
+/* What deleting e from the index will touch: its bucket, its neighbours
+ * in the bucket's chain and in the LRU order. */
+static void prefetch_entry_links(const cache *c, const struct entry *e) {
+    const UT_hash_table *t = c->index->hh.tbl;
+    __builtin_prefetch(&t->buckets[e->hh.hashv & (t->num_buckets - 1u)]);
+    if (e->hh.prev != NULL) __builtin_prefetch(e->hh.prev);
+    if (e->hh.next != NULL) __builtin_prefetch(e->hh.next);
+    if (e->hh.hh_prev != NULL) __builtin_prefetch(e->hh.hh_prev);
+    if (e->hh.hh_next != NULL) __builtin_prefetch(e->hh.hh_next);
+}
+
+size_t cache_invalidate_keys(cache *c, const cache_keyref *keys, size_t n) {
+    /* A large table is out of the CPU caches: each lookup waits for its
+     * bucket, then for the groups of the chain, and each purge for the
+     * entry, its bucket and its neighbours. Asking for all of a chunk's
+     * memory stage by stage lets the waits overlap. Only hints: the purges
+     * themselves look everything up again. */
+    enum { CHUNK = 32 };
+    struct probe gp[CHUNK];
+    const struct entry *first[CHUNK];
+    size_t purged = 0;
+    for (size_t base = 0; base < n; base += CHUNK) {
+        size_t m = n - base < CHUNK ? n - base : CHUNK;
+        for (size_t i = 0; i < m; i++) {
+            probe_group(c, &gp[i], (const unsigned char *)keys[base + i].key, keys[base + i].klen);
+            if (c->groups != NULL) __builtin_prefetch(group_bucket(c, gp[i].hv));
+        }
+        for (size_t i = 0; i < m && c->groups != NULL; i++) {
+            UT_hash_handle *h = group_bucket(c, gp[i].hv)->hh_head;
+            if (h != NULL) __builtin_prefetch(h);
+        }
+        for (size_t i = 0; i < m; i++) {
+            struct group *g = NULL;
+            first[i] = NULL;
+            if (c->groups != NULL && gp[i].klen <= KEY_MAX)
+                HASH_FIND_BYHASHVALUE(hh, c->groups, &gp[i], gp[i].len, gp[i].hv, g);
+            if (g != NULL && g->members.next != &g->members) {
+                first[i] = (const struct entry *)(const void *)((const char *)g->members.next -
+                                                                offsetof(struct entry, grp));
+                __builtin_prefetch(first[i]);
+            }
+        }
+        for (size_t i = 0; i < m; i++)
+            if (first[i] != NULL) prefetch_entry_links(c, first[i]);
+        for (size_t i = 0; i < m; i++) purged += invalidate_probe(c, &gp[i]);
+    }
+    return purged;
 }
 
 void cache_flush(cache *c) {

@@ -149,6 +149,16 @@ void cache_fill_abort(cache *c, uint64_t token, uint32_t part, int db, int kind,
  * fields). Returns how many were purged. Costs O(entries purged). */
 size_t cache_invalidate_key(cache *c, const char *key, size_t klen);
 
+typedef struct cache_keyref {
+    const char *key;
+    size_t klen;
+} cache_keyref;
+
+/* cache_invalidate_key for each of n keys, faster than one by one on a
+ * large cache (the table's memory is fetched for several keys at once).
+ * Returns how many entries were purged. */
+size_t cache_invalidate_keys(cache *c, const cache_keyref *keys, size_t n);
+
 /* Purges everything, placeholders included (so pending fills fail). */
 void cache_flush(cache *c);
 

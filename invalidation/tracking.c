@@ -227,17 +227,30 @@ static void on_push(inv_conn *t, const char *buf, size_t len) {
     }
     if (type == '$') { /* one key as a bulk string (not sent by Redis 6+, but cheap) */
         t->stats.keys++;
-        t->cb.on_invalidate(t->arg, p, n);
+        t->cb.on_invalidate(t->arg, &(inv_key){p, n}, 1);
         return;
     }
     if (type != '*') goto bad;
     const char *arr = p;
     size_t alen = n, aoff = first_elem_off(arr, alen);
+    /* handed over in chunks: the cache purges several keys faster than one
+     * by one (cache_invalidate_keys) */
+    inv_key keys[64];
+    size_t nk = 0;
     for (long long i = 0; i < count; i++) {
-        if (next_elem(t, arr, alen, &aoff, &type, &p, &n, NULL) != 0 || type != '$') goto bad;
+        if (next_elem(t, arr, alen, &aoff, &type, &p, &n, NULL) != 0 || type != '$') {
+            /* what was read is invalidated; the rest counts as a loss */
+            if (nk > 0) t->cb.on_invalidate(t->arg, keys, nk);
+            goto bad;
+        }
         t->stats.keys++;
-        t->cb.on_invalidate(t->arg, p, n);
+        keys[nk++] = (inv_key){p, n};
+        if (nk == sizeof keys / sizeof keys[0]) {
+            t->cb.on_invalidate(t->arg, keys, nk);
+            nk = 0;
+        }
     }
+    if (nk > 0) t->cb.on_invalidate(t->arg, keys, nk);
     return;
 bad:
     /* A message we cannot read may have named keys: treat as loss. */

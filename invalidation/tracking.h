@@ -40,9 +40,16 @@ struct event_base;
 
 enum inv_state { INV_IDLE, INV_CONNECTING, INV_SETUP, INV_ACTIVE, INV_BACKOFF };
 
+/* A key named by an invalidation message (points into the message). */
+typedef struct inv_key {
+    const char *key;
+    size_t klen;
+} inv_key;
+
 typedef struct inv_callbacks {
-    /* Redis says key may have changed. */
-    void (*on_invalidate)(void *arg, const char *key, size_t klen);
+    /* Redis says these keys may have changed (n >= 1; a long message comes
+     * in several calls). */
+    void (*on_invalidate)(void *arg, const inv_key *keys, size_t n);
     /* Everything may have changed: empty the cache. why is for logs. */
     void (*on_flush)(void *arg, const char *why);
     /* ACTIVE entered (1) or left (0). */

@@ -71,9 +71,16 @@ static void flush_cache(struct px_caching *pc) {
 /* ------------------------------------------------------------------------ */
 /* tracking callbacks */
 
-static void on_invalidate(void *arg, const char *key, size_t klen) {
+static void on_invalidate(void *arg, const inv_key *keys, size_t n) {
     px_server *srv = arg;
-    cache_invalidate_key(srv->caching->cache, key, klen);
+    cache_keyref refs[64];
+    while (n > 0) {
+        size_t m = n < 64 ? n : 64;
+        for (size_t i = 0; i < m; i++) refs[i] = (cache_keyref){keys[i].key, keys[i].klen};
+        cache_invalidate_keys(srv->caching->cache, refs, m);
+        keys += m;
+        n -= m;
+    }
 }
 
 static void on_flush(void *arg, const char *why) {
@@ -739,15 +746,21 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
 /* replies */
 
 static void invalidate_records(struct px_caching *pc, const char *p, size_t n) {
-    size_t off = 0;
+    cache_keyref refs[64];
+    size_t off = 0, m = 0;
     while (off + 4 <= n) {
         uint32_t klen;
         memcpy(&klen, p + off, 4);
         off += 4;
         if (off + klen > n) break;
-        cache_invalidate_key(pc->cache, p + off, klen);
+        refs[m++] = (cache_keyref){p + off, klen};
         off += klen;
+        if (m == 64) {
+            cache_invalidate_keys(pc->cache, refs, m);
+            m = 0;
+        }
     }
+    if (m > 0) cache_invalidate_keys(pc->cache, refs, m);
 }
 
 /* Parses a bulk or nil reply frame. Returns 1 (bulk, in *val and *vlen), 2 (nil),

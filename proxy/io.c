@@ -291,6 +291,14 @@ void px_io_write(px_io *io, const void *data, size_t len) {
     if (!io->want_write) io_queue_flush(io);
 }
 
+void px_io_write_early(px_io *io, size_t min_pending) {
+    if (io->closed || io->connecting || io->want_write || io->ssl != NULL) return;
+    if (evbuffer_get_length(io->out) < min_pending) return;
+    /* one attempt: what is left stays queued for the iteration's flush,
+     * which also meets (and reports) any error again */
+    evbuffer_write(io->out, io->fd);
+}
+
 void px_io_write_buffer(px_io *io, struct evbuffer *buf) {
     if (io->closed) {
         evbuffer_drain(buf, evbuffer_get_length(buf));

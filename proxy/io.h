@@ -83,6 +83,12 @@ int px_io_start_tls(px_io *io, struct ssl_st *ssl);
 
 /* Appends bytes to the output; they leave at the end of this loop iteration. */
 void px_io_write(px_io *io, const void *data, size_t len);
+
+/* Writes what the socket takes now, without waiting for the end of the
+ * iteration, if at least min_pending bytes wait (plain sockets only). A
+ * failure is not reported here but by the iteration's flush, so no
+ * callback runs from inside the caller. */
+void px_io_write_early(px_io *io, size_t min_pending);
 /* Moves all of buf to the output (buf is left empty). */
 void px_io_write_buffer(px_io *io, struct evbuffer *buf);
 /* Bytes not yet written to the socket. */

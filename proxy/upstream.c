@@ -39,6 +39,7 @@
 #define PX_MAX_IDLE_PINNED 32
 #define PX_POOL_IDLE_FREE_MS 60000
 #define PX_MAX_FREE_REQS 4096
+#define PX_UP_EARLY_WRITE (16 * 1024) /* px_upstream_extend */
 
 static uint64_t next_upstream_id;
 
@@ -447,6 +448,10 @@ void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len) {
 void px_upstream_extend(px_upstream *u, px_req *r, const char *data, size_t len) {
     r->replies_left++;
     px_io_write(&u->io, data, len);
+    /* a long run (a large transaction read in one go) starts reaching
+     * Redis while the rest is still being parsed: Redis queues the first
+     * commands while the proxy reads the next */
+    px_io_write_early(&u->io, PX_UP_EARLY_WRITE);
 }
 
 void px_upstream_send_raw(px_upstream *u, const char *data, size_t len) {
@@ -582,6 +587,34 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     }
 }
 
+/* A reply with nothing to look at on its way: not an error (C6, READONLY)
+ * and not a push. */
+static int plain_reply(char type) {
+    return type != '-' && type != '!' && type != '>';
+}
+
+/* The first reply of run r is at data (flen bytes, parsed): takes as many
+ * more plain replies of r as are whole in the buffer, leaving r's last
+ * reply to up_on_frame. Returns the bytes taken. */
+static size_t run_span(px_upstream *u, px_req *r, const char *data, size_t len, size_t flen) {
+    size_t span = flen;
+    uint32_t k = 1;
+    while (k < r->replies_left - 1 && span < len) {
+        /* a frame cut short stays in the parser's state, resumed from its
+         * start once the span is drained; an error is met again there */
+        if (resp_reply_parse(&u->rp, data + span, len - span) != RESP_OK) break;
+        if (!plain_reply(u->rp.type)) {
+            /* whole but not plain: the next pass parses it again */
+            resp_reply_reset(&u->rp);
+            break;
+        }
+        span += u->rp.frame_len;
+        k++;
+    }
+    r->replies_left -= k;
+    return span;
+}
+
 static void up_on_read(void *arg) {
     px_upstream *u = arg;
     struct evbuffer *in = u->io.in;
@@ -600,7 +633,14 @@ static void up_on_read(void *arg) {
             return;
         }
         size_t flen = u->rp.frame_len;
-        up_on_frame(u, data, flen);
+        px_req *r = u->head;
+        if (r != NULL && r->replies_left > 2 && u->handshake_left == 0 && !u->tunnel && plain_reply(u->rp.type)) {
+            /* a run's replies that are here go to its client in one piece */
+            flen = run_span(u, r, data, len, flen);
+            px_client_on_reply_part(r->client, r, data, flen);
+        } else {
+            up_on_frame(u, data, flen);
+        }
         evbuffer_drain(in, flen);
     }
 }

@@ -110,6 +110,16 @@ CASES = {
                                      ("EXEC",), ("GET", "t")],
     "unknown_command_case_and_empty": [("MULTI",), ("set", "t", "x"), ("SeT", "t", "y"),
                                        ("",), ("EXEC",), ("GET", "t")],
+    # pinned by WATCH: the queued commands travel as one run of replies,
+    # here with queue-time errors and a push-free mix of reply types inside
+    "watch_long_run_with_queue_errors": [("WATCH", "t"), ("MULTI",)] + [
+        c for i in range(600) for c in (
+            [("SET", "k%d" % i, "v"), ("INCR", "n")]
+            + ([("NOSUCHCMD", "x")] if i % 97 == 5 else [])
+            + ([("GET",)] if i % 131 == 7 else []))] + [("EXEC",), ("GET", "n"), ("UNWATCH",)],
+    "watch_long_run_executes": [("SET", "t", "0"), ("WATCH", "t"), ("MULTI",)]
+    + [("INCR", "t")] * 2500 + [("HSET", "d5", "x", "y"), ("GET", "t"), ("EXEC",), ("GET", "t"),
+                                ("HGET", "d5", "x")],
 }
 
 

@@ -77,6 +77,7 @@ static void t_fail_reset(void) {
 #define cache_fill_complete ck_cache_fill_complete
 #define cache_fill_abort ck_cache_fill_abort
 #define cache_invalidate_key ck_cache_invalidate_key
+#define cache_invalidate_keys ck_cache_invalidate_keys
 #define cache_flush ck_cache_flush
 #include "cache/cache.c"
 #undef cache_new
@@ -88,6 +89,7 @@ static void t_fail_reset(void) {
 #undef cache_fill_complete
 #undef cache_fill_abort
 #undef cache_invalidate_key
+#undef cache_invalidate_keys
 #undef cache_flush
 
 /* Both builds behind one table, so a driver can run on either. */
@@ -104,18 +106,19 @@ typedef struct cache_api {
                     const char *, size_t, int, int64_t);
     void (*abort_)(cache *, uint64_t, uint32_t, int, int, const char *, size_t, const char *, size_t);
     size_t (*invalidate)(cache *, const char *, size_t);
+    size_t (*invalidate_many)(cache *, const cache_keyref *, size_t);
     void (*flush)(cache *);
     int (*check)(const cache *); /* NULL for the real build */
 } cache_api;
 
 static const cache_api real_api = {
     "real", cache_new, cache_free, cache_set_config, cache_get_stats, cache_get, cache_fill_begin,
-    cache_fill_complete, cache_fill_abort, cache_invalidate_key, cache_flush, NULL,
+    cache_fill_complete, cache_fill_abort, cache_invalidate_key, cache_invalidate_keys, cache_flush, NULL,
 };
 static const cache_api ck_api = {
     "checked", ck_cache_new, ck_cache_free, ck_cache_set_config, ck_cache_get_stats, ck_cache_get,
     ck_cache_fill_begin, ck_cache_fill_complete, ck_cache_fill_abort, ck_cache_invalidate_key,
-    ck_cache_flush, cache_check,
+    ck_cache_invalidate_keys, ck_cache_flush, cache_check,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -407,6 +410,36 @@ static void test_group_purge_large(void) {
     CHECK_EQ_INT(st(c)->entries, 100);
     CHECK_EQ_INT(get(c, 1, 0, H, "d1050", "x"), 1);
     CHECK_EQ_INT(get(c, 1, 0, H, "d77", "name-5"), 0);
+    cache_free(c);
+}
+
+/* Many keys at once: the same purges as one by one, whatever the chunk
+ * boundaries, repeats and missing keys. */
+static void test_invalidate_many(void) {
+    cache *c = mk(64 * MB, 64 * 1024, 0);
+    char k[70][16], f[32];
+    cache_keyref refs[140];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(f, sizeof f, "name-%d", i);
+        put(c, 1, 0, H, "d9", f, "entry", 0);
+    }
+    for (int i = 0; i < 70; i++) {
+        snprintf(k[i], sizeof k[i], "i%d", 100 + i);
+        put(c, 1, 0, G, k[i], "", "attr", 0);
+        put(c, 2, 3, G, k[i], "", "attr", 0);
+    }
+    size_t n = 0;
+    for (int i = 0; i < 70; i += 2) refs[n++] = (cache_keyref){k[i], strlen(k[i])}; /* 35 present */
+    refs[n++] = (cache_keyref){"d9", 2};
+    refs[n++] = (cache_keyref){"d9", 2};                                             /* a repeat */
+    for (int i = 0; i < 40; i++) refs[n++] = (cache_keyref){"nope", 4};              /* absent */
+    refs[n++] = (cache_keyref){k[0], strlen(k[0])};                                  /* purged already */
+    CHECK_EQ_INT(cache_invalidate_keys(c, refs, n), 35 * 2 + 5000);
+    CHECK_EQ_INT(st(c)->entries, 35 * 2);
+    CHECK_EQ_INT(st(c)->invalidations, n);
+    for (int i = 0; i < 70; i++) CHECK_EQ_INT(get(c, 2, 3, G, k[i], ""), i % 2 == 1);
+    CHECK_EQ_INT(get(c, 1, 0, H, "d9", "name-7"), 0);
+    CHECK_EQ_INT(cache_invalidate_keys(c, refs, 0), 0);
     cache_free(c);
 }
 
@@ -979,12 +1012,26 @@ static void random_ops(const cache_api *api, uint64_t seed, int nops, unsigned o
             } else if (f.stale) {
                 refused_stale++;
             }
-        } else if (what < 995) { /* invalidate a key */
+        } else if (what < 990) { /* invalidate a key */
             api->invalidate(c, id->key, id->klen);
             for (int i = 0; i < M_SLOTS; i++)
                 if (same_key(&slots[i], id->key, id->klen)) model[i].valid = 0;
             for (int i = 0; i < nfills; i++)
                 if (same_key(&slots[fills[i].slot], id->key, id->klen)) fills[i].stale = 1;
+        } else if (what < 995) { /* invalidate up to 80 keys at once (several chunks, repeats) */
+            cache_keyref refs[80];
+            size_t nk = 1 + rnd_below(&r, 80);
+            for (size_t k = 0; k < nk; k++) {
+                const slot_id *o = &slots[rnd_below(&r, M_SLOTS)];
+                refs[k] = (cache_keyref){o->key, o->klen};
+            }
+            api->invalidate_many(c, refs, nk);
+            for (size_t k = 0; k < nk; k++) {
+                for (int i = 0; i < M_SLOTS; i++)
+                    if (same_key(&slots[i], refs[k].key, refs[k].klen)) model[i].valid = 0;
+                for (int i = 0; i < nfills; i++)
+                    if (same_key(&slots[fills[i].slot], refs[k].key, refs[k].klen)) fills[i].stale = 1;
+            }
         } else if (what < 997) { /* flush */
             api->flush(c);
             for (int s = 0; s < M_SLOTS; s++) model[s].valid = 0;
@@ -1287,6 +1334,7 @@ int main(void) {
     RUN(test_long_keys);
     RUN(test_group_purge);
     RUN(test_group_purge_large);
+    RUN(test_invalidate_many);
     RUN(test_fill_after_invalidation_is_refused);
     RUN(test_fill_aba);
     RUN(test_fill_token_belongs_to_its_identity);
