@@ -40,6 +40,8 @@
  * DEL that finds no key, a missing entry ... is an error). Output, CSV on
  * stdout for --unlink and --writes:
  *   label,mode,files,batches,round_trips,commands,conflicts,seconds,batch_p50_us,batch_p99_us,batch_max_us
+ * With BATCHUNLINK_STEPS set in the environment, --unlink also prints the
+ * mean time of each of the seven steps to stderr (where a target adds time).
  * Exit status 0, 1 on a usage or connection error, 3 on a wrong reply or a
  * failed verification.
  *

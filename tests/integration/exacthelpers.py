@@ -7,6 +7,8 @@ test_batching.py and test_lookup_script.py. Nothing here is a fixture.
   fresh connection and returns the raw reply bytes, in order.
 - assert_same_pipeline(target, ref, cmds, protocol): the same on both, and
   the transcripts must be byte-identical.
+- assert_same_both_ways(target, ref, cmds, protocol): one at a time, then in
+  one write, byte-identical on both.
 - upstream_clients(server): CLIENT LIST of a Redis, minus the connection
   that asked.
 - proxy_supports(directive, value): does the proxy binary know a directive?
@@ -87,6 +89,21 @@ def assert_same_pipeline(target, ref, cmds, protocol=None, pre=(), timeout=30.0)
     if msg:
         raise AssertionError(msg)
     return got
+
+
+def assert_same_both_ways(target, ref, cmds, protocol=None):
+    """The commands one at a time, then all in one write (on the data the
+    first pass left, the same on both): every reply byte-identical to the
+    reference Redis's."""
+    from helpers import run_steps
+    want = [r for _, r in run_steps(ref, cmds, protocol=protocol)]
+    got = [r for _, r in run_steps(target, cmds, protocol=protocol)]
+    msg = diff_transcripts(cmds, want, got)
+    if msg:
+        raise AssertionError("one at a time: " + msg)
+    msg = diff_transcripts(cmds, pipeline_raw(ref, cmds, protocol), pipeline_raw(target, cmds, protocol))
+    if msg:
+        raise AssertionError("in one write: " + msg)
 
 
 def upstream_clients(server):

@@ -18,7 +18,8 @@ import pytest
 
 from cachehelpers import (RELAY_ARGS, confirm_cached, relay, relay_settle,  # noqa: F401
                           start_cached, warm)
-from exacthelpers import assert_same_pipeline, diff_transcripts, pipeline_raw, upstream_clients
+from exacthelpers import (assert_same_both_ways, assert_same_pipeline, diff_transcripts, pipeline_raw,
+                          upstream_clients)
 from helpers import encode, run_steps
 
 PROTOCOLS = [pytest.param(2, id="resp2"), pytest.param(3, id="resp3")]
@@ -129,17 +130,7 @@ def test_transaction_transcript_matches_redis(proxy, ref, case, protocol):
     """Every reply, +OK/+QUEUED/errors/EXECABORT/the EXEC array, is
     byte-identical to what Redis sends: the commands sent one at a time,
     then (on the data that left, the same on both) all in one write."""
-    cmds = CASES[case]
-    want = [r for _, r in run_steps(ref, cmds, protocol=protocol)]
-    got = [r for _, r in run_steps(proxy, cmds, protocol=protocol)]
-    msg = diff_transcripts(cmds, want, got)
-    if msg:
-        raise AssertionError("one at a time: " + msg)
-    want = pipeline_raw(ref, cmds, protocol)
-    got = pipeline_raw(proxy, cmds, protocol)
-    msg = diff_transcripts(cmds, want, got)
-    if msg:
-        raise AssertionError("in one write: " + msg)
+    assert_same_both_ways(proxy, ref, CASES[case], protocol)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

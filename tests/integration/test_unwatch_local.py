@@ -12,7 +12,7 @@ around them, and that every case where Redis would answer otherwise
 """
 import pytest
 
-from exacthelpers import diff_transcripts, pipeline_raw, sidecache_info
+from exacthelpers import assert_same_both_ways, diff_transcripts, sidecache_info
 from helpers import run_steps
 
 PROTOCOLS = [pytest.param(2, id="resp2"), pytest.param(3, id="resp3")]
@@ -24,7 +24,7 @@ def unwatch_calls(server):
     return stats.get("cmdstat_unwatch", {}).get("calls", 0)
 
 
-def go_redis_txn(ep, c, key):
+def go_redis_txn(c, key):
     """One go-redis Watch(): WATCH, a read, MULTI/INCR/EXEC, then UNWATCH."""
     assert c.cmd("WATCH", key).raw == b"+OK\r\n"
     c.cmd("GET", key)
@@ -51,15 +51,7 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_unwatch_transcript_matches_redis(proxy, ref, case, protocol):
     """Byte for byte as Redis, one command at a time and in one write."""
-    cmds = CASES[case]
-    want = [r for _, r in run_steps(ref, cmds, protocol=protocol)]
-    got = [r for _, r in run_steps(proxy, cmds, protocol=protocol)]
-    msg = diff_transcripts(cmds, want, got)
-    if msg:
-        raise AssertionError("one at a time: " + msg)
-    msg = diff_transcripts(cmds, pipeline_raw(ref, cmds, protocol), pipeline_raw(proxy, cmds, protocol))
-    if msg:
-        raise AssertionError("in one write: " + msg)
+    assert_same_both_ways(proxy, ref, CASES[case], protocol)
 
 
 def test_unwatch_after_exec_does_not_reach_redis(proxy, upstream):
@@ -69,7 +61,7 @@ def test_unwatch_after_exec_does_not_reach_redis(proxy, upstream):
     local_before = int(sidecache_info(proxy).get("unwatch_local", 0))
     with proxy.raw(auth=True) as c:
         for i in range(10):
-            ex, unw = go_redis_txn(proxy, c, "cnt")
+            ex, unw = go_redis_txn(c, "cnt")
             assert ex == b"*1\r\n:%d\r\n" % (i + 1)
             assert unw == b"+OK\r\n"
     assert unwatch_calls(upstream) - before == 1
