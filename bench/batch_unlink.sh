@@ -36,6 +36,7 @@
 #   BATCH         entries per transaction / pipeline        (250)
 #   PREWARM       1: read the directory through the target before unlinking (1)
 #   GOAL          the ratio not to exceed                   (1.05)
+#   BATCHUNLINK_STEPS  set: log each unlink run's mean time per step
 #   TOXIC_STREAM, CALIBRATE, RTT_SAMPLES (see latency.sh)
 #   RESULTS_DIR, SIDECACHE_BIN, SIDECACHE_ARGS, REDIS_SERVER, TOXIPROXY_BIN,
 #   LOADGEN_BIN, BATCHUNLINK_BIN, BENCH_TIMEOUT
@@ -105,6 +106,8 @@ for L in $LATENCIES; do
         fg "$BATCHUNLINK_BIN" -p "$p" --"$v" --files "$FILES" --batch "$BATCH" --label "$t" --no-header \
           >"$out" 2>"$out.err" || rc=$?
         [ "$rc" = 0 ] || { cat "$out.err" >&2; die "$v through $t failed (exit $rc)"; }
+        # BATCHUNLINK_STEPS=1: batchunlink's per-step means, in the log
+        [ -z "${BATCHUNLINK_STEPS:-}" ] || grep 'step' "$out.err" | sed "s/^batchunlink: /  $t /" >&2
         check="--verify-empty"
         [ "$v" = writes ] && check="--verify-full"
         for vp in "$rport" "$p"; do

@@ -66,7 +66,3 @@ const resp_cmd_info *resp_cmd_lookup(const char *name, size_t len) {
     }
     return NULL;
 }
-
-int resp_arg_is(const char *p, size_t n, const char *word) {
-    return strlen(word) == n && strncasecmp(p, word, n) == 0;
-}

@@ -11,6 +11,8 @@
 #define SIDECACHE_PROTOCOL_COMMANDS_H
 
 #include <stddef.h>
+#include <string.h>
+#include <strings.h>
 
 enum resp_cmd_id {
     CMD_OTHER = 0, /* not in the table: pass through */
@@ -40,7 +42,11 @@ typedef struct resp_cmd_info {
 /* Finds a command by name (any case). Returns its entry, or NULL. */
 const resp_cmd_info *resp_cmd_lookup(const char *name, size_t len);
 
-/* Case-insensitive comparison of a counted string with a C string. */
-int resp_arg_is(const char *p, size_t n, const char *word);
+/* Case-insensitive comparison of a counted string with a C string. Inline:
+ * with a literal word the length test is a constant, so a word of another
+ * length costs one comparison (this runs several times per request). */
+static inline int resp_arg_is(const char *p, size_t n, const char *word) {
+    return strlen(word) == n && strncasecmp(p, word, n) == 0;
+}
 
 #endif

@@ -854,7 +854,13 @@ static int valid_bignum(const char *s, size_t n) {
 }
 
 static int rep_known_type(char t) {
-    return t && strchr("+-:$*%~>_,#(=!|", t) != NULL;
+    switch (t) {
+    case '+': case '-': case ':': case '$': case '*': case '%': case '~': case '>':
+    case '_': case ',': case '#': case '(': case '=': case '!': case '|':
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* Completes the frame: the result fields are set, the state is fresh. */
