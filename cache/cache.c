@@ -609,6 +609,21 @@ void cache_fill_abort(cache *c, uint64_t token, uint32_t part, int db, int kind,
     }
 }
 
+static struct entry *entry_of_link(struct link *l) {
+    return (struct entry *)(void *)((char *)l - offsetof(struct entry, grp));
+}
+
+/* What deleting e from the index will touch: its bucket, its neighbours
+ * in the bucket's chain and in the LRU order. Only hints. */
+static void prefetch_entry_links(const cache *c, const struct entry *e) {
+    const UT_hash_table *t = c->index->hh.tbl;
+    __builtin_prefetch(&t->buckets[e->hh.hashv & (t->num_buckets - 1u)]);
+    if (e->hh.prev != NULL) __builtin_prefetch(e->hh.prev);
+    if (e->hh.next != NULL) __builtin_prefetch(e->hh.next);
+    if (e->hh.hh_prev != NULL) __builtin_prefetch(e->hh.hh_prev);
+    if (e->hh.hh_next != NULL) __builtin_prefetch(e->hh.hh_next);
+}
+
 /* cache_invalidate_key with the group's probe made. */
 static size_t invalidate_probe(cache *c, const struct probe *gp) {
     struct group *g;
@@ -620,7 +635,7 @@ static size_t invalidate_probe(cache *c, const struct probe *gp) {
     /* the whole circle goes, so no group_unlink per entry */
     struct link *l = g->members.next;
     while (l != &g->members) {
-        struct entry *e = (struct entry *)(void *)((char *)l - offsetof(struct entry, grp));
+        struct entry *e = entry_of_link(l);
         l = l->next;
         HASH_DELETE(hh, c->index, e);
         entry_release(c, e);
@@ -644,17 +659,6 @@ size_t cache_invalidate_key(cache *c, const char *key, size_t klen) {
 static UT_hash_bucket *group_bucket(const cache *c, unsigned hv) {
     UT_hash_table *t = c->groups->hh.tbl;
     return &t->buckets[hv & (t->num_buckets - 1u)];
-}
-
-/* What deleting e from the index will touch: its bucket, its neighbours
- * in the bucket's chain and in the LRU order. */
-static void prefetch_entry_links(const cache *c, const struct entry *e) {
-    const UT_hash_table *t = c->index->hh.tbl;
-    __builtin_prefetch(&t->buckets[e->hh.hashv & (t->num_buckets - 1u)]);
-    if (e->hh.prev != NULL) __builtin_prefetch(e->hh.prev);
-    if (e->hh.next != NULL) __builtin_prefetch(e->hh.next);
-    if (e->hh.hh_prev != NULL) __builtin_prefetch(e->hh.hh_prev);
-    if (e->hh.hh_next != NULL) __builtin_prefetch(e->hh.hh_next);
 }
 
 size_t cache_invalidate_keys(cache *c, const cache_keyref *keys, size_t n) {
@@ -683,8 +687,7 @@ size_t cache_invalidate_keys(cache *c, const cache_keyref *keys, size_t n) {
             if (c->groups != NULL && gp[i].klen <= KEY_MAX)
                 HASH_FIND_BYHASHVALUE(hh, c->groups, &gp[i], gp[i].len, gp[i].hv, g);
             if (g != NULL && g->members.next != &g->members) {
-                first[i] = (const struct entry *)(const void *)((const char *)g->members.next -
-                                                                offsetof(struct entry, grp));
+                first[i] = entry_of_link(g->members.next);
                 __builtin_prefetch(first[i]);
             }
         }
