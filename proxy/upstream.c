@@ -511,7 +511,6 @@ void px_upstream_free(px_upstream *u) {
     free(u);
 }
 
-/* One whole reply frame from Redis. */
 /* No longer the master: with Sentinel, ask where it went (after this
  * callback: a switch closes this very connection). */
 static void note_readonly(px_upstream *u, const char *data, size_t len) {
@@ -519,6 +518,7 @@ static void note_readonly(px_upstream *u, const char *data, size_t len) {
         event_active(u->srv->sentinel_ev, EV_TIMEOUT, 0);
 }
 
+/* One whole reply frame from Redis. */
 static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     char type = u->rp.type;
     if (u->handshake_left > 0) {
