@@ -524,7 +524,9 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
     const resp_arg *a = c->rq.argv;
     int script = -1;
     int kind = cacheable_kind(pc, a, c->rq.argc);
-    int read = kind ? PX_READ_ONE : read_kind(pc, a, c->rq.argc, &script);
+    int read = kind == CACHE_KIND_GET    ? PX_READ_GET
+               : kind == CACHE_KIND_HGET ? PX_READ_HGET
+                                         : read_kind(pc, a, c->rq.argc, &script);
     if (read == PX_READ_NONE) return 0;
     uint32_t part = partition_of(pc, c->user);
     if (part == 0) return 0;
@@ -660,7 +662,8 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
             lookup_send(pc, c, u, r);
             return;
         }
-        int kind = cacheable_kind(pc, a, argc);
+        /* px_caching_try_hit matched the rules: the kind is in cacheable */
+        int kind = cacheable == PX_READ_HGET ? CACHE_KIND_HGET : CACHE_KIND_GET;
         uint32_t part = partition_of(pc, c->user);
         const char *field = kind == CACHE_KIND_HGET ? a[2].ptr : "";
         size_t flen = kind == CACHE_KIND_HGET ? a[2].len : 0;

@@ -52,7 +52,8 @@ int px_caching_active(const px_server *srv);
 /* What a cacheable read is (px_caching_try_hit's *cacheable). */
 enum px_read {
     PX_READ_NONE = 0,
-    PX_READ_ONE,     /* GET or HGET: one entry */
+    PX_READ_GET,     /* GET: one entry */
+    PX_READ_HGET,    /* HGET: one entry */
     PX_READ_MGET,    /* MGET: one entry per key; only the keys not cached go */
     PX_READ_LOOKUP,  /* a lookup script (proxy/lookup.h) */
 };
