@@ -465,14 +465,17 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen) {
         u->head = r->next_up;
         if (u->head == NULL) u->tail = NULL;
         u->npending--;
-        r->pending = 0;
         r->next_up = NULL;
         r->lost = 1;
         if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING) {
             px_req_release(u->srv, r);
             continue;
         }
+        /* a run's other replies first, while the record is still awaited:
+         * one of them may close the client (output limit), which frees
+         * the slots that are not */
         for (; r->replies_left > 1; r->replies_left--) px_client_on_reply_part(r->client, r, err, errlen);
+        r->pending = 0;
         px_client_on_reply(r->client, r, err, errlen);
     }
 }

@@ -148,3 +148,31 @@ def test_broken_reply_in_the_middle_of_a_queued_run(proxy_factory, fake_upstream
             extra = c.read_frame(timeout=5)
             raise AssertionError("a reply more than the commands sent: %r" % (extra.raw,))
     assert p.alive()
+
+
+@pytest.mark.proxy_only
+def test_broken_run_closing_the_client_on_its_output_limit(proxy_factory, fake_upstream):
+    """The same break, with an output limit the run's error replies exceed:
+    the proxy closes that client while it hands out the errors, and must
+    neither free the run's record twice nor stop serving others (found by
+    fuzz_session; under ASan a double release is reported)."""
+    p = proxy_factory(upstream_url="redis://127.0.0.1:%d" % fake_upstream.port,
+                      args=("--cache-max-memory", "0", "--client-output-buffer-limit", "2048"))
+    for _ in range(3):
+        with p.raw() as c:
+            assert c.cmd("WATCH", "w").raw == b"+OK\r\n"
+            cmds = [("MULTI",), ("SET", "k0", "v"), ("SET", "cut", "x")]
+            cmds += [("SET", "k%d" % i, "v") for i in range(1, 300)] + [("EXEC",)]
+            c.send(b"".join(encode(*x) for x in cmds))
+            got = 0
+            try:
+                while True:
+                    c.read_frame(timeout=5)
+                    got += 1
+            except (ConnectionClosed, OSError):
+                pass
+            assert got < len(cmds), "the output limit should have closed the client"
+        assert p.alive()
+        with p.raw() as other:
+            assert other.cmd("PING").raw == b"+PONG\r\n"
+            assert other.cmd("GET", "good").raw == b"$2\r\nok\r\n"
