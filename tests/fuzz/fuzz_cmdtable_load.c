@@ -23,15 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzzcommon.h"
 #include "protocol/cmdtable.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* Requests classified against every table a load produced. */
 static const char *const requests[][10] = {

@@ -23,65 +23,19 @@
  * every ASCII letter's case flipped gets the same answer and the same key
  * positions.
  */
-#include <libgen.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzzcommon.h"
 #include "protocol/cmdtable.h"
-
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
-
-#define FIXTURE "tests/unit/data/command-7.0.resp"
 
 static cmdtable *table;
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    long n;
-
-    if (f == NULL)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)n)) != NULL && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-        *len = (size_t)n;
-    } else {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    return buf;
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    char path[4096];
-    const char *env = getenv("SIDECACHE_COMMAND_RESP");
     size_t len = 0;
-    char *reply = NULL;
-
-    if (env != NULL)
-        reply = slurp(env, &len);
-    if (reply == NULL)
-        reply = slurp(FIXTURE, &len);
-    if (reply == NULL && *argc > 0) {
-        char exe[4096];
-        snprintf(exe, sizeof exe, "%s", (*argv)[0]);
-        snprintf(path, sizeof path, "%s/../" FIXTURE, dirname(exe));
-        reply = slurp(path, &len);
-    }
-    if (reply == NULL) {
-        fprintf(stderr, "fuzz_cmdtable_writes: cannot read " FIXTURE
-                        " (run from the repository root or set SIDECACHE_COMMAND_RESP)\n");
-        exit(2);
-    }
+    char *reply = fuzz_command_fixture("fuzz_cmdtable_writes", *argc, *argv, &len);
     table = cmdtable_new();
     CHECK(table != NULL);
     int n = cmdtable_load_command_reply(table, reply, len);

@@ -31,13 +31,6 @@
 #include "fuzzcommon.h"
 #include "protocol/resp.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 enum { F_IGNORE_NEED = 2 };
 

@@ -47,13 +47,6 @@
 #include "fuzzcommon.h"
 #include "protocol/resp.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* ------------------------------------------------------------------------ */
 /* Input header                                                             */

@@ -57,7 +57,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -86,15 +85,7 @@
 #include "proxy/tls.h"
 #include "proxy/upstream.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c);             \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
-#define FIXTURE "tests/unit/data/command-7.0.resp"
 
 /* Bounds of one input: rounds of the event loop and wall-clock time. */
 #define MAX_ROUNDS 6000
@@ -1591,25 +1582,6 @@ static void server_teardown(px_server *srv) {
 /* ------------------------------------------------------------------------ */
 /* setup once                                                               */
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    size_t cap = 1 << 17, n = 0;
-    char *b = malloc(cap);
-    CHECK(b != NULL);
-    for (;;) {
-        size_t r = fread(b + n, 1, cap - n, f);
-        n += r;
-        if (n < cap) break;
-        cap *= 2;
-        b = realloc(b, cap);
-        CHECK(b != NULL);
-    }
-    fclose(f);
-    *len = n;
-    return b;
-}
-
 /* The COMMAND reply cut down to the commands a session is likely to use. */
 static void make_small_table(void) {
     static const char *const keep[] = {
@@ -1672,21 +1644,7 @@ static void remove_socket(void) {
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    const char *env = getenv("SIDECACHE_COMMAND_RESP");
-    char path[4096];
-    if (env != NULL) full_table = slurp(env, &full_table_len);
-    if (full_table == NULL) full_table = slurp(FIXTURE, &full_table_len);
-    if (full_table == NULL && *argc > 0) {
-        char exe[4096];
-        snprintf(exe, sizeof exe, "%s", (*argv)[0]);
-        snprintf(path, sizeof path, "%s/../" FIXTURE, dirname(exe));
-        full_table = slurp(path, &full_table_len);
-    }
-    if (full_table == NULL) {
-        fprintf(stderr, "fuzz_session: cannot read " FIXTURE
-                        " (run from the repository root or set SIDECACHE_COMMAND_RESP)\n");
-        exit(2);
-    }
+    full_table = fuzz_command_fixture("fuzz_session", *argc, *argv, &full_table_len);
     make_small_table();
 
     const char *lv = getenv("SIDECACHE_FUZZ_LOG");
