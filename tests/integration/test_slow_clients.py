@@ -123,13 +123,20 @@ def works(c, key):
     assert c.call("GET", key) == b"v"
 
 
-def test_slowloris_up_to_maxclients(upstream, proxy_factory):
+def start_slowloris(proxy_factory, maxclients, partial_timeout):
+    """A proxy with maxclients slots, all taken by connections that trickle
+    a command in (their count watched through /metrics): (proxy, metrics,
+    trickler)."""
     mport = free_port()
-    p = proxy_factory(args=("--maxclients", "50", "--metrics-port", str(mport),
-                            "--partial-command-timeout", "0"))
+    p = proxy_factory(args=("--maxclients", str(maxclients), "--metrics-port", str(mport),
+                            "--partial-command-timeout", str(partial_timeout)))
     m = Metrics(mport)
     no_clients_yet(m)
-    tr = Trickler(p.port, [slow_payload(i) for i in range(50)])
+    return p, m, Trickler(p.port, [slow_payload(i) for i in range(maxclients)])
+
+
+def test_slowloris_up_to_maxclients(upstream, proxy_factory):
+    p, m, tr = start_slowloris(proxy_factory, 50, 0)
     try:
         m.wait(lambda d: d["connected_clients"] == 50, 5, "50 clients")
         time.sleep(0.3)  # every connection has a partial command by now
@@ -183,12 +190,7 @@ def test_slowloris_up_to_maxclients(upstream, proxy_factory):
 
 
 def test_slowloris_partial_command_timeout_frees_slots(upstream, proxy_factory):
-    mport = free_port()
-    p = proxy_factory(args=("--maxclients", "20", "--metrics-port", str(mport),
-                            "--partial-command-timeout", "1"))
-    m = Metrics(mport)
-    no_clients_yet(m)
-    tr = Trickler(p.port, [slow_payload(i) for i in range(20)])
+    p, m, tr = start_slowloris(proxy_factory, 20, 1)
     try:
         m.wait(lambda d: d["connected_clients"] == 20, 5, "20 clients")
         time.sleep(0.1)
