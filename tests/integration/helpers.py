@@ -13,6 +13,7 @@ Nothing here is a pytest fixture; conftest.py builds the fixtures from it.
 """
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -31,14 +32,33 @@ REDIS_SERVER = os.environ.get("REDIS_SERVER_BIN", "/usr/bin/redis-server")
 _handed_out = set()
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def free_port():
     """A loopback port nobody listens on now and that we have not handed out
-    in this session (so a redis and a proxy started together never collide)."""
-    for _ in range(200):
+    in this session (so a redis and a proxy started together never collide).
+    Drawn from below the kernel's ephemeral range where there is room: a
+    port from that range can be taken by any outgoing connection (a proxy's
+    own upstream connect, made before it binds its metrics port) between
+    this check and the bind."""
+    low = _ephemeral_low()
+    for _ in range(500):
+        if low > 21000:
+            port = random.randrange(20000, low)
+        else:
+            port = 0
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            s.bind((HOST, 0))
+            s.bind((HOST, port))
             port = s.getsockname()[1]
+        except OSError:
+            continue
         finally:
             s.close()
         if port not in _handed_out:
