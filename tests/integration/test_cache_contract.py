@@ -1040,6 +1040,32 @@ def _percentile(xs, q):
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
+def test_c6_failover_error_among_queued_replies_flushes(relay, proxy_factory, upstream):
+    """The same inside a WATCH transaction, where the queued commands'
+    replies travel as one run: a READONLY in the middle of the +QUEUED
+    replies (here injected for the second of three) still empties the
+    cache, and every reply reaches the client in order."""
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
+    upstream.client().set("i9621", "v")
+    c = p.raw(auth=True)
+    warm(c, st, ("GET", "i9621"))
+    reply = b"-READONLY You can't write against a read only replica.\r\n"
+    rw = relay.rewrite_reply(("SET", "k9622", "y"), reply)
+    assert c.cmd("WATCH", "w9621").raw == b"+OK\r\n"
+    assert c.cmd("MULTI").raw == b"+OK\r\n"
+    before = st.get()
+    queued = [("SET", "k9621", "x"), ("SET", "k9622", "y"), ("SET", "k9623", "z")]
+    c.send(b"".join(encode(*q) for q in queued))
+    got = [c.read_frame(5).raw for _ in queued]
+    assert rw.done.is_set()
+    assert got == [b"+QUEUED\r\n", reply, b"+QUEUED\r\n"], got
+    after = st.get()
+    assert after["cache_flushes_failover"] > before["cache_flushes_failover"], after
+    assert after["cache_entries"] == 0, after
+    c.cmd("DISCARD")
+    c.close()
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_c10_bounded_cross_node_staleness(mode, proxy_factory, upstream):
     """200 times: with the value cached in the proxy, change it directly on
