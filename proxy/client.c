@@ -254,6 +254,71 @@ static void unwatch_learn(px_client *c, px_req *r, const char *data, size_t len)
 }
 
 /* ------------------------------------------------------------------------ */
+/* WATCH answered ahead */
+
+static void close_after_replies(px_client *c);
+
+/*
+ * A client that watches keys waits for +OK before it reads them (go-redis's
+ * Watch, so every JuiceFS transaction, twice in a batch unlink): a round
+ * trip that only says Redis took the WATCH. Once Redis has accepted a WATCH
+ * of this identity, a WATCH on the client's own connection is written to
+ * the socket first and then answered +OK here, when the client sent nothing
+ * after it (so it waits for that answer). Nothing the client sends
+ * next can overtake it: its reads reach Redis after the WATCH on the same
+ * connection, so they see what the watch guards; and EXEC, the one command
+ * a watch changes, waits until Redis's own +OK has arrived.
+ *
+ * Should Redis refuse it after all (a key its ACL denies, an ACL changed
+ * behind the proxy), the client was told otherwise: it is disconnected
+ * before any EXEC of it ran, as on a lost connection, and the identity's
+ * next WATCH asks Redis again. Off with `watch-ahead no`.
+ */
+static int watch_ahead_allowed(px_client *c, px_upstream *u, px_req *r) {
+    if (!c->srv->cfg->watch_ahead || c->mode != PX_MODE_PINNED || c->in_multi || c->rq.argc < 2) return 0;
+    if (c->pass == NULL && c->srv->open_access != 1) return 0;
+    if (c->pool->watch_epoch != c->srv->acl_epoch + 1) return 0;
+    /* only a client that waits for the +OK gains from it: one that sent
+     * more (say MULTI … EXEC in the same write) gets Redis's own answer */
+    if (evbuffer_get_length(c->io.in) != c->rq.frame_len) return 0;
+    /* the +OK goes out at once only if no earlier reply is awaited */
+    return c->slots_head == r && u->state == PX_UP_READY;
+}
+
+/* A WATCH just forwarded as r: answered here when it may be. */
+static void watch_send(px_client *c, px_upstream *u, px_req *r) {
+    r->aux_flags |= PX_AUX_WATCH;
+    r->fill_token = c->srv->acl_epoch;
+    if (!watch_ahead_allowed(c, u, r)) return;
+    /* Redis holds the WATCH before the client holds the +OK: a write the
+     * client causes elsewhere after the +OK comes after the WATCH */
+    px_io_write_early(&u->io, 1);
+    if (px_io_pending(&u->io) != 0) return;
+    r->aux_flags |= PX_AUX_WATCH_AHEAD;
+    c->watch_ahead++;
+    c->srv->watch_ahead++;
+    client_write(c, "+OK\r\n", 5);
+}
+
+/* Redis's reply to a forwarded WATCH. Returns 1 if the client already has
+ * its +OK (the reply is then not relayed). */
+static int watch_reply(px_client *c, px_req *r, const char *data, size_t len) {
+    int ok = len == 5 && memcmp(data, "+OK\r\n", 5) == 0;
+    if (ok && r->fill_token == c->srv->acl_epoch) c->pool->watch_epoch = c->srv->acl_epoch + 1;
+    if (!(r->aux_flags & PX_AUX_WATCH_AHEAD)) return 0;
+    c->watch_ahead--;
+    if (!ok && !r->lost) {
+        c->pool->watch_epoch = 0;
+        c->srv->watch_ahead_refused++;
+        px_warning("WATCH answered ahead was refused by Redis; client disconnected id=%llu addr=%s reply=\"%.*s\"",
+                   (unsigned long long)c->id, c->addr, (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);
+    }
+    /* the client must not send EXEC believing it watches */
+    if (!ok) close_after_replies(c);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
 /* replies from upstream */
 
 static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len);
@@ -343,6 +408,8 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
         return;
     }
     if (r->aux_flags & PX_AUX_UNWATCH) unwatch_learn(c, r, data, len);
+    /* the client already has its +OK: Redis's is not relayed */
+    int answered = (r->aux_flags & PX_AUX_WATCH) && watch_reply(c, r, data, len);
     if (r->aux_flags & PX_AUX_TXN_CHECK) {
         /* a command of a transaction queued here: Redis refused it */
         c->txn_checks--;
@@ -363,7 +430,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
         data = rewritten.data;
         len = rewritten.len;
     }
-    on_reply_deliver(c, r, data, len);
+    on_reply_deliver(c, r, data, answered ? 0 : len);
     resp_buf_deinit(&rewritten);
 }
 
@@ -544,10 +611,12 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
         px_caching_on_send(c, c->pinned, NULL, 0, 1);
         return;
     }
+    int watch = id == CMD_WATCH && !c->in_multi;
     px_req *r = forward_current(c, c->pinned, frame);
     if (r == NULL) return;
     px_caching_on_send(c, c->pinned, r, 0, queued);
     if (is_exec) r->aux_flags |= PX_AUX_EXEC;
+    if (watch) watch_send(c, c->pinned, r);
     /* a queued command's reply is +QUEUED or an error, with nothing to
      * learn: the next ones may join its record */
     if (queued && r->aux_flags == 0) r->run = 1;
@@ -1028,6 +1097,8 @@ static int client_dispatch(px_client *c, const char *frame) {
     }
     if (id == CMD_RESET) return cmd_reset(c);
     if (c->txn_local) return txn_local_dispatch(c, id, act, frame);
+    /* a WATCH answered ahead must hold before EXEC may run */
+    if (id == CMD_EXEC && c->watch_ahead > 0) return DISPATCH_WAIT;
 
     /* A session with its own connection forwards there; a transaction in
      * MULTI queues everything on Redis, so nothing is answered here. */

@@ -67,6 +67,8 @@ typedef struct px_client {
 
     px_upstream *pinned;       /* own connection in PINNED/STICKY/TUNNEL */
     int watching, in_multi;    /* transaction state, as sent to Redis */
+    int watch_ahead;           /* WATCHes answered here that Redis has not
+                                  confirmed yet: EXEC waits */
     int blocking;              /* a blocking command is in flight on pinned */
     resp_buf txn_keys;         /* keys written by commands queued in MULTI */
     int txn_flush;             /* ... or a write whose keys cannot be known */

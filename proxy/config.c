@@ -196,6 +196,8 @@ static const px_directive px_directives[] = {
     {.name = "batch-max-commands", .type = PX_CT_INT, PX_FIELD(batch_max_commands), .min = 0,
      .max = 100000, .def = "250", .arg = "<n>",
      .help = "Pipelined writes of one client go to Redis as MULTI/EXEC blocks of at most n; 0 = off"},
+    {.name = "watch-ahead", .type = PX_CT_BOOL, PX_FIELD(watch_ahead), .def = "yes", .arg = "<yes|no>",
+     .help = "Answer a WATCH once it is written to Redis; EXEC waits for Redis's own +OK"},
     {.name = "tracking-mode", .type = PX_CT_ENUM, PX_FIELD(tracking_mode), .names = px_tracking_names,
      .def = "bcast", .arg = "<bcast|default|optin>", .help = "How Redis tracks what the cache holds"},
     {.name = "tracking-keepalive-ms", .type = PX_CT_INT, PX_FIELD(tracking_keepalive_ms), .min = 10,

@@ -95,6 +95,7 @@ typedef struct px_config {
     int nreadonly_scripts;
     char lookup_scripts[PX_MAX_SCRIPTS][41];     /* SHA1s of lookup scripts answered from the cache */
     int nlookup_scripts;
+    int watch_ahead;               /* answer WATCH once sent, EXEC waits for Redis's +OK */
     int batch_max_commands;        /* writes per MULTI/EXEC block; 0 = no batching */
     long long cache_max_memory;    /* bytes; 0 = no caching */
     long long cache_max_value;     /* bytes; larger values pass uncached */

@@ -80,8 +80,10 @@ typedef struct px_server {
     /* blocks sent as MULTI ... EXEC on shared connections (proxy/batch.h) */
     uint64_t batch_blocks, batch_commands, batch_replays, txn_shared, txn_pinned;
     uint64_t unwatch_local;    /* UNWATCH answered here (proxy/client.c) */
-    /* ACL SETUSER/DELUSER/LOAD sent through the proxy: what was learned of
-     * a user's permissions before (px_pool.unwatch_epoch) no longer holds */
+    uint64_t watch_ahead;      /* WATCH answered +OK before Redis did (proxy/client.c) */
+    uint64_t watch_ahead_refused; /* ... that Redis refused after all: client closed */
+    /* An ACL command sent through the proxy: what was learned of a user's
+     * permissions before (px_pool.unwatch_epoch, watch_epoch) no longer holds */
     uint64_t acl_epoch;
 
     int stopping;              /* SIGTERM seen: finish in-flight work, then exit */

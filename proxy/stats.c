@@ -37,6 +37,8 @@ void px_stats_collect(px_server *srv, px_stats *s) {
     s->txn_shared = srv->txn_shared;
     s->txn_pinned = srv->txn_pinned;
     s->unwatch_local = srv->unwatch_local;
+    s->watch_ahead = srv->watch_ahead;
+    s->watch_ahead_refused = srv->watch_ahead_refused;
     s->tracking_state = "off";
     s->tracking_mode = "";
     s->tracking_last_error = "";

@@ -72,6 +72,9 @@ enum px_aux_flag {
     PX_AUX_TXN_CHECK = 1 << 9, /* a command queued in a local MULTI, checked by Redis */
     PX_AUX_UNWATCH = 1 << 10,  /* UNWATCH: +OK means the pool's user may send it
                                   (fill_token: the ACL epoch when sent) */
+    PX_AUX_WATCH = 1 << 11,    /* WATCH: the same, for WATCH */
+    PX_AUX_WATCH_AHEAD = 1 << 12, /* WATCH already answered +OK: Redis's reply
+                                     confirms it, or closes the client */
 };
 
 typedef struct px_req {
@@ -119,6 +122,8 @@ typedef struct px_pool {
     /* srv->acl_epoch + 1 when Redis last let this identity UNWATCH (0: not
      * known); then an UNWATCH with nothing watched is answered here */
     uint64_t unwatch_epoch;
+    /* the same for WATCH: then a WATCH may be answered ahead (client.c) */
+    uint64_t watch_epoch;
 } px_pool;
 
 typedef struct px_upstream {

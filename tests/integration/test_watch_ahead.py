@@ -1,0 +1,192 @@
+"""
+WATCH answered ahead.
+
+A client that watches keys waits for +OK before it reads them (go-redis's
+Watch; JuiceFS does it twice per batch unlink). Once Redis has accepted a
+WATCH of a client's identity, the proxy writes the next WATCH to the
+client's own connection and answers +OK at once; EXEC waits until Redis's
+own +OK has arrived. These tests check that every transcript is Redis's,
+that each WATCH still reaches Redis and still guards the transaction (also
+against a write made elsewhere right after the early +OK), that a WATCH
+Redis refuses after all disconnects the client before any EXEC of it ran,
+and that every case where Redis could answer otherwise still reaches Redis.
+"""
+import contextlib
+import threading
+import time
+
+import pytest
+
+from exacthelpers import assert_same_both_ways, sidecache_info
+from helpers import ConnectionClosed, encode
+
+PROTOCOLS = [pytest.param(2, id="resp2"), pytest.param(3, id="resp3")]
+
+
+def watch_calls(server):
+    """How many WATCH commands Redis has run (INFO commandstats)."""
+    stats = server.client().info("commandstats")
+    return stats.get("cmdstat_watch", {}).get("calls", 0)
+
+
+@contextlib.contextmanager
+def busy_redis(server, seconds):
+    """Redis runs a script that spins for `seconds` (from another thread)
+    while the body runs; waits for it to end on exit."""
+    script = ("local function now() local t = redis.call('TIME') return t[1] * 1e6 + t[2] end "
+              "local s = now() while now() - s < tonumber(ARGV[1]) do end return 1")
+    c = server.client()
+    t = threading.Thread(target=c.eval, args=(script, 0, int(seconds * 1e6)))
+    t.start()
+    time.sleep(0.05)  # the script has started
+    try:
+        yield
+    finally:
+        t.join()
+
+
+def ahead(proxy):
+    return int(sidecache_info(proxy).get("watch_ahead", 0))
+
+
+CASES = {
+    "commits": [("WATCH", "k"), ("WATCH", "k", "j"), ("GET", "k"), ("MULTI",), ("SET", "k", "1"),
+                ("EXEC",), ("WATCH", "k"), ("MULTI",), ("INCR", "k"), ("EXEC",), ("GET", "k")],
+    "own_write_aborts": [("WATCH", "k"), ("EXEC",), ("WATCH", "k"), ("SET", "k", "2"), ("MULTI",),
+                         ("INCR", "k"), ("EXEC",), ("GET", "k")],
+    "errors": [("WATCH", "k"), ("UNWATCH",), ("WATCH",), ("WATCH", "k"), ("MULTI",), ("WATCH", "j"),
+               ("EXEC",), ("EXEC",), ("DISCARD",)],
+    "unwatch_then_exec": [("WATCH", "k"), ("WATCH", "k"), ("UNWATCH",), ("SET", "k", "3"), ("MULTI",),
+                          ("INCR", "k"), ("EXEC",), ("UNWATCH",)],
+    "many_keys": [("WATCH", "k")] + [("WATCH",) + tuple("f%d" % i for i in range(250))] +
+                 [("MGET", "f1", "f2"), ("MULTI",), ("SET", "f7", "x"), ("EXEC",)],
+}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_watch_transcript_matches_redis(proxy, ref, case, protocol):
+    """Byte for byte as Redis, one command at a time (where WATCH is
+    answered ahead) and in one write (where it is not)."""
+    assert_same_both_ways(proxy, ref, CASES[case], protocol)
+
+
+@pytest.mark.proxy_only
+def test_watch_ahead_still_reaches_redis_and_guards(proxy, upstream):
+    """Fifty go-redis-style transactions, each with a write to the watched
+    key made directly on Redis right after the early +OK: every EXEC aborts,
+    exactly as with Redis, and every WATCH reached Redis."""
+    direct = upstream.client()
+    before = watch_calls(upstream)
+    with proxy.raw(auth=True) as c:
+        assert c.cmd("WATCH", "g").raw == b"+OK\r\n"  # learned
+        assert c.cmd("UNWATCH").raw == b"+OK\r\n"
+        first = ahead(proxy)
+        for i in range(50):
+            assert c.cmd("WATCH", "g").raw == b"+OK\r\n"
+            direct.set("g", "theirs-%d" % i)
+            assert c.cmd("GET", "g").raw == b"$%d\r\ntheirs-%d\r\n" % (len("theirs-%d" % i), i)
+            assert c.cmd("MULTI").raw == b"+OK\r\n"
+            assert c.cmd("SET", "g", "mine").raw == b"+QUEUED\r\n"
+            assert c.cmd("EXEC").raw == b"*-1\r\n"
+        assert ahead(proxy) - first == 50
+        assert c.cmd("WATCH", "g").raw == b"+OK\r\n"
+        assert c.cmd("MULTI").raw == b"+OK\r\n"
+        assert c.cmd("SET", "g", "mine").raw == b"+QUEUED\r\n"
+        assert c.cmd("EXEC").raw == b"*1\r\n+OK\r\n"
+    assert watch_calls(upstream) - before == 52
+    assert direct.get("g") == b"mine"
+
+
+@pytest.mark.proxy_only
+def test_watch_refused_after_the_early_ok_disconnects_before_exec(proxy, upstream):
+    """A user may watch only `ok*` keys. After a WATCH of an allowed key
+    taught the proxy, a WATCH of a denied key is answered +OK ahead; Redis
+    then refuses it, so the client is disconnected and the EXEC it sent
+    never runs. The next WATCH of the denied key gets Redis's NOPERM, and
+    the user is learned again from an allowed one."""
+    admin = upstream.client()
+    admin.execute_command("ACL", "SETUSER", "w", "on", ">pw", "~ok*", "+@all")
+    with proxy.raw() as c:
+        assert c.cmd("AUTH", "w", "pw").raw == b"+OK\r\n"
+        assert c.cmd("WATCH", "ok1").raw == b"+OK\r\n"  # learned
+        # Redis busy in a script: the +OK can only be the proxy's, and
+        # MULTI ... EXEC reach the proxy before Redis refuses the WATCH
+        with busy_redis(upstream, 0.4):
+            assert c.cmd("WATCH", "secret", timeout=0.3).raw == b"+OK\r\n"
+            c.send(encode("MULTI") + encode("SET", "ok2", "ran") + encode("EXEC"))
+        got = []
+        with pytest.raises((ConnectionClosed, ConnectionError)):
+            while True:
+                got.append(c.read_frame(timeout=5).raw)
+        assert got == [b"+OK\r\n", b"+QUEUED\r\n"], got
+    assert admin.get("ok2") is None
+    info = sidecache_info(proxy)
+    assert int(info["watch_ahead_refused"]) == 1
+    with proxy.raw() as c:
+        assert c.cmd("AUTH", "w", "pw").raw == b"+OK\r\n"
+        assert c.cmd("WATCH", "secret").raw.startswith(b"-NOPERM")
+        n = ahead(proxy)
+        assert c.cmd("WATCH", "ok1").raw == b"+OK\r\n"  # learned again
+        assert c.cmd("WATCH", "ok3").raw == b"+OK\r\n"
+        assert ahead(proxy) == n + 1
+        assert c.cmd("MULTI").raw == b"+OK\r\n"
+        assert c.cmd("SET", "ok2", "later").raw == b"+QUEUED\r\n"
+        assert c.cmd("EXEC").raw == b"*1\r\n+OK\r\n"
+    assert admin.get("ok2") == b"later"
+
+
+@pytest.mark.proxy_only
+def test_watch_is_not_answered_ahead_when_redis_must_answer(proxy, upstream):
+    """Not before Redis accepted one WATCH of the identity, not when the
+    client sent more after the WATCH (it does not wait), not for WATCH
+    without keys or inside MULTI, and not after an ACL command through the
+    proxy until Redis accepts a WATCH again."""
+    with proxy.raw(auth=True) as c:
+        n = ahead(proxy)
+        assert c.cmd("WATCH", "a").raw == b"+OK\r\n"
+        assert ahead(proxy) == n  # the first one asks Redis
+        c.send(encode("WATCH", "b") + encode("GET", "b"))
+        assert [f.raw for f in c.read_frames(2)] == [b"+OK\r\n", b"$-1\r\n"]
+        assert ahead(proxy) == n
+        assert c.cmd("WATCH").raw.startswith(b"-ERR wrong number of arguments")
+        assert c.cmd("MULTI").raw == b"+OK\r\n"
+        assert c.cmd("WATCH", "a").raw == b"-ERR WATCH inside MULTI is not allowed\r\n"
+        assert c.cmd("DISCARD").raw == b"+OK\r\n"
+        assert ahead(proxy) == n
+        assert c.cmd("WATCH", "a").raw == b"+OK\r\n"
+        assert ahead(proxy) == n + 1
+        try:
+            assert c.cmd("ACL", "SETUSER", "default", "-watch").raw == b"+OK\r\n"
+            assert c.cmd("WATCH", "a").raw.startswith(b"-NOPERM")
+            assert c.cmd("WATCH", "a").raw.startswith(b"-NOPERM")
+        finally:
+            assert c.cmd("ACL", "SETUSER", "default", "+watch").raw == b"+OK\r\n"
+        assert c.cmd("WATCH", "a").raw == b"+OK\r\n"
+        assert ahead(proxy) == n + 1
+        assert c.cmd("WATCH", "a").raw == b"+OK\r\n"
+        assert ahead(proxy) == n + 2
+
+
+@pytest.mark.proxy_only
+def test_watch_ahead_off(proxy_factory, upstream):
+    """`watch-ahead no`: every WATCH waits for Redis."""
+    p = proxy_factory(args=["--watch-ahead", "no"])
+    with p.raw(auth=True) as c:
+        for _ in range(5):
+            assert c.cmd("WATCH", "a").raw == b"+OK\r\n"
+    assert ahead(p) == 0
+
+
+def test_watch_without_auth_gets_noauth(redis_factory, proxy_factory):
+    """Behind requirepass, a client that logged in teaches the proxy; one
+    that did not still gets Redis's NOAUTH."""
+    up = redis_factory(requirepass="s3cret")
+    p = proxy_factory(up=up, upstream_url="redis://default:s3cret@127.0.0.1:%d" % up.port)
+    with p.raw() as c:
+        assert c.cmd("AUTH", "s3cret").raw == b"+OK\r\n"
+        assert c.cmd("WATCH", "a").raw == b"+OK\r\n"
+        assert c.cmd("WATCH", "a").raw == b"+OK\r\n"
+    with p.raw() as anon:
+        assert anon.cmd("WATCH", "a").raw == b"-NOAUTH Authentication required.\r\n"
+        assert anon.cmd("WATCH", "a").raw == b"-NOAUTH Authentication required.\r\n"
