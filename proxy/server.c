@@ -224,7 +224,8 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
             goto out;
         }
     }
-    if (px_listeners_open(&srv) != 0 || px_metrics_start(&srv) != 0) {
+    /* /metrics first: once clients can connect, it can be scraped too */
+    if (px_metrics_start(&srv) != 0 || px_listeners_open(&srv) != 0) {
         srv.exit_code = 1;
         goto out;
     }
