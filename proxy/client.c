@@ -264,10 +264,17 @@ static void close_after_replies(px_client *c);
  * trip that only says Redis took the WATCH. Once Redis has accepted a WATCH
  * of this identity, a WATCH on the client's own connection is written to
  * the socket first and then answered +OK here, when the client sent nothing
- * after it (so it waits for that answer). Nothing the client sends
- * next can overtake it: its reads reach Redis after the WATCH on the same
- * connection, so they see what the watch guards; and EXEC, the one command
- * a watch changes, waits until Redis's own +OK has arrived.
+ * after it (so it waits for that answer). Nothing the client sends next
+ * on its connection can overtake it: its reads reach Redis after the
+ * WATCH, so they see what the watch guards; and EXEC, the one command a
+ * watch changes, waits until Redis's own +OK has arrived.
+ *
+ * What differs from Redis: the +OK means the WATCH left for Redis, not
+ * that Redis ran it. A write the client causes on another connection
+ * right after the +OK normally arrives later (on one host the WATCH is
+ * already in Redis's socket), but a network may reorder the two; then
+ * that write does not abort the EXEC, though the client's reads after the
+ * WATCH do see it, so a read-then-commit transaction stays consistent.
  *
  * Should Redis refuse it after all (a key its ACL denies, an ACL changed
  * behind the proxy), the client was told otherwise: it is disconnected
@@ -275,7 +282,7 @@ static void close_after_replies(px_client *c);
  * next WATCH asks Redis again. Off with `watch-ahead no`.
  */
 static int watch_ahead_allowed(px_client *c, px_upstream *u, px_req *r) {
-    if (!c->srv->cfg->watch_ahead || c->mode != PX_MODE_PINNED || c->in_multi || c->rq.argc < 2) return 0;
+    if (!c->srv->cfg->watch_ahead || c->in_multi || c->rq.argc < 2) return 0;
     if (c->pass == NULL && c->srv->open_access != 1) return 0;
     if (c->pool->watch_epoch != c->srv->acl_epoch + 1) return 0;
     /* only a client that waits for the +OK gains from it: one that sent
@@ -285,13 +292,16 @@ static int watch_ahead_allowed(px_client *c, px_upstream *u, px_req *r) {
     return c->slots_head == r && u->state == PX_UP_READY;
 }
 
-/* A WATCH just forwarded as r: answered here when it may be. */
+/* A WATCH just forwarded as r: answered here when it may be. Only a
+ * PINNED session's connection is known to carry its pool's identity (a
+ * STICKY one may have sent AUTH or HELLO of another user). */
 static void watch_send(px_client *c, px_upstream *u, px_req *r) {
+    if (c->mode != PX_MODE_PINNED) return;
     r->aux_flags |= PX_AUX_WATCH;
     r->fill_token = c->srv->acl_epoch;
     if (!watch_ahead_allowed(c, u, r)) return;
-    /* Redis holds the WATCH before the client holds the +OK: a write the
-     * client causes elsewhere after the +OK comes after the WATCH */
+    /* the WATCH is on its way (in the socket) before the client holds the
+     * +OK; if it cannot all be written now, Redis answers as usual */
     px_io_write_early(&u->io, 1);
     if (px_io_pending(&u->io) != 0) return;
     r->aux_flags |= PX_AUX_WATCH_AHEAD;
@@ -300,22 +310,26 @@ static void watch_send(px_client *c, px_upstream *u, px_req *r) {
     client_write(c, "+OK\r\n", 5);
 }
 
-/* Redis's reply to a forwarded WATCH. Returns 1 if the client already has
- * its +OK (the reply is then not relayed). */
+/* Redis's reply to a forwarded WATCH: 0 to relay it; 1 if the client
+ * already has its +OK; 2 if Redis refused that WATCH (the client reads
+ * no more and must be closed once this reply is dealt with). */
 static int watch_reply(px_client *c, px_req *r, const char *data, size_t len) {
     int ok = len == 5 && memcmp(data, "+OK\r\n", 5) == 0;
     if (ok && r->fill_token == c->srv->acl_epoch) c->pool->watch_epoch = c->srv->acl_epoch + 1;
     if (!(r->aux_flags & PX_AUX_WATCH_AHEAD)) return 0;
     c->watch_ahead--;
-    if (!ok && !r->lost) {
+    if (ok) return 1;
+    if (!r->lost) {
         c->pool->watch_epoch = 0;
         c->srv->watch_ahead_refused++;
         px_warning("WATCH answered ahead was refused by Redis; client disconnected id=%llu addr=%s reply=\"%.*s\"",
                    (unsigned long long)c->id, c->addr, (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);
     }
-    /* the client must not send EXEC believing it watches */
-    if (!ok) close_after_replies(c);
-    return 1;
+    /* the client must not send EXEC believing it watches: no more input
+     * (the held EXEC stays unread), and no waiting for what it sent after
+     * (a blocked BLPOP would hold it for ever) */
+    close_after_replies(c);
+    return 2;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -407,9 +421,10 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
         px_batch_on_reply(c, r, data, len);
         return;
     }
+    if (r->aux_flags & PX_AUX_ACL) c->srv->acl_epoch++;
     if (r->aux_flags & PX_AUX_UNWATCH) unwatch_learn(c, r, data, len);
     /* the client already has its +OK: Redis's is not relayed */
-    int answered = (r->aux_flags & PX_AUX_WATCH) && watch_reply(c, r, data, len);
+    int answered = (r->aux_flags & PX_AUX_WATCH) ? watch_reply(c, r, data, len) : 0;
     if (r->aux_flags & PX_AUX_TXN_CHECK) {
         /* a command of a transaction queued here: Redis refused it */
         c->txn_checks--;
@@ -432,6 +447,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     }
     on_reply_deliver(c, r, data, answered ? 0 : len);
     resp_buf_deinit(&rewritten);
+    if (answered == 2) client_close(c, "WATCH answered ahead was refused");
 }
 
 static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len) {
@@ -558,8 +574,17 @@ static px_req *forward_current(px_client *c, px_upstream *u, const char *frame) 
     size_t len;
     request_bytes(c, frame, &data, &len);
     px_req *r = forward_to(c, u, PX_REQ_CLIENT, data, len);
-    if (r != NULL && !c->in_multi && wants_info_section(c)) r->aux_flags |= PX_AUX_INFO;
+    if (r != NULL && !c->in_multi) {
+        if (wants_info_section(c)) r->aux_flags |= PX_AUX_INFO;
+        if (resp_arg_is(c->rq.argv[0].ptr, c->rq.argv[0].len, "ACL")) r->aux_flags |= PX_AUX_ACL;
+    }
     return r;
+}
+
+/* The EXEC of a transaction that queued an ACL command. */
+static void txn_acl_exec(px_client *c, px_req *r) {
+    if (c->txn_acl) r->aux_flags |= PX_AUX_ACL;
+    c->txn_acl = 0;
 }
 
 /* Commands queued in MULTI on the client's own connection travel as a run:
@@ -605,7 +630,7 @@ static void track_txn(px_client *c, int id) {
 static void forward_pinned(px_client *c, int id, const char *frame) {
     int queued = c->in_multi && id != CMD_EXEC && id != CMD_DISCARD && id != CMD_MULTI;
     int is_exec = c->in_multi && id == CMD_EXEC;
-    if (c->in_multi && id == CMD_DISCARD) px_caching_txn_end(c, 0);
+    if (c->in_multi && id == CMD_DISCARD) px_caching_txn_end(c, 0), c->txn_acl = 0;
     track_txn(c, id);
     if (queued && run_extend(c, frame)) {
         px_caching_on_send(c, c->pinned, NULL, 0, 1);
@@ -615,7 +640,10 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
     px_req *r = forward_current(c, c->pinned, frame);
     if (r == NULL) return;
     px_caching_on_send(c, c->pinned, r, 0, queued);
-    if (is_exec) r->aux_flags |= PX_AUX_EXEC;
+    if (is_exec) {
+        r->aux_flags |= PX_AUX_EXEC;
+        txn_acl_exec(c, r);
+    }
     if (watch) watch_send(c, c->pinned, r);
     /* a queued command's reply is +QUEUED or an error, with nothing to
      * learn: the next ones may join its record */
@@ -694,6 +722,7 @@ static void txn_local_end(px_client *c, int exec) {
     if (!c->txn_local) return;
     if (!exec) px_caching_txn_end(c, 0);
     c->txn_local = 0;
+    c->txn_acl = 0;
     c->txn_dirty = 0;
     c->txn_count = 0;
     resp_buf_reset(&c->txn_frames);
@@ -746,6 +775,7 @@ static int txn_local_exec(px_client *c) {
     }
     if (c->txn_flush) r->aux_flags |= PX_AUX_FLUSH;
     c->txn_flush = 0;
+    txn_acl_exec(c, r);
     txn_local_end(c, 1);
     c->srv->txn_shared++;
     return DISPATCH_DONE;
@@ -1060,6 +1090,12 @@ static int answer_local(px_client *c, const resp_cmd_info *info) {
 static int client_dispatch(px_client *c, const char *frame) {
     const resp_arg *a = c->rq.argv;
     if (c->rq.argc == 0) return DISPATCH_DONE;
+    /* a user's permissions may change: forget what was learned of them,
+     * now and again when Redis has run the command (acl_reply) */
+    if (resp_arg_is(a[0].ptr, a[0].len, "ACL")) {
+        c->srv->acl_epoch++;
+        if (c->in_multi || c->txn_local) c->txn_acl = 1;
+    }
 
     if (c->mode == PX_MODE_TUNNEL) {
         const char *data;
@@ -1076,8 +1112,6 @@ static int client_dispatch(px_client *c, const char *frame) {
     if (c->batch_wait) return DISPATCH_WAIT;
     const resp_cmd_info *info = resp_cmd_lookup(a[0].ptr, a[0].len);
     int id = info ? info->id : CMD_OTHER;
-    /* a user's permissions may change: forget what was learned of them */
-    if (id == CMD_OTHER && resp_arg_is(a[0].ptr, a[0].len, "ACL")) c->srv->acl_epoch++;
     int act = classify(c, info);
     /* an open batch goes before anything that cannot join it (whether a
      * request may join is asked only then, or below after a cache miss: a

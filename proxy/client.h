@@ -76,6 +76,8 @@ typedef struct px_client {
                                   commands wait in txn_frames until EXEC */
     resp_buf txn_frames;       /* (u32 length, bytes) per queued command */
     int txn_count;
+    int txn_acl;               /* an ACL command is queued: EXEC's reply is
+                                  when it takes effect (PX_AUX_ACL) */
     int txn_checks;            /* queued commands whose check by Redis is in flight */
     int txn_dirty;             /* Redis refused one: EXEC answers EXECABORT */
 

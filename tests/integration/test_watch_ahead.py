@@ -119,7 +119,8 @@ def test_watch_refused_after_the_early_ok_disconnects_before_exec(proxy, upstrea
         with pytest.raises((ConnectionClosed, ConnectionError)):
             while True:
                 got.append(c.read_frame(timeout=5).raw)
-        assert got == [b"+OK\r\n", b"+QUEUED\r\n"], got
+        # closed at Redis's refusal: the replies after it are not relayed
+        assert got == [], got
     assert admin.get("ok2") is None
     info = sidecache_info(proxy)
     assert int(info["watch_ahead_refused"]) == 1
@@ -134,6 +135,69 @@ def test_watch_refused_after_the_early_ok_disconnects_before_exec(proxy, upstrea
         assert c.cmd("SET", "ok2", "later").raw == b"+QUEUED\r\n"
         assert c.cmd("EXEC").raw == b"*1\r\n+OK\r\n"
     assert admin.get("ok2") == b"later"
+
+
+@pytest.mark.proxy_only
+def test_watch_refused_after_the_early_ok_ends_a_blocked_command(proxy, upstream):
+    """The client sent BLPOP after its WATCH was answered ahead; Redis
+    refuses the WATCH: the client is closed at once, not after a BLPOP that
+    might never return, and its connection to Redis with it (an item pushed
+    later stays in the list)."""
+    admin = upstream.client()
+    admin.execute_command("ACL", "SETUSER", "w", "on", ">pw", "~ok*", "+@all")
+    with proxy.raw() as c:
+        assert c.cmd("AUTH", "w", "pw").raw == b"+OK\r\n"
+        assert c.cmd("WATCH", "ok1").raw == b"+OK\r\n"  # learned
+        with busy_redis(upstream, 0.3):
+            assert c.cmd("WATCH", "secret", timeout=0.2).raw == b"+OK\r\n"
+            c.send(encode("BLPOP", "okq", "0"))
+        c.expect_closed(timeout=3)
+    deadline = time.monotonic() + 3
+    while any(cl.get("cmd") == "blpop" for cl in admin.client_list()):
+        assert time.monotonic() < deadline, admin.client_list()
+        time.sleep(0.02)
+    admin.rpush("okq", "x")
+    time.sleep(0.1)
+    assert admin.llen("okq") == 1
+
+
+@pytest.mark.proxy_only
+def test_a_sticky_session_of_another_user_teaches_nothing(proxy, upstream):
+    """User a may not WATCH. Its session turns STICKY (CLIENT NO-EVICT) and
+    logs in as b, whose WATCH Redis accepts: that must not teach a's pool.
+    Another client of a, pinned on a ready connection, still gets NOPERM."""
+    admin = upstream.client()
+    admin.execute_command("ACL", "SETUSER", "a", "on", ">pa", "~*", "+@all", "-watch")
+    admin.execute_command("ACL", "SETUSER", "b", "on", ">pb", "~*", "+@all")
+    with proxy.raw() as s, proxy.raw() as other:
+        assert s.cmd("AUTH", "a", "pa").raw == b"+OK\r\n"
+        assert s.cmd("CLIENT", "NO-EVICT", "on").raw == b"+OK\r\n"
+        assert s.cmd("AUTH", "b", "pb").raw == b"+OK\r\n"
+        assert s.cmd("WATCH", "k").raw == b"+OK\r\n"
+        assert other.cmd("AUTH", "a", "pa").raw == b"+OK\r\n"
+        assert other.cmd("BLPOP", "q", "0.01").raw in (b"*-1\r\n", b"_\r\n")  # a ready pinned connection
+        for _ in range(3):
+            assert other.cmd("WATCH", "k").raw.startswith(b"-NOPERM")
+    assert int(sidecache_info(proxy).get("watch_ahead_refused", 0)) == 0
+
+
+@pytest.mark.proxy_only
+def test_acl_queued_in_multi_counts_when_exec_runs_it(proxy, upstream):
+    """An ACL SETUSER queued in MULTI changes permissions at EXEC. A WATCH
+    accepted in between must not make the proxy answer the next WATCH ahead
+    once EXEC has denied it: that one gets Redis's NOPERM."""
+    admin = upstream.client()
+    admin.execute_command("ACL", "SETUSER", "w", "on", ">pw", "~*", "+@all")
+    with proxy.raw(auth=True) as adm, proxy.raw() as c:
+        assert c.cmd("AUTH", "w", "pw").raw == b"+OK\r\n"
+        assert c.cmd("WATCH", "k").raw == b"+OK\r\n"
+        assert adm.cmd("MULTI").raw == b"+OK\r\n"
+        assert adm.cmd("ACL", "SETUSER", "w", "-watch").raw == b"+QUEUED\r\n"
+        assert c.cmd("WATCH", "k").raw == b"+OK\r\n"  # asks Redis: learned again
+        assert adm.cmd("EXEC").raw == b"*1\r\n+OK\r\n"
+        assert c.cmd("WATCH", "k").raw.startswith(b"-NOPERM")
+        assert c.cmd("PING").raw == b"+PONG\r\n"
+    assert int(sidecache_info(proxy).get("watch_ahead_refused", 0)) == 0
 
 
 @pytest.mark.proxy_only
