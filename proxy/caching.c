@@ -940,7 +940,15 @@ void px_caching_txn_end(px_client *c, int exec) {
         if (c->txn_flush) flush_for_write(pc, &(resp_arg){"EXEC", 4});
     }
     resp_buf_reset(&c->txn_keys);
+    c->txn_purged = 0;
     c->txn_flush = 0;
+}
+
+void px_caching_txn_prepurge(px_client *c) {
+    struct px_caching *pc = c->srv->caching;
+    if (pc == NULL || c->txn_keys.len <= c->txn_purged) return;
+    invalidate_records(pc, c->txn_keys.data + c->txn_purged, c->txn_keys.len - c->txn_purged);
+    c->txn_purged = c->txn_keys.len;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -98,6 +98,14 @@ void px_caching_release_req(struct px_req *r);
  * now, before the EXEC reply is relayed; discard: forget them). */
 void px_caching_txn_end(struct px_client *c, int exec);
 
+/* Purges the keys queued since the last call (c->txn_purged): early, while
+ * Redis still runs the transaction. EXEC's reply purges them all again
+ * (C1: a read between now and then may fill the old value), but then
+ * finds them mostly gone, and so does the tracking message that Redis
+ * sends just before that reply: the purge work is off the path from
+ * EXEC to its reply. */
+void px_caching_txn_prepurge(struct px_client *c);
+
 /* tracking-mode default/optin: a new upstream connection turns tracking
  * on, redirected to the invalidation connection; one whose reads filled
  * the cache empties it when lost (C4). No-ops in bcast mode. */

@@ -772,6 +772,7 @@ static int txn_local_exec(px_client *c) {
         r->aux_len = c->txn_keys.len;
         r->aux_flags |= PX_AUX_INVAL;
         resp_buf_init(&c->txn_keys);
+        c->txn_purged = 0;
     }
     if (c->txn_flush) r->aux_flags |= PX_AUX_FLUSH;
     c->txn_flush = 0;
@@ -1241,11 +1242,17 @@ static int client_dispatch(px_client *c, const char *frame) {
 }
 
 /* Parses and routes what the client sent; an open write batch goes when
- * the input runs out or stops. */
+ * the input runs out or stops, and the keys of writes queued in a
+ * transaction are purged once they are on their way. */
 static void client_process_input(px_client *c);
 static void client_process(px_client *c) {
     client_process_input(c);
     px_batch_flush(c);
+    if (c->txn_keys.len > c->txn_purged && c->state != PX_CLIENT_CLOSED) {
+        /* what was queued leaves first: Redis runs it during the purge */
+        if (c->pinned != NULL) px_io_write_early(&c->pinned->io, 1);
+        px_caching_txn_prepurge(c);
+    }
 }
 
 static void client_process_input(px_client *c) {
