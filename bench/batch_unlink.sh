@@ -131,7 +131,7 @@ over=0
   echo
   echo "$(versions_line); $FILES files in d1, batches of $BATCH; toxiproxy latency_us toxic on $TOXIC_STREAM" \
     "(GET round trip with no toxic: p50 $toxi_base_rtt µs); median of $REPEAT run(s); prewarm $PREWARM." \
-    "unlink: JuiceFS doBatchUnlink transactions (7 round trips per batch direct, 6 through sidecache, which answers the final UNWATCH); writes: SET + HSET pipelines (1 round trip per batch)."
+    "unlink: JuiceFS doBatchUnlink transactions (7 round trips per batch direct, 4 through sidecache, which answers the two WATCHes ahead and the final UNWATCH); writes: SET + HSET pipelines (1 round trip per batch)."
   echo "Goal: sidecache/direct <= $GOAL."
   echo
   echo "| latency µs | toxic µs | GET RTT p50 µs | variant | round trips | direct s | sidecache s | sidecache/direct | goal | batch p50 ms direct | batch p50 ms sidecache | batch p99 ms direct | batch p99 ms sidecache |"
