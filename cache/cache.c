@@ -93,32 +93,7 @@
 #define HASH_FUNCTION(keyptr, keylen, hashv) \
     _Static_assert(0, "cache.c: use the _BYHASHVALUE forms with probe_hash()")
 #include <uthash.h>
-
-/*
- * uthash doubles a table's buckets only when one chain reaches 10 entries,
- * which leaves chains of 2 to 5 on average; every step of a chain is a
- * cache miss on another entry. This adds a load-factor rule to its bucket
- * insert: a table also doubles once it has more entries than buckets, so
- * chains stay under 1 on average (buckets cost 16 bytes, counted in
- * used_bytes). Growth is bounded by the entries, so it applies even where
- * uthash gave up expanding (noexpand).
- */
-#undef HASH_ADD_TO_BKT
-#define HASH_ADD_TO_BKT(head, hh, addhh, oomed)                                                 \
-    do {                                                                                        \
-        UT_hash_bucket *_ha_head = &(head);                                                     \
-        _ha_head->count++;                                                                      \
-        (addhh)->hh_next = _ha_head->hh_head;                                                   \
-        (addhh)->hh_prev = NULL;                                                                \
-        if (_ha_head->hh_head != NULL) _ha_head->hh_head->hh_prev = (addhh);                    \
-        _ha_head->hh_head = (addhh);                                                            \
-        if ((addhh)->tbl->num_items > (addhh)->tbl->num_buckets ||                              \
-            (_ha_head->count >= ((_ha_head->expand_mult + 1U) * HASH_BKT_CAPACITY_THRESH) &&   \
-             !(addhh)->tbl->noexpand)) {                                                        \
-            HASH_EXPAND_BUCKETS(addhh, (addhh)->tbl, oomed);                                    \
-            if (oomed) HASH_DEL_IN_BKT(head, addhh);                                            \
-        }                                                                                       \
-    } while (0)
+#include "util/uthash_dense.h"
 
 #define ID_HDR 13             /* part 4 + db 4 + kind 1 + klen 4 */
 #define KEY_MAX (64 * 1024)   /* longer keys or fields are never cached */

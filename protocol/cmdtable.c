@@ -45,6 +45,7 @@
 #define HASH_NONFATAL_OOM 1
 #define uthash_nonfatal_oom(obj) ((obj)->oom = 1)
 #include <uthash.h>
+#include "util/uthash_dense.h"
 
 /* Longest command name kept ("name|sub" included). Redis's longest is under
  * 40 bytes; the bound lets lookups lower-case into a stack buffer. */

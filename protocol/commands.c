@@ -4,6 +4,7 @@
  */
 #include "protocol/commands.h"
 
+#include <stdint.h>
 #include <strings.h>
 #include <string.h>
 
@@ -55,9 +56,25 @@ static int cmd_cmp(const char *p, size_t n, const char *upper) {
     return upper[i] ? -1 : 0;     /* name is a prefix, or equal */
 }
 
+/* Bit (c - 'A') of first_letters[n]: a name of n bytes in the table starts
+ * with c. Most commands a client sends (GET, SET, HSET, DEL, ZADD...) are
+ * not in the table, and this tells so before the search. */
+static uint32_t first_letters[17];
+
+static void first_letters_init(void) {
+    for (size_t i = 0; i < sizeof cmd_table / sizeof cmd_table[0]; i++) {
+        size_t n = strlen(cmd_table[i].name);
+        first_letters[n] |= 1u << (cmd_table[i].name[0] - 'A');
+    }
+    first_letters[0] = 1; /* done */
+}
+
 const resp_cmd_info *resp_cmd_lookup(const char *name, size_t len) {
     size_t lo = 0, hi = sizeof cmd_table / sizeof cmd_table[0];
     if (len == 0 || len > 16) return NULL;
+    if (first_letters[0] == 0) first_letters_init();
+    unsigned first = (unsigned char)name[0] & ~0x20u; /* upper case, for letters */
+    if (first < 'A' || first > 'Z' || !(first_letters[len] & (1u << (first - 'A')))) return NULL;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         int c = cmd_cmp(name, len, cmd_table[mid].name);

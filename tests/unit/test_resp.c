@@ -17,6 +17,7 @@
  * Bytes outside printable ASCII and the characters \ | [ ] " are shown as
  * \xHH; payloads over 64 bytes as <len:fnv1a64>.
  */
+#include "protocol/commands.h"
 #include "protocol/resp.h"
 #include "tests/unit/unit.h"
 
@@ -292,6 +293,50 @@ static void check_run(int line, int is_reply, const char *in, size_t len,
 
 /* ------------------------------------------------------------------------ */
 /* Requests                                                                 */
+
+/* The routing table: every name in any case, nothing else (the first-letter
+ * filter in front of the search must not hide a name). */
+static void test_cmd_lookup(void) {
+    static const struct { const char *name; int id; } known[] = {
+        {"AUTH", CMD_AUTH}, {"BLMOVE", CMD_BLMOVE}, {"BLMPOP", CMD_BLMPOP}, {"BLPOP", CMD_BLPOP},
+        {"BRPOP", CMD_BRPOP}, {"BRPOPLPUSH", CMD_BRPOPLPUSH}, {"BZMPOP", CMD_BZMPOP},
+        {"BZPOPMAX", CMD_BZPOPMAX}, {"BZPOPMIN", CMD_BZPOPMIN}, {"CLIENT", CMD_CLIENT},
+        {"DISCARD", CMD_DISCARD}, {"ECHO", CMD_ECHO}, {"EXEC", CMD_EXEC}, {"HELLO", CMD_HELLO},
+        {"MONITOR", CMD_MONITOR}, {"MULTI", CMD_MULTI}, {"PING", CMD_PING},
+        {"PSUBSCRIBE", CMD_PSUBSCRIBE}, {"PSYNC", CMD_PSYNC}, {"QUIT", CMD_QUIT},
+        {"READONLY", CMD_READONLY}, {"READWRITE", CMD_READWRITE}, {"RESET", CMD_RESET},
+        {"SELECT", CMD_SELECT}, {"SSUBSCRIBE", CMD_SSUBSCRIBE}, {"SUBSCRIBE", CMD_SUBSCRIBE},
+        {"SYNC", CMD_SYNC}, {"UNWATCH", CMD_UNWATCH}, {"WAIT", CMD_WAIT}, {"WAITAOF", CMD_WAITAOF},
+        {"WATCH", CMD_WATCH}, {"XREAD", CMD_XREAD}, {"XREADGROUP", CMD_XREADGROUP},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        char lower[32], mixed[32];
+        size_t n = strlen(known[i].name);
+        for (size_t j = 0; j <= n; j++) {
+            char ch = known[i].name[j];
+            lower[j] = (char)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+            mixed[j] = j % 2 ? lower[j] : ch;
+        }
+        const char *forms[] = {known[i].name, lower, mixed};
+        for (int f = 0; f < 3; f++) {
+            const resp_cmd_info *info = resp_cmd_lookup(forms[f], n);
+            CHECK(info != NULL);
+            if (info != NULL) CHECK_EQ_INT(info->id, known[i].id);
+        }
+        /* a prefix or a longer name is another command */
+        CHECK(resp_cmd_lookup(known[i].name, n - 1) == NULL);
+        char longer[40];
+        snprintf(longer, sizeof longer, "%sX", known[i].name);
+        CHECK(resp_cmd_lookup(longer, n + 1) == NULL);
+    }
+    static const char *const unknown[] = {"GET", "SET", "HDEL", "ZADD", "DEL", "INCRBY", "hset", "EVALSHA",
+                                          "WATCHX", "PONG", "AUTHX", "@UTH", "[ING", "{ING", "\xc1UTH", "1",
+                                          "A", "Z", "SUBSCRIBEX", "BRPOPLPUSHXYZ"};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
+        CHECK(resp_cmd_lookup(unknown[i], strlen(unknown[i])) == NULL);
+    CHECK(resp_cmd_lookup("PING", 0) == NULL);
+    CHECK(resp_cmd_lookup("AUTHAUTHAUTHAUTHA", 17) == NULL);
+}
 
 static void test_req_simple(void) {
     REQ("*1\r\n$4\r\nPING\r\n", "[PING]");
@@ -1269,6 +1314,7 @@ static void test_read_helpers(void) {
 
 int main(void) {
     RUN(test_read_helpers);
+    RUN(test_cmd_lookup);
     RUN(test_req_simple);
     RUN(test_req_pipeline);
     RUN(test_req_binary);
