@@ -13,6 +13,8 @@ test_batching.py and test_lookup_script.py. Nothing here is a fixture.
   that asked.
 - proxy_supports(directive, value): does the proxy binary know a directive?
 - sidecache_info(ep): the # sidecache section, or {} (no proxy / no section).
+- assert_noauth_after_others_learned(redis_factory, proxy_factory, *cmd): a
+  command the proxy learns to answer still gets NOAUTH without AUTH.
 """
 import os
 import subprocess
@@ -142,3 +144,18 @@ def sidecache_info(ep):
     if isinstance(v, Err):
         return {}
     return parse_sidecache_section(v)
+
+
+def assert_noauth_after_others_learned(redis_factory, proxy_factory, *cmd):
+    """Behind requirepass, a client that logged in sends `cmd` twice (+OK,
+    which lets the proxy learn to answer it); one that did not log in still
+    gets Redis's NOAUTH, twice."""
+    up = redis_factory(requirepass="s3cret")
+    p = proxy_factory(up=up, upstream_url="redis://default:s3cret@127.0.0.1:%d" % up.port)
+    with p.raw() as c:
+        assert c.cmd("AUTH", "s3cret").raw == b"+OK\r\n"
+        for _ in range(2):
+            assert c.cmd(*cmd).raw == b"+OK\r\n"
+    with p.raw() as anon:
+        for _ in range(2):
+            assert anon.cmd(*cmd).raw == b"-NOAUTH Authentication required.\r\n"

@@ -12,7 +12,7 @@ around them, and that every case where Redis would answer otherwise
 """
 import pytest
 
-from exacthelpers import assert_same_both_ways, diff_transcripts, sidecache_info
+from exacthelpers import assert_noauth_after_others_learned, assert_same_both_ways, diff_transcripts, sidecache_info
 from helpers import run_steps
 
 PROTOCOLS = [pytest.param(2, id="resp2"), pytest.param(3, id="resp3")]
@@ -136,12 +136,4 @@ def test_acl_change_through_the_proxy_makes_it_ask_again(proxy, upstream):
 def test_unwatch_without_auth_gets_noauth(redis_factory, proxy_factory):
     """Behind requirepass, a client that logged in teaches the proxy; one
     that did not still gets Redis's NOAUTH."""
-    up = redis_factory(requirepass="s3cret")
-    p = proxy_factory(up=up, upstream_url="redis://default:s3cret@127.0.0.1:%d" % up.port)
-    with p.raw() as c:
-        assert c.cmd("AUTH", "s3cret").raw == b"+OK\r\n"
-        assert c.cmd("UNWATCH").raw == b"+OK\r\n"
-        assert c.cmd("UNWATCH").raw == b"+OK\r\n"
-    with p.raw() as anon:
-        assert anon.cmd("UNWATCH").raw == b"-NOAUTH Authentication required.\r\n"
-        assert anon.cmd("UNWATCH").raw == b"-NOAUTH Authentication required.\r\n"
+    assert_noauth_after_others_learned(redis_factory, proxy_factory, "UNWATCH")

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from exacthelpers import assert_same_both_ways, sidecache_info
+from exacthelpers import assert_noauth_after_others_learned, assert_same_both_ways, sidecache_info
 from helpers import ConnectionClosed, encode
 
 PROTOCOLS = [pytest.param(2, id="resp2"), pytest.param(3, id="resp3")]
@@ -43,6 +43,24 @@ def busy_redis(server, seconds):
         yield
     finally:
         t.join()
+
+
+@contextlib.contextmanager
+def denied_watch_answered_ahead(proxy, upstream, then):
+    """User w may watch only `ok*` keys. Logs in, teaches the proxy with a
+    WATCH of an allowed key, then, while Redis is busy (so the +OK can only
+    be the proxy's, and what follows reaches the proxy before Redis refuses
+    the WATCH), sends WATCH of a denied key and, after its +OK, the bytes
+    `then`. Yields the client and an admin connection to Redis."""
+    admin = upstream.client()
+    admin.execute_command("ACL", "SETUSER", "w", "on", ">pw", "~ok*", "+@all")
+    with proxy.raw() as c:
+        assert c.cmd("AUTH", "w", "pw").raw == b"+OK\r\n"
+        assert c.cmd("WATCH", "ok1").raw == b"+OK\r\n"  # learned
+        with busy_redis(upstream, 0.4):
+            assert c.cmd("WATCH", "secret", timeout=0.3).raw == b"+OK\r\n"
+            c.send(then)
+        yield c, admin
 
 
 def ahead(proxy):
@@ -105,16 +123,8 @@ def test_watch_refused_after_the_early_ok_disconnects_before_exec(proxy, upstrea
     then refuses it, so the client is disconnected and the EXEC it sent
     never runs. The next WATCH of the denied key gets Redis's NOPERM, and
     the user is learned again from an allowed one."""
-    admin = upstream.client()
-    admin.execute_command("ACL", "SETUSER", "w", "on", ">pw", "~ok*", "+@all")
-    with proxy.raw() as c:
-        assert c.cmd("AUTH", "w", "pw").raw == b"+OK\r\n"
-        assert c.cmd("WATCH", "ok1").raw == b"+OK\r\n"  # learned
-        # Redis busy in a script: the +OK can only be the proxy's, and
-        # MULTI ... EXEC reach the proxy before Redis refuses the WATCH
-        with busy_redis(upstream, 0.4):
-            assert c.cmd("WATCH", "secret", timeout=0.3).raw == b"+OK\r\n"
-            c.send(encode("MULTI") + encode("SET", "ok2", "ran") + encode("EXEC"))
+    then = encode("MULTI") + encode("SET", "ok2", "ran") + encode("EXEC")
+    with denied_watch_answered_ahead(proxy, upstream, then) as (c, admin):
         got = []
         with pytest.raises((ConnectionClosed, ConnectionError)):
             while True:
@@ -143,14 +153,7 @@ def test_watch_refused_after_the_early_ok_ends_a_blocked_command(proxy, upstream
     refuses the WATCH: the client is closed at once, not after a BLPOP that
     might never return, and its connection to Redis with it (an item pushed
     later stays in the list)."""
-    admin = upstream.client()
-    admin.execute_command("ACL", "SETUSER", "w", "on", ">pw", "~ok*", "+@all")
-    with proxy.raw() as c:
-        assert c.cmd("AUTH", "w", "pw").raw == b"+OK\r\n"
-        assert c.cmd("WATCH", "ok1").raw == b"+OK\r\n"  # learned
-        with busy_redis(upstream, 0.3):
-            assert c.cmd("WATCH", "secret", timeout=0.2).raw == b"+OK\r\n"
-            c.send(encode("BLPOP", "okq", "0"))
+    with denied_watch_answered_ahead(proxy, upstream, encode("BLPOP", "okq", "0")) as (c, admin):
         c.expect_closed(timeout=3)
     deadline = time.monotonic() + 3
     while any(cl.get("cmd") == "blpop" for cl in admin.client_list()):
@@ -245,12 +248,4 @@ def test_watch_ahead_off(proxy_factory, upstream):
 def test_watch_without_auth_gets_noauth(redis_factory, proxy_factory):
     """Behind requirepass, a client that logged in teaches the proxy; one
     that did not still gets Redis's NOAUTH."""
-    up = redis_factory(requirepass="s3cret")
-    p = proxy_factory(up=up, upstream_url="redis://default:s3cret@127.0.0.1:%d" % up.port)
-    with p.raw() as c:
-        assert c.cmd("AUTH", "s3cret").raw == b"+OK\r\n"
-        assert c.cmd("WATCH", "a").raw == b"+OK\r\n"
-        assert c.cmd("WATCH", "a").raw == b"+OK\r\n"
-    with p.raw() as anon:
-        assert anon.cmd("WATCH", "a").raw == b"-NOAUTH Authentication required.\r\n"
-        assert anon.cmd("WATCH", "a").raw == b"-NOAUTH Authentication required.\r\n"
+    assert_noauth_after_others_learned(redis_factory, proxy_factory, "WATCH", "a")
