@@ -630,7 +630,10 @@ static void track_txn(px_client *c, int id) {
 static void forward_pinned(px_client *c, int id, const char *frame) {
     int queued = c->in_multi && id != CMD_EXEC && id != CMD_DISCARD && id != CMD_MULTI;
     int is_exec = c->in_multi && id == CMD_EXEC;
-    if (c->in_multi && id == CMD_DISCARD) px_caching_txn_end(c, 0), c->txn_acl = 0;
+    if (c->in_multi && id == CMD_DISCARD) {
+        px_caching_txn_end(c, 0);
+        c->txn_acl = 0;
+    }
     track_txn(c, id);
     if (queued && run_extend(c, frame)) {
         px_caching_on_send(c, c->pinned, NULL, 0, 1);
@@ -1092,7 +1095,7 @@ static int client_dispatch(px_client *c, const char *frame) {
     const resp_arg *a = c->rq.argv;
     if (c->rq.argc == 0) return DISPATCH_DONE;
     /* a user's permissions may change: forget what was learned of them,
-     * now and again when Redis has run the command (acl_reply) */
+     * now and again when Redis has run the command (PX_AUX_ACL) */
     if (resp_arg_is(a[0].ptr, a[0].len, "ACL")) {
         c->srv->acl_epoch++;
         if (c->in_multi || c->txn_local) c->txn_acl = 1;
