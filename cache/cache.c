@@ -509,6 +509,7 @@ uint64_t cache_fill_begin(cache *c, uint32_t part, int db, int kind, const char 
     g->members.prev->next = &e->grp;
     g->members.prev = &e->grp;
     c->stats.pending++;
+    c->stats.placeholders_made++;
     c->alloc_bytes += entry_bytes(e);
     return evict_to_fit(c, e) ? c->last_token : 0;
 

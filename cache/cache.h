@@ -90,6 +90,9 @@ typedef struct cache_stats {
     uint64_t expired;            /* entries dropped by ttl (by cache_get or cache_fill_begin) */
     size_t entries;              /* valid entries (placeholders excluded) */
     size_t pending;              /* placeholders */
+    uint64_t placeholders_made;  /* placeholders ever made: while it stays the
+                                    same, no key absent before can have an
+                                    entry (every entry starts as one) */
     size_t used_bytes;           /* every byte held, see above */
 } cache_stats;
 

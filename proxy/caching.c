@@ -936,7 +936,11 @@ void px_caching_release_req(px_req *r) {
 void px_caching_txn_end(px_client *c, int exec) {
     struct px_caching *pc = c->srv->caching;
     if (pc != NULL && exec) {
-        invalidate_records(pc, c->txn_keys.data, c->txn_keys.len);
+        /* every key was purged early and no entry was begun since: none of
+         * them can be cached, the purge would find nothing */
+        int all_gone = c->txn_purged == c->txn_keys.len &&
+                       cache_get_stats(pc->cache)->placeholders_made == c->txn_purge_mark;
+        if (!all_gone) invalidate_records(pc, c->txn_keys.data, c->txn_keys.len);
         if (c->txn_flush) flush_for_write(pc, &(resp_arg){"EXEC", 4});
     }
     resp_buf_reset(&c->txn_keys);
@@ -949,6 +953,7 @@ void px_caching_txn_prepurge(px_client *c) {
     if (pc == NULL || c->txn_keys.len <= c->txn_purged) return;
     invalidate_records(pc, c->txn_keys.data + c->txn_purged, c->txn_keys.len - c->txn_purged);
     c->txn_purged = c->txn_keys.len;
+    c->txn_purge_mark = cache_get_stats(pc->cache)->placeholders_made;
 }
 
 /* ------------------------------------------------------------------------ */

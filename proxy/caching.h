@@ -101,9 +101,9 @@ void px_caching_txn_end(struct px_client *c, int exec);
 /* Purges the keys queued since the last call (c->txn_purged): early, while
  * Redis still runs the transaction. EXEC's reply purges them all again
  * (C1: a read between now and then may fill the old value), but then
- * finds them mostly gone, and so does the tracking message that Redis
- * sends just before that reply: the purge work is off the path from
- * EXEC to its reply. */
+ * finds them mostly gone (and skips the purge when no entry was begun
+ * since), and so does the tracking message that Redis sends just before
+ * that reply: the purge work is off the path from EXEC to its reply. */
 void px_caching_txn_prepurge(struct px_client *c);
 
 /* tracking-mode default/optin: a new upstream connection turns tracking

@@ -72,6 +72,7 @@ typedef struct px_client {
     int blocking;              /* a blocking command is in flight on pinned */
     resp_buf txn_keys;         /* keys written by commands queued in MULTI */
     size_t txn_purged;         /* ... of which purged early (px_caching_txn_prepurge) */
+    uint64_t txn_purge_mark;   /* the cache's placeholders_made then */
     int txn_flush;             /* ... or a write whose keys cannot be known */
     int txn_local;             /* in a MULTI answered here (no WATCH): the
                                   commands wait in txn_frames until EXEC */

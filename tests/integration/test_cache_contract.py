@@ -228,6 +228,35 @@ def test_c1_read_your_writes_while_own_write_in_flight(mode, kind, relay, proxy_
         relay.release_tracking()
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_c1_fill_between_queued_write_and_exec(mode, relay, proxy_factory, upstream):
+    """Client A queues a write in a WATCH transaction (its keys are purged
+    when queued). Before A's EXEC, client C reads the key: Redis still
+    holds the old value and the proxy caches it again (proved: C's second
+    read is a hit). A's EXEC runs the write; C's read right after EXEC's
+    reply must get the new value although Redis's invalidation is held
+    back: EXEC's reply purges the queued keys once more."""
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS, mode=mode)
+    d = upstream.client()
+    settle(st, lambda: d.set("i9042", "old"))
+    a = p.raw(auth=True)
+    cc = p.raw(auth=True, protocol=3)
+    make_tracked(cc, st)
+    relay.hold_tracking()
+    try:
+        assert a.cmd("WATCH", "w9042").raw == b"+OK\r\n"
+        assert a.cmd("MULTI").raw == b"+OK\r\n"
+        assert a.cmd("SET", "i9042", "new").raw == b"+QUEUED\r\n"
+        assert cc.cmd("GET", "i9042").value == b"old"
+        with st.delta() as dd:
+            assert cc.cmd("GET", "i9042").value == b"old"
+        assert dd["cache_hits"] == 1, "setup: the old value was not cached again"
+        assert a.cmd("EXEC").raw == b"*1\r\n+OK\r\n"
+        assert cc.cmd("GET", "i9042").value == b"new", "C read the old value after A's EXEC was answered"
+    finally:
+        relay.release_tracking()
+
+
 # ---------------------------------------------------------------------------
 # C2 no hits under WATCH or inside MULTI
 

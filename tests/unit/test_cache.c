@@ -505,14 +505,21 @@ static void test_shared_placeholder(void) {
     CHECK(t1 > 0);
     CHECK_EQ_INT(t2, t1);
     CHECK_EQ_INT(st(c)->pending, 1);
+    CHECK_EQ_INT(st(c)->placeholders_made, 1); /* one placeholder, shared */
     uint64_t t3 = begin(c, 1, 0, H, "d1", "y", 0);
     CHECK(t3 != t1);
+    CHECK_EQ_INT(st(c)->placeholders_made, 2);
     CHECK_EQ_INT(complete(c, t1, 1, 0, H, "d1", "x", "v", 0), 1);
     CHECK_EQ_INT(complete(c, t2, 1, 0, H, "d1", "x", "v", 0), 0); /* the second reply finds it valid */
     CHECK_EQ_INT(get(c, 1, 0, H, "d1", "x"), 1);
     /* a valid entry needs no fill */
     CHECK_EQ_INT(begin(c, 1, 0, H, "d1", "x", 0), 0);
     CHECK_EQ_INT(get(c, 1, 0, H, "d1", "x"), 1);
+    CHECK_EQ_INT(st(c)->placeholders_made, 2);
+    /* purged, then begun again: a new placeholder */
+    cache_invalidate_key(c, "d1", 2);
+    CHECK(begin(c, 1, 0, H, "d1", "x", 0) > 0);
+    CHECK_EQ_INT(st(c)->placeholders_made, 3);
     cache_free(c);
 }
 
