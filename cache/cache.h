@@ -49,8 +49,9 @@
  * - the two hash tables cost about 1.2 KB even for one entry, so a
  *   max_bytes below about 1.5 KB caches nothing; their bucket arrays grow
  *   with the cache and shrink only when it empties;
- * - about 195 bytes per entry beyond key, field and value (measured for
- *   8-byte GET keys; tests/unit/test_cache.c prints it).
+ * - about 220 bytes per entry beyond key, field and value, hash buckets
+ *   included (measured for 8-byte GET keys; tests/unit/test_cache.c prints
+ *   it).
  *
  * Keys and fields longer than 64 KiB are never cached: gets miss, begins
  * return 0, invalidations purge nothing.
