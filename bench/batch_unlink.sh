@@ -36,6 +36,9 @@
 #   BATCH         entries per transaction / pipeline        (250)
 #   PREWARM       1: read the directory through the target before unlinking (1)
 #   GOAL          the ratio not to exceed                   (1.05)
+#   BASELINE_BIN  another sidecache build, run as a third target in every
+#                 repetition (after the same FLUSHALL and populate); a second
+#                 table compares the two builds: sidecache/baseline
 #   BATCHUNLINK_STEPS  set: log each unlink run's mean time per step
 #   TOXIC_STREAM, CALIBRATE, RTT_SAMPLES (see latency.sh)
 #   RESULTS_DIR, SIDECACHE_BIN, SIDECACHE_ARGS, REDIS_SERVER, TOXIPROXY_BIN,
@@ -65,6 +68,13 @@ build_batchunlink
 start_redis redis
 start_toxiproxy "$rport"
 start_sidecache sidecache "$toxport"
+bport=""
+if [ -n "${BASELINE_BIN:-}" ]; then
+  [ -x "$BASELINE_BIN" ] || die "BASELINE_BIN $BASELINE_BIN is not an executable"
+  main_bin=$SIDECACHE_BIN main_port=$sport
+  SIDECACHE_BIN=$BASELINE_BIN start_sidecache baseline "$toxport"
+  bport=$sport SIDECACHE_BIN=$main_bin sport=$main_port
+fi
 log "$(versions_line); toxiproxy on :$toxport → redis :$rport; sidecache :$sport → :$toxport"
 
 bu() { "$BATCHUNLINK_BIN" --files "$FILES" --batch "$BATCH" "$@"; }
@@ -72,8 +82,13 @@ bu() { "$BATCHUNLINK_BIN" --files "$FILES" --batch "$BATCH" "$@"; }
 # fresh PORT: an empty Redis, seen as flushed by the proxy (its cache empty)
 fresh() {
   rcli "$rport" FLUSHALL >/dev/null
+  local pp ok
   for _ in $(seq 100); do
-    [ "$(info_field "$sport" cache_entries)" = 0 ] && [ "$(info_field "$sport" tracking_state)" = active ] && return 0
+    ok=1
+    for pp in $sport $bport; do
+      [ "$(info_field "$pp" cache_entries)" = 0 ] && [ "$(info_field "$pp" tracking_state)" = active ] || ok=0
+    done
+    [ "$ok" = 1 ] && return 0
     sleep 0.02
   done
   die "the proxy's cache is not empty 2 s after FLUSHALL"
@@ -90,11 +105,10 @@ for L in $LATENCIES; do
   for rep in $(seq "$REPEAT"); do
     for v in $VARIANTS; do
       # alternate which target goes first, so that drift favours neither
-      order="direct sidecache"
-      [ $((rep % 2)) = 0 ] && order="sidecache direct"
+      order="direct sidecache${bport:+ baseline}"
+      [ $((rep % 2)) = 0 ] && order="${bport:+baseline }sidecache direct"
       for t in $order; do
-        p=$toxport
-        [ "$t" = sidecache ] && p=$sport
+        case $t in direct) p=$toxport ;; sidecache) p=$sport ;; baseline) p=$bport ;; esac
         fresh
         if [ "$v" = unlink ]; then
           bu -p "$rport" --populate --quiet || die "populate failed"
@@ -161,6 +175,21 @@ done
 {
   echo
   echo "Rows over the goal: $over. Every run verified: d1 empty, no file's attribute or entry left (on Redis and through the target)."
+  if [ -n "$bport" ]; then
+    echo
+    echo "Baseline build $BASELINE_BIN, run as a third target in the same repetitions:"
+    echo
+    echo "| latency µs | variant | direct s | baseline s | sidecache s | baseline/direct | sidecache/direct | sidecache/baseline |"
+    echo "|--:|---|--:|--:|--:|--:|--:|--:|"
+    for L in $LATENCIES; do
+      for v in $VARIANTS; do
+        # shellcheck disable=SC2086 # word lists on purpose
+        d=$(median ${secs_l[$L,$v,direct]}) b=$(median ${secs_l[$L,$v,baseline]}) s=$(median ${secs_l[$L,$v,sidecache]})
+        awk -v L="$L" -v v="$v" -v d="$d" -v b="$b" -v s="$s" \
+          'BEGIN { printf "| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", L, v, d, b, s, b / d, s / d, s / b }'
+      done
+    done
+  fi
 } >>"$md"
 cat "$md"
 echo
