@@ -222,6 +222,33 @@ static void maybe_unpin(px_client *c) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* what Redis lets an identity do (UNWATCH, WATCH) */
+
+/*
+ * A command sent at ACL epoch e (its record's fill_token) and answered +OK
+ * teaches the pool that its identity may send it: *learned becomes e + 1.
+ * That holds while the epoch stays e (an ACL command through the proxy
+ * moves it on) and for clients that logged in where Redis wants it (one
+ * that did not still gets NOAUTH from Redis).
+ */
+static int is_ok_reply(const char *data, size_t len) {
+    return len == 5 && memcmp(data, "+OK\r\n", 5) == 0;
+}
+
+static int permission_known(const px_client *c, uint64_t learned) {
+    return (c->pass != NULL || c->srv->open_access == 1) && learned == c->srv->acl_epoch + 1;
+}
+
+static void permission_probe(px_client *c, px_req *r, unsigned flag) {
+    r->aux_flags |= flag;
+    r->fill_token = c->srv->acl_epoch;
+}
+
+static void permission_learn(px_client *c, const px_req *r, int ok, uint64_t *learned) {
+    if (ok && r->fill_token == c->srv->acl_epoch) *learned = c->srv->acl_epoch + 1;
+}
+
+/* ------------------------------------------------------------------------ */
 /* UNWATCH with nothing watched */
 
 /*
@@ -233,9 +260,7 @@ static void maybe_unpin(px_client *c) {
  * (acl_epoch) makes it ask Redis again.
  */
 static int unwatch_local(px_client *c) {
-    if (c->rq.argc != 1 || c->mode != PX_MODE_SHARED) return 0;
-    if (c->pass == NULL && c->srv->open_access != 1) return 0;
-    if (c->pool->unwatch_epoch != c->srv->acl_epoch + 1) return 0;
+    if (c->rq.argc != 1 || c->mode != PX_MODE_SHARED || !permission_known(c, c->pool->unwatch_epoch)) return 0;
     reply_simple(c, "OK");
     c->srv->unwatch_local++;
     return 1;
@@ -244,13 +269,7 @@ static int unwatch_local(px_client *c) {
 /* An UNWATCH sent to Redis: its +OK teaches unwatch_local. */
 static void unwatch_probe(px_client *c, px_req *r) {
     if (c->rq.argc != 1 || c->mode != PX_MODE_SHARED) return;
-    r->aux_flags |= PX_AUX_UNWATCH;
-    r->fill_token = c->srv->acl_epoch;
-}
-
-static void unwatch_learn(px_client *c, px_req *r, const char *data, size_t len) {
-    if (len == 5 && memcmp(data, "+OK\r\n", 5) == 0 && r->fill_token == c->srv->acl_epoch)
-        c->pool->unwatch_epoch = c->srv->acl_epoch + 1;
+    permission_probe(c, r, PX_AUX_UNWATCH);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -282,9 +301,7 @@ static void close_after_replies(px_client *c);
  * next WATCH asks Redis again. Off with `watch-ahead no`.
  */
 static int watch_ahead_allowed(px_client *c, px_upstream *u, px_req *r) {
-    if (!c->srv->cfg->watch_ahead || c->in_multi || c->rq.argc < 2) return 0;
-    if (c->pass == NULL && c->srv->open_access != 1) return 0;
-    if (c->pool->watch_epoch != c->srv->acl_epoch + 1) return 0;
+    if (!c->srv->cfg->watch_ahead || c->rq.argc < 2 || !permission_known(c, c->pool->watch_epoch)) return 0;
     /* only a client that waits for the +OK gains from it: one that sent
      * more (say MULTI … EXEC in the same write) gets Redis's own answer */
     if (evbuffer_get_length(c->io.in) != c->rq.frame_len) return 0;
@@ -292,13 +309,12 @@ static int watch_ahead_allowed(px_client *c, px_upstream *u, px_req *r) {
     return c->slots_head == r && u->state == PX_UP_READY;
 }
 
-/* A WATCH just forwarded as r: answered here when it may be. Only a
- * PINNED session's connection is known to carry its pool's identity (a
- * STICKY one may have sent AUTH or HELLO of another user). */
+/* A WATCH (not inside MULTI) just forwarded as r: answered here when it
+ * may be. Only a PINNED session's connection is known to carry its pool's
+ * identity (a STICKY one may have sent AUTH or HELLO of another user). */
 static void watch_send(px_client *c, px_upstream *u, px_req *r) {
     if (c->mode != PX_MODE_PINNED) return;
-    r->aux_flags |= PX_AUX_WATCH;
-    r->fill_token = c->srv->acl_epoch;
+    permission_probe(c, r, PX_AUX_WATCH);
     if (!watch_ahead_allowed(c, u, r)) return;
     /* the WATCH is on its way (in the socket) before the client holds the
      * +OK; if it cannot all be written now, Redis answers as usual */
@@ -314,8 +330,8 @@ static void watch_send(px_client *c, px_upstream *u, px_req *r) {
  * already has its +OK; 2 if Redis refused that WATCH (the client reads
  * no more and must be closed once this reply is dealt with). */
 static int watch_reply(px_client *c, px_req *r, const char *data, size_t len) {
-    int ok = len == 5 && memcmp(data, "+OK\r\n", 5) == 0;
-    if (ok && r->fill_token == c->srv->acl_epoch) c->pool->watch_epoch = c->srv->acl_epoch + 1;
+    int ok = is_ok_reply(data, len);
+    permission_learn(c, r, ok, &c->pool->watch_epoch);
     if (!(r->aux_flags & PX_AUX_WATCH_AHEAD)) return 0;
     c->watch_ahead--;
     if (ok) return 1;
@@ -422,7 +438,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
         return;
     }
     if (r->aux_flags & PX_AUX_ACL) c->srv->acl_epoch++;
-    if (r->aux_flags & PX_AUX_UNWATCH) unwatch_learn(c, r, data, len);
+    if (r->aux_flags & PX_AUX_UNWATCH) permission_learn(c, r, is_ok_reply(data, len), &c->pool->unwatch_epoch);
     /* the client already has its +OK: Redis's is not relayed */
     int answered = (r->aux_flags & PX_AUX_WATCH) ? watch_reply(c, r, data, len) : 0;
     if (r->aux_flags & PX_AUX_TXN_CHECK) {
