@@ -616,10 +616,16 @@ static struct entry *entry_of_link(struct link *l) {
 }
 
 /* What deleting e from the index will touch: its bucket, its neighbours
- * in the bucket's chain and in the LRU order. Only hints. */
+ * in the bucket's chain and in the LRU order. The bucket is loaded, not
+ * prefetched: on the (KVM) machines sidecache is measured on, a prefetch
+ * of a line in the large bucket array did not spare the delete its miss,
+ * and a load does, as the loads of a chunk's entries overlap one another
+ * (bench/cache_purge.sh: 217 -> 158 ns per key in 250-key purges; the
+ * proxy's purge of a batch unlink's transaction took 130, now 85 us).
+ * The neighbours are mostly near in memory; loading them too was slower. */
 static void prefetch_entry_links(const cache *c, const struct entry *e) {
     const UT_hash_table *t = c->index->hh.tbl;
-    __builtin_prefetch(&t->buckets[e->hh.hashv & (t->num_buckets - 1u)]);
+    (void)*(const volatile unsigned *)&t->buckets[e->hh.hashv & (t->num_buckets - 1u)].count;
     if (e->hh.prev != NULL) __builtin_prefetch(e->hh.prev);
     if (e->hh.next != NULL) __builtin_prefetch(e->hh.next);
     if (e->hh.hh_prev != NULL) __builtin_prefetch(e->hh.hh_prev);
