@@ -338,6 +338,22 @@ static void test_cmd_lookup(void) {
     CHECK(resp_cmd_lookup("AUTHAUTHAUTHAUTHA", 17) == NULL);
 }
 
+/* resp_arg_is against a byte-by-byte ASCII case fold, for every pair of
+ * first bytes (its first-byte filter must never turn down a match, nor let
+ * two non-letters that fold alike by bit 5 pass) and in every case. */
+static void test_arg_is(void) {
+    CHECK(resp_arg_is("acl", 3, "ACL") && resp_arg_is("AcL", 3, "ACL") && resp_arg_is("ACL", 3, "acl"));
+    CHECK(!resp_arg_is("DEL", 3, "ACL") && !resp_arg_is("ACLX", 4, "ACL") && !resp_arg_is("AC", 2, "ACL"));
+    CHECK(!resp_arg_is("ACM", 3, "ACL") && resp_arg_is("", 0, "") && !resp_arg_is("", 0, "A"));
+    for (int a = 1; a < 256; a++) {
+        for (int b = 1; b < 256; b++) {
+            char p[3] = {(char)a, 'x', 0}, w[3] = {(char)b, 'X', 0};
+            int fa = a >= 'A' && a <= 'Z' ? a + 32 : a, fb = b >= 'A' && b <= 'Z' ? b + 32 : b;
+            CHECK(resp_arg_is(p, 2, w) == (fa == fb));
+        }
+    }
+}
+
 static void test_req_simple(void) {
     REQ("*1\r\n$4\r\nPING\r\n", "[PING]");
     REQ("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nvalue\r\n", "[SET|k|value]");
@@ -1315,6 +1331,7 @@ static void test_read_helpers(void) {
 int main(void) {
     RUN(test_read_helpers);
     RUN(test_cmd_lookup);
+    RUN(test_arg_is);
     RUN(test_req_simple);
     RUN(test_req_pipeline);
     RUN(test_req_binary);
