@@ -556,6 +556,36 @@ static int req_inline(resp_req_parser *p, const char *buf, size_t len) {
     return req_done(p, p->scratch, nl + 1, 1);
 }
 
+/*
+ * The usual bulk header, whole in buf: '$', a length of 1 to 9 digits
+ * without a leading zero (or "0"), CRLF, within the limits. Reads it as the
+ * general path below would (same state, position and scan point) and
+ * returns 1; returns 0, having changed nothing, for anything else, which
+ * the general path then reads or refuses with its own error text. Most
+ * arguments of a request are short: this spares them the line search and
+ * the general number parser (a transaction of 1,000 commands has ~3,500).
+ */
+static int req_bulk_hdr_fast(resp_req_parser *p, const char *buf, size_t len) {
+    size_t start = p->pos, i = start + 1;
+    unsigned long long v = 0;
+    if (start >= len || buf[start] != '$')
+        return 0;
+    while (i < len && i - start <= 9 && (unsigned char)(buf[i] - '0') < 10)
+        v = v * 10 + (unsigned)(buf[i++] - '0');
+    if (i == start + 1 || i + 1 >= len || buf[i] != '\r' || buf[i + 1] != '\n')
+        return 0;
+    if ((buf[start + 1] == '0' && i != start + 2) || i - start > p->lim.max_inline_len)
+        return 0;
+    if ((long long)v > p->lim.max_bulk_len || (p->unauthenticated && (long long)v > RESP_UNAUTH_MAX_BULK_LEN) ||
+        v > SIZE_MAX - (i + 2) - 2)
+        return 0;
+    p->bulk_len = (long long)v;
+    p->scan = i;
+    p->pos = i + 2;
+    p->state = REQ_BULK_DATA;
+    return 1;
+}
+
 static int req_multibulk(resp_req_parser *p, const char *buf, size_t len) {
     size_t cr;
     long long ll;
@@ -583,7 +613,9 @@ static int req_multibulk(resp_req_parser *p, const char *buf, size_t len) {
         p->state = REQ_BULK_HDR;
     }
     while (p->args_seen < p->expect_args) {
-        if (p->state == REQ_BULK_HDR) {
+        if (p->state == REQ_BULK_HDR && req_bulk_hdr_fast(p, buf, len)) {
+            /* read: p->state is REQ_BULK_DATA */
+        } else if (p->state == REQ_BULK_HDR) {
             size_t start = p->pos;
             rc = req_find(p, buf, len, start, '\r', ERR_TOO_BIG_BULK, &cr);
             if (rc != RESP_OK)

@@ -517,6 +517,37 @@ static void test_req_limits(void) {
     REQ_LIM("*-100\r\n", &lim, "[]");
 }
 
+/* Bulk headers at the edges of req_bulk_hdr_fast, which reads the usual
+ * ones: what it does not take, the general path must still read or refuse
+ * with its own error text. */
+static void test_req_bulk_headers(void) {
+    const char *bl = "!Protocol error: invalid bulk length";
+    resp_limits lim;
+
+    REQ("*1\r\n$0\r\n\r\n", "[]");
+    REQ("*2\r\n$0\r\n\r\n$1\r\nb\r\n", "[|b]");
+    REQ("*1\r\n$00\r\n\r\n", bl);
+    REQ("*1\r\n$09\r\n123456789\r\n", bl);
+    REQ("*1\r\n$9\r\n123456789\r\n", "[123456789]");
+    REQ("*1\r\n$536870912\r\n", "...");        /* 9 digits, the default max_bulk_len */
+    REQ("*1\r\n$536870913\r\n", bl);
+    REQ("*1\r\n$999999999\r\n", bl);
+    REQ("*1\r\n$1000000000\r\n", bl);           /* 10 digits: the general path */
+    REQ("*1\r\n$0000000001\r\n", bl);
+    REQ("*1\r\n$1\r", "...");
+    REQ("*1\r\n$1\rX", bl);
+    REQ("*1\r\n$1a\r\na\r\n", bl);
+    REQ("*1\r\n$1 \r\na\r\n", bl);
+
+    /* the line limit holds for the '\r' of a header of digits too */
+    resp_limits_default(&lim);
+    lim.max_inline_len = 2;
+    REQ_LIM("*1\r\n$1\r\na\r\n", &lim, "[a]");
+    REQ_LIM("*1\r\n$10\r\n0123456789\r\n", &lim, "!Protocol error: too big bulk count string");
+    lim.max_inline_len = 3;
+    REQ_LIM("*1\r\n$10\r\n0123456789\r\n", &lim, "[0123456789]");
+}
+
 static void test_req_need_and_zero_copy(void) {
     static const char in[] = "*2\r\n$3\r\nGET\r\n$5\r\nhello\r\n";
     resp_req_parser p;
@@ -1341,6 +1372,7 @@ int main(void) {
     RUN(test_req_inline_errors);
     RUN(test_req_multibulk_errors);
     RUN(test_req_limits);
+    RUN(test_req_bulk_headers);
     RUN(test_req_default_line_limits);
     RUN(test_req_need_and_zero_copy);
     RUN(test_req_no_alloc_from_count);
