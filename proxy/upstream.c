@@ -603,6 +603,13 @@ static size_t run_span(px_upstream *u, px_req *r, const char *data, size_t len, 
     size_t span = flen;
     uint32_t k = 1;
     while (k < r->replies_left - 1 && span < len) {
+        /* the reply nearly every queued command gets, taken as it is (the
+         * parser is between frames here) */
+        if (len - span >= 9 && memcmp(data + span, "+QUEUED\r\n", 9) == 0) {
+            span += 9;
+            k++;
+            continue;
+        }
         /* a frame cut short stays in the parser's state, resumed from its
          * start once the span is drained; an error is met again there */
         if (resp_reply_parse(&u->rp, data + span, len - span) != RESP_OK) break;
