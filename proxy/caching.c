@@ -916,7 +916,9 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
             cache_fill_complete(pc->cache, r->fill_token, hdr[0], (int)hdr[1], (int)hdr[2], key, hdr[3], field, flen,
                                 val, vlen, k == 2, px_now_ms());
     }
-    if (r->aux_flags & PX_AUX_INVAL) invalidate_records(pc, r->aux, r->aux_len);
+    if ((r->aux_flags & PX_AUX_INVAL) &&
+        !((r->aux_flags & PX_AUX_PREPURGED) && cache_get_stats(pc->cache)->placeholders_made == r->purge_mark))
+        invalidate_records(pc, r->aux, r->aux_len);
     if (r->aux_flags & PX_AUX_FLUSH) flush_for_write(pc, &(resp_arg){"(reply)", 7});
     if (r->aux_flags & PX_AUX_LOOKUP) lookup_reply(pc, r, data, len);
     if ((r->aux_flags & PX_AUX_SCRIPT_LOAD) && len == 47 && data[0] == '$')
@@ -933,17 +935,27 @@ void px_caching_release_req(px_req *r) {
     r->aux_flags = 0;
 }
 
-void px_caching_txn_end(px_client *c, int exec) {
-    struct px_caching *pc = c->srv->caching;
-    if (pc != NULL && exec) {
-        /* every key was purged early and no entry was begun since: none of
-         * them can be cached, the purge would find nothing */
-        int all_gone = c->txn_purged == c->txn_keys.len &&
-                       cache_get_stats(pc->cache)->placeholders_made == c->txn_purge_mark;
-        if (!all_gone) invalidate_records(pc, c->txn_keys.data, c->txn_keys.len);
-        if (c->txn_flush) flush_for_write(pc, &(resp_arg){"EXEC", 4});
-    }
+void px_caching_txn_discard(px_client *c) {
     resp_buf_reset(&c->txn_keys);
+    c->txn_purged = 0;
+    c->txn_flush = 0;
+}
+
+void px_caching_txn_exec(px_client *c, px_req *r) {
+    px_caching_txn_prepurge(c);
+    if (c->txn_keys.len > 0) {
+        /* an EXEC names no key: its own record carries none (on_send) */
+        free(r->aux);
+        r->aux = c->txn_keys.data;
+        r->aux_len = c->txn_keys.len;
+        /* every key was purged by now, the first when the mark was taken:
+         * a fill of any of them since begins an entry, which moves
+         * placeholders_made past the mark (C3) */
+        r->aux_flags |= PX_AUX_INVAL | PX_AUX_PREPURGED;
+        r->purge_mark = c->txn_purge_mark;
+        resp_buf_init(&c->txn_keys);
+    }
+    if (c->txn_flush) r->aux_flags |= PX_AUX_FLUSH;
     c->txn_purged = 0;
     c->txn_flush = 0;
 }
@@ -951,9 +963,12 @@ void px_caching_txn_end(px_client *c, int exec) {
 void px_caching_txn_prepurge(px_client *c) {
     struct px_caching *pc = c->srv->caching;
     if (pc == NULL || c->txn_keys.len <= c->txn_purged) return;
+    /* the transaction's first purge: what the cache begins from now on may
+     * hold one of its keys again (later purges must not move the mark: a
+     * key purged before them may have been filled in between) */
+    if (c->txn_purged == 0) c->txn_purge_mark = cache_get_stats(pc->cache)->placeholders_made;
     invalidate_records(pc, c->txn_keys.data + c->txn_purged, c->txn_keys.len - c->txn_purged);
     c->txn_purged = c->txn_keys.len;
-    c->txn_purge_mark = cache_get_stats(pc->cache)->placeholders_made;
 }
 
 /* ------------------------------------------------------------------------ */

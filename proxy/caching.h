@@ -94,16 +94,25 @@ void px_caching_on_error_reply(px_server *srv, const char *data, size_t len);
 /* Frees what px_caching_on_send attached to r (reply never came). */
 void px_caching_release_req(struct px_req *r);
 
-/* A client's transaction ended: its queued writes (exec: invalidate them
- * now, before the EXEC reply is relayed; discard: forget them). */
-void px_caching_txn_end(struct px_client *c, int exec);
+/* A client's transaction was discarded (DISCARD, RESET, a failed local
+ * MULTI): its queued writes' keys are forgotten. */
+void px_caching_txn_discard(struct px_client *c);
+
+/* The EXEC of a client's transaction was sent as r: what is left of the
+ * queued writes' keys is purged now, and the keys go with r, for its reply
+ * to purge them again before it is relayed (C1). They go with r, not with
+ * the client: a pipelined next transaction may queue (and discard) before
+ * this one's reply comes. Call it once the transaction is on its way, so
+ * that Redis runs it during the purge. */
+void px_caching_txn_exec(struct px_client *c, struct px_req *r);
 
 /* Purges the keys queued since the last call (c->txn_purged): early, while
  * Redis still runs the transaction. EXEC's reply purges them all again
- * (C1: a read between now and then may fill the old value), but then
- * finds them mostly gone (and skips the purge when no entry was begun
- * since), and so does the tracking message that Redis sends just before
- * that reply: the purge work is off the path from EXEC to its reply. */
+ * (C1: a read between now and then may fill the old value), unless the
+ * cache began no entry since the first of them was purged: then none can
+ * be cached. The tracking message that Redis sends just before that reply
+ * finds them gone too: the purge work is off the path from EXEC to its
+ * reply. */
 void px_caching_txn_prepurge(struct px_client *c);
 
 /* tracking-mode default/optin: a new upstream connection turns tracking

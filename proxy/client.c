@@ -455,7 +455,6 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
             data = rewritten.data;
             len = rewritten.len;
         }
-        if (r->aux_flags & PX_AUX_EXEC) px_caching_txn_end(c, 1);
     }
     if ((r->aux_flags & PX_AUX_INFO) && c->state != PX_CLIENT_CLOSED && info_with_section(c, data, len, &rewritten) == 0) {
         data = rewritten.data;
@@ -647,7 +646,7 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
     int queued = c->in_multi && id != CMD_EXEC && id != CMD_DISCARD && id != CMD_MULTI;
     int is_exec = c->in_multi && id == CMD_EXEC;
     if (c->in_multi && id == CMD_DISCARD) {
-        px_caching_txn_end(c, 0);
+        px_caching_txn_discard(c);
         c->txn_acl = 0;
     }
     track_txn(c, id);
@@ -660,7 +659,9 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
     if (r == NULL) return;
     px_caching_on_send(c, c->pinned, r, 0, queued);
     if (is_exec) {
-        r->aux_flags |= PX_AUX_EXEC;
+        /* the transaction leaves first: Redis runs it during the purge */
+        px_io_write_early(&c->pinned->io, 1);
+        px_caching_txn_exec(c, r);
         txn_acl_exec(c, r);
     }
     if (watch) watch_send(c, c->pinned, r);
@@ -739,7 +740,7 @@ static int txn_local_allowed(px_client *c) {
  * EXEC's reply). */
 static void txn_local_end(px_client *c, int exec) {
     if (!c->txn_local) return;
-    if (!exec) px_caching_txn_end(c, 0);
+    if (!exec) px_caching_txn_discard(c);
     c->txn_local = 0;
     c->txn_acl = 0;
     c->txn_dirty = 0;
@@ -784,17 +785,8 @@ static int txn_local_exec(px_client *c) {
     }
     px_req *r = forward_to(c, u, PX_REQ_CLIENT, exec_cmd, sizeof exec_cmd - 1);
     if (r == NULL) return DISPATCH_DONE;
-    /* the queued writes' keys go with the EXEC (a next transaction may
-     * queue before this one's reply comes) */
-    if (c->txn_keys.len > 0) {
-        r->aux = c->txn_keys.data;
-        r->aux_len = c->txn_keys.len;
-        r->aux_flags |= PX_AUX_INVAL;
-        resp_buf_init(&c->txn_keys);
-        c->txn_purged = 0;
-    }
-    if (c->txn_flush) r->aux_flags |= PX_AUX_FLUSH;
-    c->txn_flush = 0;
+    px_io_write_early(&u->io, 1);
+    px_caching_txn_exec(c, r);
     txn_acl_exec(c, r);
     txn_local_end(c, 1);
     c->srv->txn_shared++;
@@ -918,6 +910,10 @@ static void cmd_client_local(px_client *c) {
 static int cmd_reset(px_client *c) {
     if (c->inflight > 0) return DISPATCH_WAIT;
     txn_local_end(c, 0);
+    /* a transaction queued on the client's own connection is dropped with
+     * it: its writes never run */
+    px_caching_txn_discard(c);
+    c->txn_acl = 0;
     unpin(c, 0);
     c->proto = 2;
     c->db = c->srv->cfg->up.db;

@@ -64,7 +64,9 @@ enum px_aux_flag {
     PX_AUX_INVAL = 1 << 1, /* aux: keys to invalidate again */
     PX_AUX_FLUSH = 1 << 2, /* a write whose keys cannot be known */
     PX_AUX_INFO = 1 << 3,  /* INFO: append the sidecache section */
-    PX_AUX_EXEC = 1 << 4,  /* EXEC: invalidate the transaction's writes */
+    PX_AUX_PREPURGED = 1 << 4, /* with INVAL: the keys were purged when sent;
+                                  again only if the cache began an entry
+                                  since (purge_mark) */
     PX_AUX_MGET = 1 << 5,  /* aux: an MGET's merge plan (cached values, fills) */
     PX_AUX_LOOKUP = 1 << 6, /* aux: a lookup script's dentry identity; fill_token */
     PX_AUX_SCRIPT_LOAD = 1 << 7, /* SCRIPT LOAD of lookup script fill_token - 1 */
@@ -93,6 +95,8 @@ typedef struct px_req {
     char *aux;                  /* owned; see px_aux_flag */
     size_t aux_len;
     uint64_t fill_token;
+    uint64_t purge_mark;        /* PX_AUX_PREPURGED: the cache's placeholders_made
+                                   when the first of those keys was purged */
     int64_t sent_us;            /* when it was written (px_now_us) */
     /* Replies still awaited from Redis: 1, or more for a run (commands
      * queued in MULTI on a pinned connection, forwarded into one record by

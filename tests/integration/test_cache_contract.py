@@ -257,6 +257,113 @@ def test_c1_fill_between_queued_write_and_exec(mode, relay, proxy_factory, upstr
         relay.release_tracking()
 
 
+def cached_twice(cc, st, key):
+    """C reads key twice: the second read must be a cache hit (the setup of
+    a test that needs the old value cached)."""
+    assert cc.cmd("GET", key).value == b"old"
+    with st.delta() as dd:
+        assert cc.cmd("GET", key).value == b"old"
+    assert dd["cache_hits"] == 1, "setup: the old value of %s was not cached" % key
+
+
+def test_c1_later_queued_writes_keep_the_exec_purge(relay, proxy_factory, upstream):
+    """As above, but A queues more writes, each in a read of its own, after
+    C's fill: their early purges must not hide that fill from EXEC's reply
+    (the proxy skips EXEC's purge only when the cache began no entry since
+    the transaction's first early purge)."""
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
+    d = upstream.client()
+    settle(st, lambda: d.set("i9042", "old"))
+    a = p.raw(auth=True)
+    cc = p.raw(auth=True, protocol=3)
+    make_tracked(cc, st)
+    relay.hold_tracking()
+    try:
+        assert a.cmd("WATCH", "w9042").raw == b"+OK\r\n"
+        assert a.cmd("MULTI").raw == b"+OK\r\n"
+        assert a.cmd("SET", "i9042", "new").raw == b"+QUEUED\r\n"
+        cached_twice(cc, st, "i9042")
+        assert a.cmd("SET", "x9043", "x").raw == b"+QUEUED\r\n"
+        assert a.cmd("SET", "i9043", "x").raw == b"+QUEUED\r\n"
+        assert a.cmd("EXEC").raw == b"*3\r\n+OK\r\n+OK\r\n+OK\r\n"
+        assert cc.cmd("GET", "i9042").value == b"new", "C read the old value after A's EXEC was answered"
+    finally:
+        relay.release_tracking()
+
+
+def pipelined_client(relay, proxy_factory, upstream, *keys):
+    """A proxy, A (a client) and C (a tracked client) with keys set to old
+    on Redis."""
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
+    d = upstream.client()
+    settle(st, lambda: [d.set(k, "old") for k in keys])
+    a = p.raw(auth=True)
+    cc = p.raw(auth=True, protocol=3)
+    make_tracked(cc, st)
+    return st, a, cc
+
+
+def test_c1_pipelined_discard_keeps_the_exec_keys(relay, proxy_factory, upstream):
+    """A pipelines, on its own connection, a transaction and then a second
+    one that it discards: the DISCARD must not take the first one's keys
+    from its EXEC's reply."""
+    st, a, cc = pipelined_client(relay, proxy_factory, upstream, "i9044")
+    cached_twice(cc, st, "i9044")
+    relay.hold_tracking()
+    try:
+        steps = [("WATCH", "w9044"), ("MULTI",), ("SET", "i9044", "new"), ("EXEC",),
+                 ("MULTI",), ("SET", "i9045", "x"), ("DISCARD",)]
+        a.send(b"".join(encode(*s) for s in steps))
+        got = [f.raw for f in a.read_frames(len(steps))]
+        assert got == [b"+OK\r\n", b"+OK\r\n", b"+QUEUED\r\n", b"*1\r\n+OK\r\n",
+                       b"+OK\r\n", b"+QUEUED\r\n", b"+OK\r\n"], got
+        assert cc.cmd("GET", "i9044").value == b"new", "the DISCARD took the first EXEC's keys"
+    finally:
+        relay.release_tracking()
+
+
+def test_c1_pipelined_exec_keeps_its_own_keys(relay, proxy_factory, upstream):
+    """A pipelines two transactions; the relay holds the second one's write
+    while C fills its key: the second EXEC's reply must purge it (the first
+    EXEC's reply must not have used up its keys)."""
+    st, a, cc = pipelined_client(relay, proxy_factory, upstream, "i9047")
+    relay.hold_tracking()
+    try:
+        hold = relay.hold_request(("SET", "i9047", "new"))
+        steps = [("WATCH", "w9046"), ("MULTI",), ("SET", "i9046", "new"), ("EXEC",),
+                 ("MULTI",), ("SET", "i9047", "new"), ("EXEC",)]
+        a.send(b"".join(encode(*s) for s in steps))
+        hold.wait()
+        first = [f.raw for f in a.read_frames(5)]
+        assert first[3] == b"*1\r\n+OK\r\n", first
+        cached_twice(cc, st, "i9047")
+        hold.release()
+        rest = [f.raw for f in a.read_frames(2)]
+        assert rest == [b"+QUEUED\r\n", b"*1\r\n+OK\r\n"], rest
+        assert cc.cmd("GET", "i9047").value == b"new", "the second EXEC's reply did not purge its key"
+    finally:
+        relay.release_tracking()
+
+
+def test_reset_forgets_the_abandoned_transaction(relay, proxy_factory, upstream):
+    """RESET in MULTI on the client's own connection drops the transaction:
+    its queued write never runs, so the next transaction's EXEC does not
+    purge that key again (a cached value of it stays a hit)."""
+    st, a, cc = pipelined_client(relay, proxy_factory, upstream, "i9050")
+    assert a.cmd("WATCH", "w9050").raw == b"+OK\r\n"
+    assert a.cmd("MULTI").raw == b"+OK\r\n"
+    assert a.cmd("SET", "i9050", "new").raw == b"+QUEUED\r\n"
+    assert a.cmd("RESET").raw == b"+RESET\r\n"
+    cached_twice(cc, st, "i9050")
+    assert a.cmd("WATCH", "w9051").raw == b"+OK\r\n"
+    assert a.cmd("MULTI").raw == b"+OK\r\n"
+    assert a.cmd("SET", "x9051", "x").raw == b"+QUEUED\r\n"
+    assert a.cmd("EXEC").raw == b"*1\r\n+OK\r\n"
+    with st.delta() as dd:
+        assert cc.cmd("GET", "i9050").value == b"old"
+    assert dd["cache_hits"] == 1, "the abandoned transaction's key was purged by the next EXEC"
+
+
 # ---------------------------------------------------------------------------
 # C2 no hits under WATCH or inside MULTI
 
