@@ -64,6 +64,7 @@ int px_block_send(px_upstream *u, const char *frames, size_t len, int n) {
         tail = &r->next_up;
     }
     px_req *r = first, *next = r->next_up;
+    r->kind = PX_REQ_TXN_CTL; /* refused: the commands after it ran alone */
     px_upstream_send(u, r, multi_cmd, sizeof multi_cmd - 1);
     size_t at = 0;
     for (r = next; r != NULL && at < len; r = next) {
@@ -80,6 +81,7 @@ int px_batch_eligible(px_client *c) {
     const cmdtable *t;
     int flags;
     if (srv->cfg->batch_max_commands < 2 || c->mode != PX_MODE_SHARED || c->txn_local) return 0;
+    if (c->pool->txn_denied == srv->acl_epoch + 1) return 0; /* its ACL denies MULTI or EXEC */
     /* where Redis wants a password, MULTI of a client without one is NOAUTH */
     if (c->pass == NULL && srv->open_access != 1) return 0;
     if (c->rq.frame_len > PX_BATCH_MAX_FRAME) return 0;
@@ -199,9 +201,10 @@ void px_batch_on_reply(px_client *c, px_req *ex, const char *data, size_t len) {
             reqs[i]->pending = 0;
             px_client_on_reply(c, reqs[i], data + offs[i], offs[i + 1] - offs[i]);
         }
-    } else if (!ex->lost && len > 0 && (data[0] == '-' || data[0] == '!')) {
+    } else if (!ex->lost && len >= 10 && memcmp(data, "-EXECABORT", 10) == 0) {
         /* EXECABORT: nothing ran. Each again, alone: each gets Redis's own
-         * reply (u answered this very reply, so it is alive) */
+         * reply (u answered this very reply, so it is alive). Any other
+         * error (EXEC refused) closes the connection (upstream.c) */
         px_verbose("write batch refused, sent again one by one n=%u reply=\"%.*s\"", h.n,
                    (int)(len > 80 ? 80 : len - 2), data);
         srv->batch_replays++;

@@ -732,8 +732,9 @@ static void enter_tunnel(px_client *c, const char *frame) {
  * connection of the client's own (txn_local_to_pinned).
  */
 static int txn_local_allowed(px_client *c) {
-    /* where Redis wants a password, MULTI of a client without one is NOAUTH */
-    return c->pass != NULL || c->srv->open_access == 1;
+    /* where Redis wants a password, MULTI of a client without one is NOAUTH;
+     * an identity Redis refused MULTI, EXEC or DISCARD sends its own */
+    return (c->pass != NULL || c->srv->open_access == 1) && c->pool->txn_denied != c->srv->acl_epoch + 1;
 }
 
 /* Ends the local transaction (exec: its written keys stay recorded for
@@ -785,6 +786,7 @@ static int txn_local_exec(px_client *c) {
     }
     px_req *r = forward_to(c, u, PX_REQ_CLIENT, exec_cmd, sizeof exec_cmd - 1);
     if (r == NULL) return DISPATCH_DONE;
+    r->aux_flags |= PX_AUX_BLOCK_EXEC;
     px_io_write_early(&u->io, 1);
     px_caching_txn_exec(c, r);
     txn_acl_exec(c, r);
@@ -797,7 +799,7 @@ static int txn_local_exec(px_client *c) {
  * to queuing it; nothing runs. */
 static int txn_local_check(px_client *c, px_upstream *u, const char *data, size_t len) {
     static const char multi_cmd[] = "*1\r\n$5\r\nMULTI\r\n", discard_cmd[] = "*1\r\n$7\r\nDISCARD\r\n";
-    px_req *m = px_req_new(c->srv, NULL, PX_REQ_DISCARD), *d = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
+    px_req *m = px_req_new(c->srv, NULL, PX_REQ_TXN_CTL), *d = px_req_new(c->srv, NULL, PX_REQ_TXN_CTL);
     px_req *r = px_req_new(c->srv, c, PX_REQ_CLIENT);
     if (m == NULL || d == NULL || r == NULL) {
         if (m) px_req_release(c->srv, m);

@@ -467,7 +467,7 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen) {
         u->npending--;
         r->next_up = NULL;
         r->lost = 1;
-        if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING) {
+        if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING || r->kind == PX_REQ_TXN_CTL) {
             px_req_release(u->srv, r);
             continue;
         }
@@ -519,6 +519,32 @@ void px_upstream_free(px_upstream *u) {
 static void note_readonly(px_upstream *u, const char *data, size_t len) {
     if (len >= 9 && memcmp(data, "-READONLY", 9) == 0 && u->srv->sentinel_ev != NULL)
         event_active(u->srv->sentinel_ev, EV_TIMEOUT, 0);
+}
+
+/*
+ * Redis refused a MULTI, EXEC or DISCARD that sidecache added around a
+ * write batch or a local transaction (an ACL without them): what followed
+ * a refused MULTI ran alone, and a refused DISCARD leaves the connection
+ * inside MULTI. (Redis 7 answers a refused EXEC with EXECABORT, having run
+ * nothing and left MULTI; another error to such an EXEC counts as a
+ * refusal.) Neither may go on: the identity gets no more
+ * such blocks (txn_denied, until an ACL command through the proxy), and
+ * the connection goes, failing what waits on it as a lost connection
+ * would. Nothing is sent again: a write that ran never runs twice.
+ */
+static void up_txn_refused(px_upstream *u, const char *data, size_t len) {
+    if (u->state == PX_UP_CLOSED) return;
+    if (u->pool != NULL) u->pool->txn_denied = u->srv->acl_epoch + 1;
+    px_warning("Redis refused a MULTI, EXEC or DISCARD of sidecache id=%llu reply=\"%.*s\"; "
+               "this user's transactions and write pipelines now go as sent",
+               (unsigned long long)u->id, (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);
+    px_upstream_close(u, "Redis refused MULTI, EXEC or DISCARD to this user");
+}
+
+/* The reply to the EXEC of a block sidecache made: an error other than
+ * EXECABORT (a queued command refused: nothing ran) is a refusal. */
+static int block_exec_refused(const char *data, size_t len) {
+    return len > 0 && (data[0] == '-' || data[0] == '!') && !(len >= 10 && memcmp(data, "-EXECABORT", 10) == 0);
 }
 
 /* One whole reply frame from Redis. */
@@ -583,10 +609,15 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_req_release(u->srv, r);
     } else if (r->kind == PX_REQ_DISCARD) {
         px_req_release(u->srv, r);
+    } else if (r->kind == PX_REQ_TXN_CTL) {
+        px_req_release(u->srv, r);
+        if (!(len == 5 && memcmp(data, "+OK\r\n", 5) == 0)) up_txn_refused(u, data, len);
     } else {
         px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
         if (type == '-') note_readonly(u, data, len);
+        int refused = (r->kind == PX_REQ_BATCH || (r->aux_flags & PX_AUX_BLOCK_EXEC)) && block_exec_refused(data, len);
         px_client_on_reply(r->client, r, data, len);
+        if (refused) up_txn_refused(u, data, len);
     }
 }
 

@@ -50,6 +50,9 @@ enum px_req_kind {
                            connection tracked for epoch fill_token */
     PX_REQ_BATCH,       /* the EXEC of a write batch: its reply is split among
                            the batched requests (proxy/batch.h) */
+    PX_REQ_TXN_CTL,     /* internal: a MULTI or DISCARD sidecache put around
+                           a block or a check: anything but +OK and the
+                           connection goes (px_pool.txn_denied) */
 };
 
 /*
@@ -64,6 +67,8 @@ enum px_aux_flag {
     PX_AUX_INVAL = 1 << 1, /* aux: keys to invalidate again */
     PX_AUX_FLUSH = 1 << 2, /* a write whose keys cannot be known */
     PX_AUX_INFO = 1 << 3,  /* INFO: append the sidecache section */
+    PX_AUX_BLOCK_EXEC = 1 << 14, /* the EXEC of a block sidecache made of a
+                                    local transaction (see PX_REQ_TXN_CTL) */
     PX_AUX_PREPURGED = 1 << 4, /* with INVAL: the keys were purged when sent;
                                   again only if the cache began an entry
                                   since (purge_mark) */
@@ -130,6 +135,11 @@ typedef struct px_pool {
     uint64_t unwatch_epoch;
     /* the same for WATCH: then a WATCH may be answered ahead (client.c) */
     uint64_t watch_epoch;
+    /* srv->acl_epoch + 1 when Redis refused this identity a MULTI, EXEC or
+     * DISCARD that sidecache added (its ACL denies them): then its
+     * transactions and pipelined writes go to Redis as the client sent
+     * them, without a local MULTI or a write batch */
+    uint64_t txn_denied;
 } px_pool;
 
 typedef struct px_upstream {

@@ -1,0 +1,103 @@
+"""
+A Redis user whose ACL denies MULTI, EXEC or DISCARD.
+
+sidecache puts MULTI … EXEC around pipelined writes (write batches), and
+answers MULTI without WATCH itself, checking each queued command on Redis
+inside MULTI … DISCARD. For a user who may not send those, a refused MULTI
+would let the commands after it run alone (and a batch or a transaction
+sent again would run them twice), and a refused DISCARD would leave a
+shared connection inside MULTI for the next client (a refused EXEC is
+EXECABORT: nothing ran, Redis left MULTI). The proxy must never
+do either: the connection goes (what waited on it fails as on a lost
+connection, nothing is sent again), and from then on that user's
+transactions and writes go to Redis as the client sent them, so Redis
+answers them exactly as it answers a direct client.
+"""
+import pytest
+
+from exacthelpers import sidecache_info
+from helpers import encode
+
+pytestmark = pytest.mark.proxy_only
+
+
+def deny(server, *cmds):
+    server.client().execute_command("ACL", "SETUSER", "default", *["-" + c for c in cmds])
+
+
+def transcript(conn, steps):
+    return [conn.cmd(*s).raw for s in steps]
+
+
+def test_multi_denied_never_runs_a_command_twice(proxy, upstream, ref):
+    """MULTI / INCR / EXEC, one command at a time, twice. The first time the
+    proxy answers MULTI itself and learns from the check that Redis refuses
+    it: INCR ran once (the check) and fails as on a lost connection. The
+    second time Redis answers everything, as it answers a direct client."""
+    deny(upstream, "multi")
+    deny(ref, "multi")
+    steps = [("MULTI",), ("INCR", "cnt"), ("EXEC",)]
+    with proxy.raw() as c:
+        first = transcript(c, steps)
+    assert first[0] == b"+OK\r\n" and first[1].startswith(b"-ERR sidecache:"), first
+    assert upstream.client().get("cnt") == b"1", ("the INCR must run once", first)
+    with proxy.raw() as c:
+        second = transcript(c, steps)
+    upstream.client().set("cnt", "0")
+    ref.client().set("cnt", "0")
+    with proxy.raw() as c, ref.raw() as r:
+        assert transcript(c, steps) == transcript(r, steps), second
+    assert upstream.client().get("cnt") == b"1"
+
+
+def test_write_batch_with_multi_denied_never_runs_a_command_twice(proxy, upstream, ref):
+    """Three pipelined INCRs (a write batch). The first time MULTI is refused:
+    the INCRs ran alone, once each, and fail as on a lost connection (no
+    replay). The second pipeline is not batched: Redis's own replies."""
+    deny(upstream, "multi")
+    deny(ref, "multi")
+    pipeline = encode("INCR", "cnt") * 3
+    with proxy.raw() as c:
+        c.send(pipeline)
+        first = [f.raw for f in c.read_frames(3)]
+    assert all(f.startswith(b"-ERR sidecache:") for f in first), first
+    assert upstream.client().get("cnt") == b"3", ("each INCR must run once", first)
+    with proxy.raw() as c, ref.raw() as r:
+        ref.client().set("cnt", "3")
+        c.send(pipeline)
+        r.send(pipeline)
+        assert [f.raw for f in c.read_frames(3)] == [f.raw for f in r.read_frames(3)] == [b":4\r\n", b":5\r\n", b":6\r\n"]
+    assert upstream.client().get("cnt") == b"6"
+
+
+def test_write_batch_with_exec_denied_gets_redis_replies(proxy_factory, upstream):
+    """With EXEC denied Redis answers a batch's EXEC with EXECABORT (and
+    leaves MULTI): nothing ran, so each command goes again alone and gets
+    Redis's own reply, and the next client on the one shared connection
+    gets its own reply, not +QUEUED."""
+    p = proxy_factory(args=("--upstream-connections", "1"))
+    deny(upstream, "exec")
+    upstream.client().set("x", "val")
+    with p.raw() as a, p.raw() as b:
+        before = sidecache_info(p).get("batch_blocks", 0)
+        a.send(encode("INCR", "k1") + encode("INCR", "k1"))
+        assert [f.raw for f in a.read_frames(2)] == [b":1\r\n", b":2\r\n"]
+        assert sidecache_info(p).get("batch_blocks", 0) == before + 1, "setup: the INCRs were not batched"
+        assert b.cmd("GET", "x").raw == b"$3\r\nval\r\n"
+    assert upstream.client().get("k1") == b"2"
+
+
+def test_discard_denied_leaves_no_connection_in_multi(proxy_factory, upstream):
+    """A local transaction's check is MULTI, the command, DISCARD. With
+    DISCARD denied the shared connection would stay inside MULTI: it goes,
+    and another client's GET on the one shared connection gets its value."""
+    p = proxy_factory(args=("--upstream-connections", "1"))
+    deny(upstream, "discard")
+    upstream.client().set("x", "val")
+    with p.raw() as a, p.raw() as b:
+        assert a.cmd("MULTI").raw == b"+OK\r\n"
+        assert a.cmd("SET", "y", "1").raw == b"+QUEUED\r\n"
+        assert b.cmd("GET", "x").raw == b"$3\r\nval\r\n"
+        assert upstream.client().get("y") is None, "the checked SET must not have run"
+        assert a.cmd("EXEC").raw == b"*1\r\n+OK\r\n"
+        assert upstream.client().get("y") == b"1"
