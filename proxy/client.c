@@ -509,6 +509,11 @@ void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t l
 }
 
 void px_client_on_tunnel_data(px_client *c, const char *data, size_t len) {
+    /* Replies are not matched in a tunnel: any data may hold the reply to
+     * an ACL command sent through it, after which what was learned of a
+     * user's permissions from commands sent before it no longer holds.
+     * Moving the epoch on at every arrival covers that reply. */
+    if (c->tunnel_acl) c->srv->acl_epoch++;
     if (c->state == PX_CLIENT_CLOSED) return;
     client_write(c, data, len);
 }
@@ -1113,6 +1118,7 @@ static int client_dispatch(px_client *c, const char *frame) {
     if (resp_arg_is(a[0].ptr, a[0].len, "ACL")) {
         c->srv->acl_epoch++;
         if (c->in_multi || c->txn_local) c->txn_acl = 1;
+        if (c->mode == PX_MODE_TUNNEL) c->tunnel_acl = 1;
     }
 
     if (c->mode == PX_MODE_TUNNEL) {

@@ -80,6 +80,9 @@ typedef struct px_client {
     int txn_count;
     int txn_acl;               /* an ACL command is queued: EXEC's reply is
                                   when it takes effect (PX_AUX_ACL) */
+    int tunnel_acl;            /* an ACL command went through this client's
+                                  tunnel: its reply, unmatched there, may be
+                                  in any data that comes back (client.c) */
     int txn_checks;            /* queued commands whose check by Redis is in flight */
     int txn_dirty;             /* Redis refused one: EXEC answers EXECABORT */
 

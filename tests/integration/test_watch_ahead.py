@@ -18,6 +18,7 @@ import time
 import pytest
 
 from exacthelpers import assert_noauth_after_others_learned, assert_same_both_ways, sidecache_info
+from cachehelpers import RELAY_ARGS, relay  # noqa: F401
 from helpers import ConnectionClosed, encode
 
 PROTOCOLS = [pytest.param(2, id="resp2"), pytest.param(3, id="resp3")]
@@ -201,6 +202,30 @@ def test_acl_queued_in_multi_counts_when_exec_runs_it(proxy, upstream):
         assert c.cmd("WATCH", "k").raw.startswith(b"-NOPERM")
         assert c.cmd("PING").raw == b"+PONG\r\n"
     assert int(sidecache_info(proxy).get("watch_ahead_refused", 0)) == 0
+
+
+@pytest.mark.proxy_only
+def test_acl_through_a_tunnel_counts_when_its_reply_comes(relay, proxy_factory, upstream):
+    """An ACL SETUSER sent through a tunnel (here the client's own CLIENT
+    TRACKING) is not matched to its reply. A WATCH that Redis accepts while
+    the relay still holds the ACL command back must not make the proxy
+    answer the next WATCH ahead once the ACL has run: that one gets Redis's
+    NOPERM, and nobody is disconnected."""
+    p = proxy_factory(up=relay, args=RELAY_ARGS)
+    upstream.client().execute_command("ACL", "SETUSER", "w", "on", ">pw", "~*", "+@all")
+    with p.raw(auth=True) as t, p.raw() as c:
+        assert c.cmd("AUTH", "w", "pw").raw == b"+OK\r\n"
+        assert c.cmd("WATCH", "k").raw == b"+OK\r\n"
+        assert t.cmd("CLIENT", "TRACKING", "on").raw == b"+OK\r\n"
+        hold = relay.hold_request(("ACL", "SETUSER", "w", "-watch"))
+        t.send(encode("ACL", "SETUSER", "w", "-watch"))
+        hold.wait()
+        assert c.cmd("WATCH", "k").raw == b"+OK\r\n"  # asks Redis: learned again
+        hold.release()
+        assert t.read_frames(1)[0].raw == b"+OK\r\n"
+        assert c.cmd("WATCH", "k").raw.startswith(b"-NOPERM")
+        assert c.cmd("PING").raw == b"+PONG\r\n"
+    assert int(sidecache_info(p).get("watch_ahead_refused", 0)) == 0
 
 
 @pytest.mark.proxy_only
