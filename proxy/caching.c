@@ -941,7 +941,14 @@ void px_caching_txn_discard(px_client *c) {
     c->txn_flush = 0;
 }
 
-void px_caching_txn_exec(px_client *c, px_req *r) {
+void px_caching_txn_abandon(px_client *c) {
+    struct px_caching *pc = c->srv->caching;
+    if (pc != NULL && c->txn_keys.len > 0) invalidate_records(pc, c->txn_keys.data, c->txn_keys.len);
+    if (pc != NULL && c->txn_flush) flush_for_write(pc, &(resp_arg){"RESET", 5});
+    px_caching_txn_discard(c);
+}
+
+void px_caching_txn_close(px_client *c, px_req *r) {
     px_caching_txn_prepurge(c);
     if (c->txn_keys.len > 0) {
         /* an EXEC names no key: its own record carries none (on_send) */

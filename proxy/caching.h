@@ -94,17 +94,22 @@ void px_caching_on_error_reply(px_server *srv, const char *data, size_t len);
 /* Frees what px_caching_on_send attached to r (reply never came). */
 void px_caching_release_req(struct px_req *r);
 
-/* A client's transaction was discarded (DISCARD, RESET, a failed local
- * MULTI): its queued writes' keys are forgotten. */
+/* A local transaction was dropped before anything of it was sent to run
+ * (DISCARD, EXECABORT, a failure): its queued writes' keys are forgotten. */
 void px_caching_txn_discard(struct px_client *c);
 
-/* The EXEC of a client's transaction was sent as r: what is left of the
- * queued writes' keys is purged now, and the keys go with r, for its reply
- * to purge them again before it is relayed (C1). They go with r, not with
- * the client: a pipelined next transaction may queue (and discard) before
- * this one's reply comes. Call it once the transaction is on its way, so
- * that Redis runs it during the purge. */
-void px_caching_txn_exec(struct px_client *c, struct px_req *r);
+/* RESET dropped a transaction queued on the client's own connection, every
+ * reply in: its keys are purged (anything of it that ran has run) and
+ * forgotten. */
+void px_caching_txn_abandon(struct px_client *c);
+
+/* The EXEC (or DISCARD) ending a client's transaction was sent as r: what
+ * is left of the queued writes' keys is purged now, and the keys go with
+ * r, for its reply to purge them again before it is relayed (C1). They go
+ * with r, not with the client: a pipelined next transaction may queue
+ * (and discard) before this one's reply comes. Call it once the
+ * transaction is on its way, so that Redis runs it during the purge. */
+void px_caching_txn_close(struct px_client *c, struct px_req *r);
 
 /* Purges the keys queued since the last call (c->txn_purged): early, while
  * Redis still runs the transaction. EXEC's reply purges them all again

@@ -649,11 +649,8 @@ static void track_txn(px_client *c, int id) {
  * MULTI are invalidated when EXEC's reply comes (C1). */
 static void forward_pinned(px_client *c, int id, const char *frame) {
     int queued = c->in_multi && id != CMD_EXEC && id != CMD_DISCARD && id != CMD_MULTI;
-    int is_exec = c->in_multi && id == CMD_EXEC;
-    if (c->in_multi && id == CMD_DISCARD) {
-        px_caching_txn_discard(c);
-        c->txn_acl = 0;
-    }
+    int ends_txn = c->in_multi && (id == CMD_EXEC || id == CMD_DISCARD);
+    if (c->in_multi && id == CMD_DISCARD) c->txn_acl = 0;
     track_txn(c, id);
     if (queued && run_extend(c, frame)) {
         px_caching_on_send(c, c->pinned, NULL, 0, 1);
@@ -663,11 +660,14 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
     px_req *r = forward_current(c, c->pinned, frame);
     if (r == NULL) return;
     px_caching_on_send(c, c->pinned, r, 0, queued);
-    if (is_exec) {
-        /* the transaction leaves first: Redis runs it during the purge */
+    if (ends_txn) {
+        /* the transaction leaves first: Redis runs it during the purge.
+         * A DISCARD's reply purges the keys too: the commands ran after
+         * all if Redis had refused the MULTI (an ACL without it), which the
+         * proxy, sending on without waiting for that reply, took as queued */
         px_io_write_early(&c->pinned->io, 1);
-        px_caching_txn_exec(c, r);
-        txn_acl_exec(c, r);
+        px_caching_txn_close(c, r);
+        if (id == CMD_EXEC) txn_acl_exec(c, r);
     }
     if (watch) watch_send(c, c->pinned, r);
     /* a queued command's reply is +QUEUED or an error, with nothing to
@@ -793,7 +793,7 @@ static int txn_local_exec(px_client *c) {
     if (r == NULL) return DISPATCH_DONE;
     r->aux_flags |= PX_AUX_BLOCK_EXEC;
     px_io_write_early(&u->io, 1);
-    px_caching_txn_exec(c, r);
+    px_caching_txn_close(c, r);
     txn_acl_exec(c, r);
     txn_local_end(c, 1);
     c->srv->txn_shared++;
@@ -918,8 +918,9 @@ static int cmd_reset(px_client *c) {
     if (c->inflight > 0) return DISPATCH_WAIT;
     txn_local_end(c, 0);
     /* a transaction queued on the client's own connection is dropped with
-     * it: its writes never run */
-    px_caching_txn_discard(c);
+     * it; its keys are purged all the same (every reply is in: what ran, if
+     * Redis had refused the MULTI, has run) */
+    px_caching_txn_abandon(c);
     c->txn_acl = 0;
     unpin(c, 0);
     c->proto = 2;

@@ -364,6 +364,36 @@ def test_reset_forgets_the_abandoned_transaction(relay, proxy_factory, upstream)
     assert dd["cache_hits"] == 1, "the abandoned transaction's key was purged by the next EXEC"
 
 
+def test_c1_discard_after_a_refused_multi_purges(relay, proxy_factory, upstream):
+    """A user whose ACL denies MULTI sends, on its own connection (after a
+    WATCH), MULTI and a write: Redis refuses the MULTI and runs the write,
+    which the proxy (not waiting for MULTI's reply) took as queued. C fills
+    the old value while the relay holds the write back. After the
+    DISCARD's reply (an error: no MULTI), A must read the new value."""
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
+    d = upstream.client()
+    settle(st, lambda: d.set("i9060", "old"))
+    d.execute_command("ACL", "SETUSER", "w", "on", ">pw", "~*", "+@all", "-multi")
+    a, cc = p.raw(), p.raw(protocol=3)
+    for conn in (a, cc):  # one user: one cache partition (C8)
+        assert conn.cmd("AUTH", "w", "pw").raw == b"+OK\r\n"
+    make_tracked(cc, st)
+    relay.hold_tracking()
+    try:
+        assert a.cmd("WATCH", "w9060").raw == b"+OK\r\n"
+        hold = relay.hold_request(("SET", "i9060", "new"))
+        a.send(encode("MULTI") + encode("SET", "i9060", "new"))
+        hold.wait()
+        cached_twice(cc, st, "i9060")
+        hold.release()
+        got = [f.raw for f in a.read_frames(2)]
+        assert got[0].startswith(b"-NOPERM") and got[1] == b"+OK\r\n", got
+        assert a.cmd("DISCARD").raw.startswith(b"-ERR DISCARD without MULTI")
+        assert a.cmd("GET", "i9060").value == b"new", "A read the old value after its own write ran"
+    finally:
+        relay.release_tracking()
+
+
 # ---------------------------------------------------------------------------
 # C2 no hits under WATCH or inside MULTI
 
