@@ -228,33 +228,17 @@ def test_c1_read_your_writes_while_own_write_in_flight(mode, kind, relay, proxy_
         relay.release_tracking()
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_c1_fill_between_queued_write_and_exec(mode, relay, proxy_factory, upstream):
-    """Client A queues a write in a WATCH transaction (its keys are purged
-    when queued). Before A's EXEC, client C reads the key: Redis still
-    holds the old value and the proxy caches it again (proved: C's second
-    read is a hit). A's EXEC runs the write; C's read right after EXEC's
-    reply must get the new value although Redis's invalidation is held
-    back: EXEC's reply purges the queued keys once more."""
-    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS, mode=mode)
+def writer_and_reader(relay, proxy_factory, upstream, *keys, mode=None):
+    """A proxy behind the relay, A (a client) and C (a tracked client), with
+    keys set to old on Redis."""
+    kw = {} if mode is None else {"mode": mode}
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS, **kw)
     d = upstream.client()
-    settle(st, lambda: d.set("i9042", "old"))
+    settle(st, lambda: [d.set(k, "old") for k in keys])
     a = p.raw(auth=True)
     cc = p.raw(auth=True, protocol=3)
     make_tracked(cc, st)
-    relay.hold_tracking()
-    try:
-        assert a.cmd("WATCH", "w9042").raw == b"+OK\r\n"
-        assert a.cmd("MULTI").raw == b"+OK\r\n"
-        assert a.cmd("SET", "i9042", "new").raw == b"+QUEUED\r\n"
-        assert cc.cmd("GET", "i9042").value == b"old"
-        with st.delta() as dd:
-            assert cc.cmd("GET", "i9042").value == b"old"
-        assert dd["cache_hits"] == 1, "setup: the old value was not cached again"
-        assert a.cmd("EXEC").raw == b"*1\r\n+OK\r\n"
-        assert cc.cmd("GET", "i9042").value == b"new", "C read the old value after A's EXEC was answered"
-    finally:
-        relay.release_tracking()
+    return st, a, cc
 
 
 def cached_twice(cc, st, key):
@@ -266,48 +250,39 @@ def cached_twice(cc, st, key):
     assert dd["cache_hits"] == 1, "setup: the old value of %s was not cached" % key
 
 
-def test_c1_later_queued_writes_keep_the_exec_purge(relay, proxy_factory, upstream):
-    """As above, but A queues more writes, each in a read of its own, after
-    C's fill: their early purges must not hide that fill from EXEC's reply
-    (the proxy skips EXEC's purge only when the cache began no entry since
-    the transaction's first early purge)."""
-    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
-    d = upstream.client()
-    settle(st, lambda: d.set("i9042", "old"))
-    a = p.raw(auth=True)
-    cc = p.raw(auth=True, protocol=3)
-    make_tracked(cc, st)
+@pytest.mark.parametrize("later", [0, 2], ids=["one-write", "later-writes"])
+@pytest.mark.parametrize("mode", MODES)
+def test_c1_fill_between_queued_write_and_exec(mode, later, relay, proxy_factory, upstream):
+    """Client A queues a write in a WATCH transaction (its keys are purged
+    when queued). Before A's EXEC, client C reads the key: Redis still
+    holds the old value and the proxy caches it again (proved: C's second
+    read is a hit). A's EXEC runs the write; C's read right after EXEC's
+    reply must get the new value although Redis's invalidation is held
+    back: EXEC's reply purges the queued keys once more. With later-writes,
+    A queues two more writes, each in a read of its own, after C's fill:
+    their early purges must not hide that fill from EXEC's reply (the purge
+    there is skipped only when the cache began no entry since the
+    transaction's first early purge)."""
+    st, a, cc = writer_and_reader(relay, proxy_factory, upstream, "i9042", mode=mode)
     relay.hold_tracking()
     try:
         assert a.cmd("WATCH", "w9042").raw == b"+OK\r\n"
         assert a.cmd("MULTI").raw == b"+OK\r\n"
         assert a.cmd("SET", "i9042", "new").raw == b"+QUEUED\r\n"
         cached_twice(cc, st, "i9042")
-        assert a.cmd("SET", "x9043", "x").raw == b"+QUEUED\r\n"
-        assert a.cmd("SET", "i9043", "x").raw == b"+QUEUED\r\n"
-        assert a.cmd("EXEC").raw == b"*3\r\n+OK\r\n+OK\r\n+OK\r\n"
+        for k in ("x9043", "i9043")[:later]:
+            assert a.cmd("SET", k, "x").raw == b"+QUEUED\r\n"
+        assert a.cmd("EXEC").raw == b"*%d\r\n" % (1 + later) + b"+OK\r\n" * (1 + later)
         assert cc.cmd("GET", "i9042").value == b"new", "C read the old value after A's EXEC was answered"
     finally:
         relay.release_tracking()
-
-
-def pipelined_client(relay, proxy_factory, upstream, *keys):
-    """A proxy, A (a client) and C (a tracked client) with keys set to old
-    on Redis."""
-    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
-    d = upstream.client()
-    settle(st, lambda: [d.set(k, "old") for k in keys])
-    a = p.raw(auth=True)
-    cc = p.raw(auth=True, protocol=3)
-    make_tracked(cc, st)
-    return st, a, cc
 
 
 def test_c1_pipelined_discard_keeps_the_exec_keys(relay, proxy_factory, upstream):
     """A pipelines, on its own connection, a transaction and then a second
     one that it discards: the DISCARD must not take the first one's keys
     from its EXEC's reply."""
-    st, a, cc = pipelined_client(relay, proxy_factory, upstream, "i9044")
+    st, a, cc = writer_and_reader(relay, proxy_factory, upstream, "i9044")
     cached_twice(cc, st, "i9044")
     relay.hold_tracking()
     try:
@@ -326,7 +301,7 @@ def test_c1_pipelined_exec_keeps_its_own_keys(relay, proxy_factory, upstream):
     """A pipelines two transactions; the relay holds the second one's write
     while C fills its key: the second EXEC's reply must purge it (the first
     EXEC's reply must not have used up its keys)."""
-    st, a, cc = pipelined_client(relay, proxy_factory, upstream, "i9047")
+    st, a, cc = writer_and_reader(relay, proxy_factory, upstream, "i9047")
     relay.hold_tracking()
     try:
         hold = relay.hold_request(("SET", "i9047", "new"))
@@ -349,7 +324,7 @@ def test_reset_forgets_the_abandoned_transaction(relay, proxy_factory, upstream)
     """RESET in MULTI on the client's own connection drops the transaction:
     its queued write never runs, so the next transaction's EXEC does not
     purge that key again (a cached value of it stays a hit)."""
-    st, a, cc = pipelined_client(relay, proxy_factory, upstream, "i9050")
+    st, a, cc = writer_and_reader(relay, proxy_factory, upstream, "i9050")
     assert a.cmd("WATCH", "w9050").raw == b"+OK\r\n"
     assert a.cmd("MULTI").raw == b"+OK\r\n"
     assert a.cmd("SET", "i9050", "new").raw == b"+QUEUED\r\n"
