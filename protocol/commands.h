@@ -14,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "protocol/resp.h"
+
 enum resp_cmd_id {
     CMD_OTHER = 0, /* not in the table: pass through */
     CMD_AUTH, CMD_BLMOVE, CMD_BLMPOP, CMD_BLPOP, CMD_BRPOP, CMD_BRPOPLPUSH,
@@ -52,6 +54,14 @@ const resp_cmd_info *resp_cmd_lookup(const char *name, size_t len);
 static inline int resp_arg_is(const char *p, size_t n, const char *word) {
     return strlen(word) == n &&
            (n == 0 || (((unsigned char)p[0] | 0x20) == ((unsigned char)word[0] | 0x20) && strncasecmp(p, word, n) == 0));
+}
+
+/* ACL SETUSER, DELUSER or LOAD: a command that changes what users may do
+ * (the other ACL subcommands only read). */
+static inline int resp_acl_changes(int argc, const resp_arg *a) {
+    return argc >= 2 && resp_arg_is(a[0].ptr, a[0].len, "ACL") &&
+           (resp_arg_is(a[1].ptr, a[1].len, "SETUSER") || resp_arg_is(a[1].ptr, a[1].len, "DELUSER") ||
+            resp_arg_is(a[1].ptr, a[1].len, "LOAD"));
 }
 
 #endif

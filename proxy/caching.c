@@ -722,10 +722,7 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
         w = CMDT_WRITES_UNKNOWN;
     /* A permission change: what a user may read from the cache (C8) is
      * what Redis now lets it read, so start over. */
-    if (argc >= 2 && resp_arg_is(a[0].ptr, a[0].len, "ACL") &&
-        (resp_arg_is(a[1].ptr, a[1].len, "SETUSER") || resp_arg_is(a[1].ptr, a[1].len, "DELUSER") ||
-         resp_arg_is(a[1].ptr, a[1].len, "LOAD")))
-        w = CMDT_WRITES_UNKNOWN;
+    if (resp_acl_changes(argc, a)) w = CMDT_WRITES_UNKNOWN;
     if (w == CMDT_WRITES_UNKNOWN) flush_for_write(pc, &a[0]);
     if (in_multi) {
         /* queued: its keys went to txn_keys, invalidated when EXEC's reply
@@ -935,17 +932,13 @@ void px_caching_release_req(px_req *r) {
     r->aux_flags = 0;
 }
 
-void px_caching_txn_discard(px_client *c) {
-    resp_buf_reset(&c->txn_keys);
-    c->txn_purged = 0;
-    c->txn_flush = 0;
-}
-
 void px_caching_txn_abandon(px_client *c) {
     struct px_caching *pc = c->srv->caching;
     if (pc != NULL && c->txn_keys.len > 0) invalidate_records(pc, c->txn_keys.data, c->txn_keys.len);
-    if (pc != NULL && c->txn_flush) flush_for_write(pc, &(resp_arg){"RESET", 5});
-    px_caching_txn_discard(c);
+    if (pc != NULL && c->txn_flush) flush_for_write(pc, &(resp_arg){"(transaction dropped)", 21});
+    resp_buf_reset(&c->txn_keys);
+    c->txn_purged = 0;
+    c->txn_flush = 0;
 }
 
 void px_caching_txn_close(px_client *c, px_req *r) {

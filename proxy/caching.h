@@ -94,13 +94,10 @@ void px_caching_on_error_reply(px_server *srv, const char *data, size_t len);
 /* Frees what px_caching_on_send attached to r (reply never came). */
 void px_caching_release_req(struct px_req *r);
 
-/* A local transaction was dropped before anything of it was sent to run
- * (DISCARD, EXECABORT, a failure): its queued writes' keys are forgotten. */
-void px_caching_txn_discard(struct px_client *c);
-
-/* RESET dropped a transaction queued on the client's own connection, every
- * reply in: its keys are purged (anything of it that ran has run) and
- * forgotten. */
+/* A transaction was dropped without an EXEC or DISCARD sent for it (a
+ * local one's DISCARD or EXECABORT, RESET, a refused MULTI), with every
+ * reply of it in: its queued writes' keys are purged (whatever of it ran,
+ * if Redis refused a MULTI, has run) and forgotten. */
 void px_caching_txn_abandon(struct px_client *c);
 
 /* The EXEC (or DISCARD) ending a client's transaction was sent as r: what

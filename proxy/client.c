@@ -211,7 +211,10 @@ static void unpin(px_client *c, int clean) {
     c->pinned = NULL;
     c->mode = PX_MODE_SHARED;
     c->watching = c->in_multi = c->blocking = 0;
-    if (u != NULL) px_upstream_unpin(u, clean);
+    /* a connection whose MULTI or WATCH state Redis may still hold goes,
+     * rather than to the next client */
+    if (u != NULL) px_upstream_unpin(u, clean && !c->pin_unsure);
+    c->pin_unsure = 0;
 }
 
 /* A pinned session returns to the shared connection once its transaction
@@ -236,7 +239,8 @@ static int is_ok_reply(const char *data, size_t len) {
 }
 
 static int permission_known(const px_client *c, uint64_t learned) {
-    return (c->pass != NULL || c->srv->open_access == 1) && learned == c->srv->acl_epoch + 1;
+    return (c->pass != NULL || c->srv->open_access == 1) && learned == c->srv->acl_epoch + 1 &&
+           c->srv->acl_unsettled == 0;
 }
 
 static void permission_probe(px_client *c, px_req *r, unsigned flag) {
@@ -432,12 +436,34 @@ void px_client_take_slot(px_client *c, px_req *r, px_upstream *u) {
     c->inflight_on = u;
 }
 
+/* Redis refused a MULTI, EXEC, DISCARD or UNWATCH on the client's own
+ * connection (an ACL without it; EXECABORT), whose effect the proxy took
+ * for granted when it sent it. The connection is closed when the client
+ * leaves it. A refused MULTI opened nothing: if its transaction is still
+ * the open one, the client is not in MULTI, and the writes sent since,
+ * taken as queued, run as they come. Their keys (each purged when sent)
+ * go with the last request sent, to be purged again at its reply, when
+ * they have all run (C1); at once if none is awaited. */
+static void txn_state_refused(px_client *c, const px_req *r) {
+    c->pin_unsure = 1;
+    if ((r->aux_flags & PX_AUX_MULTI_OPEN) && c->in_multi && c->txn_seq == r->fill_token) {
+        px_req *last = c->slots_tail;
+        c->in_multi = 0;
+        c->txn_acl = 0;
+        if (last != NULL && last != r && last->pending && last->aux == NULL)
+            px_caching_txn_close(c, last);
+        else
+            px_caching_txn_abandon(c);
+    }
+}
+
 void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     if (r->kind == PX_REQ_BATCH) {
         px_batch_on_reply(c, r, data, len);
         return;
     }
     if (r->aux_flags & PX_AUX_ACL) c->srv->acl_epoch++;
+    if ((r->aux_flags & PX_AUX_TXN_STATE) && is_error_frame(data, len)) txn_state_refused(c, r);
     if (r->aux_flags & PX_AUX_UNWATCH) permission_learn(c, r, is_ok_reply(data, len), &c->pool->unwatch_epoch);
     /* the client already has its +OK: Redis's is not relayed */
     int answered = (r->aux_flags & PX_AUX_WATCH) ? watch_reply(c, r, data, len) : 0;
@@ -509,11 +535,6 @@ void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t l
 }
 
 void px_client_on_tunnel_data(px_client *c, const char *data, size_t len) {
-    /* Replies are not matched in a tunnel: any data may hold the reply to
-     * an ACL command sent through it, after which what was learned of a
-     * user's permissions from commands sent before it no longer holds.
-     * Moving the epoch on at every arrival covers that reply. */
-    if (c->tunnel_acl) c->srv->acl_epoch++;
     if (c->state == PX_CLIENT_CLOSED) return;
     client_write(c, data, len);
 }
@@ -596,7 +617,7 @@ static px_req *forward_current(px_client *c, px_upstream *u, const char *frame) 
     px_req *r = forward_to(c, u, PX_REQ_CLIENT, data, len);
     if (r != NULL && !c->in_multi) {
         if (wants_info_section(c)) r->aux_flags |= PX_AUX_INFO;
-        if (resp_arg_is(c->rq.argv[0].ptr, c->rq.argv[0].len, "ACL")) r->aux_flags |= PX_AUX_ACL;
+        if (resp_acl_changes(c->rq.argc, c->rq.argv)) r->aux_flags |= PX_AUX_ACL;
     }
     return r;
 }
@@ -650,6 +671,8 @@ static void track_txn(px_client *c, int id) {
 static void forward_pinned(px_client *c, int id, const char *frame) {
     int queued = c->in_multi && id != CMD_EXEC && id != CMD_DISCARD && id != CMD_MULTI;
     int ends_txn = c->in_multi && (id == CMD_EXEC || id == CMD_DISCARD);
+    int opens_txn = !c->in_multi && id == CMD_MULTI;
+    int state = ends_txn || opens_txn || (!c->in_multi && id == CMD_UNWATCH);
     if (c->in_multi && id == CMD_DISCARD) c->txn_acl = 0;
     track_txn(c, id);
     if (queued && run_extend(c, frame)) {
@@ -659,6 +682,11 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
     int watch = id == CMD_WATCH && !c->in_multi;
     px_req *r = forward_current(c, c->pinned, frame);
     if (r == NULL) return;
+    if (state) r->aux_flags |= PX_AUX_TXN_STATE;
+    if (opens_txn) {
+        r->aux_flags |= PX_AUX_MULTI_OPEN;
+        r->fill_token = ++c->txn_seq;
+    }
     px_caching_on_send(c, c->pinned, r, 0, queued);
     if (ends_txn) {
         /* the transaction leaves first: Redis runs it during the purge.
@@ -743,10 +771,11 @@ static int txn_local_allowed(px_client *c) {
 }
 
 /* Ends the local transaction (exec: its written keys stay recorded for
- * EXEC's reply). */
+ * EXEC's reply). Otherwise they are purged, every check being answered:
+ * a check whose MULTI Redis refused ran its command. */
 static void txn_local_end(px_client *c, int exec) {
     if (!c->txn_local) return;
-    if (!exec) px_caching_txn_discard(c);
+    if (!exec) px_caching_txn_abandon(c);
     c->txn_local = 0;
     c->txn_acl = 0;
     c->txn_dirty = 0;
@@ -790,7 +819,12 @@ static int txn_local_exec(px_client *c) {
         return DISPATCH_DONE;
     }
     px_req *r = forward_to(c, u, PX_REQ_CLIENT, exec_cmd, sizeof exec_cmd - 1);
-    if (r == NULL) return DISPATCH_DONE;
+    if (r == NULL) {
+        /* MULTI and the commands went without EXEC: the connection is
+         * inside MULTI */
+        px_upstream_close(u, "out of memory");
+        return DISPATCH_DONE;
+    }
     r->aux_flags |= PX_AUX_BLOCK_EXEC;
     px_io_write_early(&u->io, 1);
     px_caching_txn_close(c, r);
@@ -1115,11 +1149,16 @@ static int client_dispatch(px_client *c, const char *frame) {
     const resp_arg *a = c->rq.argv;
     if (c->rq.argc == 0) return DISPATCH_DONE;
     /* a user's permissions may change: forget what was learned of them,
-     * now and again when Redis has run the command (PX_AUX_ACL) */
-    if (resp_arg_is(a[0].ptr, a[0].len, "ACL")) {
+     * now and again when Redis has run the command (PX_AUX_ACL). In a
+     * tunnel, where its reply is not matched, nothing is learned until the
+     * tunnel closes (acl_unsettled). */
+    if (resp_acl_changes(c->rq.argc, a)) {
         c->srv->acl_epoch++;
         if (c->in_multi || c->txn_local) c->txn_acl = 1;
-        if (c->mode == PX_MODE_TUNNEL) c->tunnel_acl = 1;
+        if (c->mode == PX_MODE_TUNNEL && !c->tunnel_acl) {
+            c->tunnel_acl = 1;
+            c->srv->acl_unsettled++;
+        }
     }
 
     if (c->mode == PX_MODE_TUNNEL) {
@@ -1417,6 +1456,12 @@ void px_client_close(px_client *c, const char *why) {
     if (c->next) c->next->prev = c->prev;
     c->prev = c->next = NULL;
     c->srv->nclients--;
+    if (c->tunnel_acl) {
+        /* its ACL command has run by now, or never will: learn anew */
+        c->tunnel_acl = 0;
+        c->srv->acl_unsettled--;
+        c->srv->acl_epoch++;
+    }
     px_io_close(&c->io);
     /* Written-but-unsent slots go now; slots still awaited stay on their
      * upstream FIFO and are dropped when their reply comes. */

@@ -67,6 +67,9 @@ typedef struct px_client {
 
     px_upstream *pinned;       /* own connection in PINNED/STICKY/TUNNEL */
     int watching, in_multi;    /* transaction state, as sent to Redis */
+    uint64_t txn_seq;          /* transactions opened on the own connection */
+    int pin_unsure;            /* Redis refused a MULTI, EXEC, DISCARD or
+                                  UNWATCH there: close it, not reuse it */
     int watch_ahead;           /* WATCHes answered here that Redis has not
                                   confirmed yet: EXEC waits */
     int blocking;              /* a blocking command is in flight on pinned */
@@ -80,9 +83,9 @@ typedef struct px_client {
     int txn_count;
     int txn_acl;               /* an ACL command is queued: EXEC's reply is
                                   when it takes effect (PX_AUX_ACL) */
-    int tunnel_acl;            /* an ACL command went through this client's
-                                  tunnel: its reply, unmatched there, may be
-                                  in any data that comes back (client.c) */
+    int tunnel_acl;            /* an ACL command that changes permissions went
+                                  through this client's tunnel: counted in
+                                  srv->acl_unsettled until it closes */
     int txn_checks;            /* queued commands whose check by Redis is in flight */
     int txn_dirty;             /* Redis refused one: EXEC answers EXECABORT */
 

@@ -82,9 +82,13 @@ typedef struct px_server {
     uint64_t unwatch_local;    /* UNWATCH answered here (proxy/client.c) */
     uint64_t watch_ahead;      /* WATCH answered +OK before Redis did (proxy/client.c) */
     uint64_t watch_ahead_refused; /* ... that Redis refused after all: client closed */
-    /* An ACL command sent through the proxy: what was learned of a user's
-     * permissions before (px_pool.unwatch_epoch, watch_epoch) no longer holds */
+    /* An ACL command that changes permissions sent through the proxy: what
+     * was learned of a user's permissions before (px_pool.unwatch_epoch,
+     * watch_epoch, txn_denied) no longer holds */
     uint64_t acl_epoch;
+    /* Open tunnels that sent such a command: its reply is not matched there,
+     * so nothing is learned of permissions until they close (client.c) */
+    int acl_unsettled;
 
     int stopping;              /* SIGTERM seen: finish in-flight work, then exit */
     int64_t stop_deadline_ms;

@@ -67,8 +67,6 @@ enum px_aux_flag {
     PX_AUX_INVAL = 1 << 1, /* aux: keys to invalidate again */
     PX_AUX_FLUSH = 1 << 2, /* a write whose keys cannot be known */
     PX_AUX_INFO = 1 << 3,  /* INFO: append the sidecache section */
-    PX_AUX_BLOCK_EXEC = 1 << 14, /* the EXEC of a block sidecache made of a
-                                    local transaction (see PX_REQ_TXN_CTL) */
     PX_AUX_PREPURGED = 1 << 4, /* with INVAL: the keys were purged when sent;
                                   again only if the cache began an entry
                                   since (purge_mark) */
@@ -84,6 +82,14 @@ enum px_aux_flag {
                                      confirms it, or closes the client */
     PX_AUX_ACL = 1 << 13,      /* runs an ACL command (or a transaction with
                                   one): srv->acl_epoch moves on at its reply */
+    PX_AUX_BLOCK_EXEC = 1 << 14, /* the EXEC of a block sidecache made of a
+                                    local transaction (see PX_REQ_TXN_CTL) */
+    PX_AUX_TXN_STATE = 1 << 15, /* MULTI, EXEC, DISCARD or UNWATCH on a client's
+                                   own connection, whose state the proxy took
+                                   as changed when sent: an error leaves it
+                                   unknown, and the connection is not reused */
+    PX_AUX_MULTI_OPEN = 1 << 16, /* that MULTI opened transaction fill_token
+                                    (px_client.txn_seq): refused, it did not */
 };
 
 typedef struct px_req {

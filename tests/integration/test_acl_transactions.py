@@ -101,3 +101,58 @@ def test_discard_denied_leaves_no_connection_in_multi(proxy_factory, upstream):
         assert upstream.client().get("y") is None, "the checked SET must not have run"
         assert a.cmd("EXEC").raw == b"*1\r\n+OK\r\n"
         assert upstream.client().get("y") == b"1"
+
+
+def test_reading_acl_commands_through_a_tunnel_keep_the_denial(proxy, upstream):
+    """Once a MULTI of a batch was refused, the user's pipelines go as sent.
+    ACL commands that change nothing (WHOAMI), even through a tunnel whose
+    replies are not matched (here a RESP3 subscriber's), must not make the
+    proxy try a batch again: every later round gets Redis's replies."""
+    deny(upstream, "multi")
+    pipeline = encode("INCR", "cnt") * 3
+    with proxy.raw() as w, proxy.raw(protocol=3) as t:
+        w.send(pipeline)
+        assert all(f.raw.startswith(b"-ERR sidecache:") for f in w.read_frames(3))
+        t.cmd("SUBSCRIBE", "ch")
+        t.send(encode("ACL", "WHOAMI"))
+        t.read_frames(1)
+        for n in (4, 7, 10):
+            upstream.client().publish("ch", "m")
+            w.send(pipeline)
+            got = [f.raw for f in w.read_frames(3)]
+            assert got == [b":%d\r\n" % (n + i) for i in range(3)], got
+    assert upstream.client().get("cnt") == b"12"
+
+
+def test_a_refused_discard_does_not_hand_on_a_connection_in_multi(proxy, upstream):
+    """DISCARD denied on a client's own connection: Redis keeps that
+    connection inside MULTI. It must not go back to the pool for the next
+    client, whose BLPOP and EXEC get what Redis gives a fresh connection."""
+    deny(upstream, "discard")
+    with proxy.raw() as a:
+        assert [a.cmd(*s).raw for s in (("WATCH", "w"), ("MULTI",), ("SET", "a", "1"))] == [
+            b"+OK\r\n", b"+OK\r\n", b"+QUEUED\r\n"]
+        assert a.cmd("DISCARD").raw.startswith(b"-NOPERM")
+    with proxy.raw() as b:
+        b.send(encode("BLPOP", "q", "1") + encode("EXEC"))
+        assert [f.raw for f in b.read_frames(2, timeout=5)] == [b"*-1\r\n", b"-ERR EXEC without MULTI\r\n"]
+    assert upstream.client().get("a") is None
+
+
+def test_a_refused_multi_on_the_own_connection_opens_nothing(proxy_factory, upstream):
+    """MULTI denied after a WATCH: Redis opened no transaction, so the
+    client's later commands are not queued, and once it has unwatched, its
+    reads are cache hits again (the proxy no longer holds it in MULTI)."""
+    from cachehelpers import start_cached
+    p, st = start_cached(proxy_factory)
+    upstream.client().set("i9070", "v")
+    deny(upstream, "multi")
+    with p.raw(auth=True) as a:
+        assert a.cmd("GET", "i9070").raw == b"$1\r\nv\r\n"
+        assert a.cmd("WATCH", "w").raw == b"+OK\r\n"
+        assert a.cmd("MULTI").raw.startswith(b"-NOPERM")
+        assert a.cmd("SET", "x", "1").raw == b"+OK\r\n"
+        assert a.cmd("UNWATCH").raw == b"+OK\r\n"
+        with st.delta() as dd:
+            assert a.cmd("GET", "i9070").raw == b"$1\r\nv\r\n"
+        assert dd["cache_hits"] == 1, "the client is still held in MULTI"
