@@ -81,7 +81,7 @@ int px_batch_eligible(px_client *c) {
     const cmdtable *t;
     int flags;
     if (srv->cfg->batch_max_commands < 2 || c->mode != PX_MODE_SHARED || c->txn_local) return 0;
-    if (c->pool->txn_denied == srv->acl_epoch + 1) return 0; /* its ACL denies MULTI or EXEC */
+    if (c->pool->txn_denied == srv->acl_epoch + 1) return 0; /* its ACL denies MULTI, EXEC or DISCARD */
     /* where Redis wants a password, MULTI of a client without one is NOAUTH */
     if (c->pass == NULL && srv->open_access != 1) return 0;
     if (c->rq.frame_len > PX_BATCH_MAX_FRAME) return 0;

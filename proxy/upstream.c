@@ -527,8 +527,8 @@ static void note_readonly(px_upstream *u, const char *data, size_t len) {
  * a refused MULTI ran alone, and a refused DISCARD leaves the connection
  * inside MULTI. (Redis 7 answers a refused EXEC with EXECABORT, having run
  * nothing and left MULTI; another error to such an EXEC counts as a
- * refusal.) Neither may go on: the identity gets no more
- * such blocks (txn_denied, until an ACL command through the proxy), and
+ * refusal.) Neither may go on: the identity gets no more such blocks
+ * (txn_denied, until an ACL SETUSER, DELUSER or LOAD through the proxy), and
  * the connection goes, failing what waits on it as a lost connection
  * would. Nothing is sent again: a write that ran never runs twice.
  */
