@@ -620,7 +620,7 @@ static struct entry *entry_of_link(struct link *l) {
  * prefetched: on the (KVM) machines sidecache is measured on, a prefetch
  * of a line in the large bucket array did not spare the delete its miss,
  * and a load does, as the loads of a chunk's entries overlap one another
- * (bench/cache_purge.sh: 217 -> 158 ns per key in 250-key purges; the
+ * (bench/micro.sh: 245 -> 160 ns per key in 250-key purges; the
  * proxy's purge of a batch unlink's transaction took 130, now 85 us).
  * The neighbours are mostly near in memory; loading them too was slower. */
 static void prefetch_entry_links(const cache *c, const struct entry *e) {
