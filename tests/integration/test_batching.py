@@ -378,8 +378,11 @@ def test_many_clients_pipelining_writes_at_once(target, upstream, ref):
 @pytest.mark.proxy_only
 def test_batch_counters_in_info(proxy, upstream):
     """A pure pipeline of 1,000 SETs travels as blocks of at most 250
-    commands: batch_blocks grows by at least 4 and batch_commands by 1,000
-    (skipped until the proxy reports the fields)."""
+    commands: batch_blocks grows by at least 4 and batch_commands by about
+    1,000 (skipped until the proxy reports the fields). Not exactly 1,000:
+    where a read of the client's socket ends one command into a new block,
+    that command goes alone (a block of one is no block), and how the
+    kernel splits the client's write into reads varies with the load."""
     before = sidecache_info(proxy)
     if "batch_blocks" not in before or "batch_commands" not in before:
         pytest.skip("batching not built (no batch_blocks/batch_commands in INFO)")
@@ -388,7 +391,7 @@ def test_batch_counters_in_info(proxy, upstream):
         assert pipeline_raw(None, cmds, conn=c) == [b"+OK\r\n"] * 1000
     after = sidecache_info(proxy)
     assert after["batch_blocks"] - before["batch_blocks"] >= 4, (before, after)
-    assert after["batch_commands"] - before["batch_commands"] == 1000, (before, after)
+    assert 990 <= after["batch_commands"] - before["batch_commands"] <= 1000, (before, after)
     assert upstream.client().dbsize() == 1000
 
 
