@@ -925,6 +925,15 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
     return 0;
 }
 
+void px_caching_on_reply_part(px_client *c, px_req *r) {
+    struct px_caching *pc = c->srv->caching;
+    if (pc == NULL || !(r->aux_flags & PX_AUX_PREPURGED)) return;
+    uint64_t made = cache_get_stats(pc->cache)->placeholders_made;
+    if (made == r->purge_mark) return;
+    invalidate_records(pc, r->aux, r->aux_len);
+    r->purge_mark = made;
+}
+
 void px_caching_release_req(px_req *r) {
     free(r->aux);
     r->aux = NULL;

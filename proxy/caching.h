@@ -108,6 +108,12 @@ void px_caching_txn_abandon(struct px_client *c);
  * transaction is on its way, so that Redis runs it during the purge. */
 void px_caching_txn_close(struct px_client *c, struct px_req *r);
 
+/* A reply of a run of r other than its last is relayed: when r carries
+ * keys purged when sent (PX_AUX_PREPURGED: a MULTI Redis refused made its
+ * commands plain ones, txn_state_refused) and the cache began an entry
+ * since, they are purged before this reply reaches the client (C1). */
+void px_caching_on_reply_part(struct px_client *c, struct px_req *r);
+
 /* Purges the keys queued since the last call (c->txn_purged): early, while
  * Redis still runs the transaction. EXEC's reply purges them all again
  * (C1: a read between now and then may fill the old value), unless the

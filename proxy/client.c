@@ -368,6 +368,11 @@ static int early_add(px_client *c, px_req *r, const char *data, size_t len) {
     return 0;
 }
 
+/* EXECABORT: Redis ran nothing and left MULTI, as EXEC would. */
+static int is_execabort(const char *data, size_t len) {
+    return len >= 10 && memcmp(data, "-EXECABORT", 10) == 0;
+}
+
 static int is_error_frame(const char *data, size_t len) {
     return len > 0 && (data[0] == '-' || data[0] == '!');
 }
@@ -463,7 +468,8 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
         return;
     }
     if (r->aux_flags & PX_AUX_ACL) c->srv->acl_epoch++;
-    if ((r->aux_flags & PX_AUX_TXN_STATE) && is_error_frame(data, len)) txn_state_refused(c, r);
+    if ((r->aux_flags & PX_AUX_TXN_STATE) && is_error_frame(data, len) && !is_execabort(data, len))
+        txn_state_refused(c, r);
     if (r->aux_flags & PX_AUX_UNWATCH) permission_learn(c, r, is_ok_reply(data, len), &c->pool->unwatch_epoch);
     /* the client already has its +OK: Redis's is not relayed */
     int answered = (r->aux_flags & PX_AUX_WATCH) ? watch_reply(c, r, data, len) : 0;
@@ -471,6 +477,12 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
         /* a command of a transaction queued here: Redis refused it */
         c->txn_checks--;
         if (is_error_frame(data, len)) c->txn_dirty = 1;
+        /* its connection was closed because Redis refused the check's
+         * MULTI (the identity is denied now): the command ran alone, and
+         * EXECABORT would say that nothing ran. The client is disconnected,
+         * as on a lost connection, and nothing more of the transaction is
+         * sent. (A check lost with its connection ran nothing: EXECABORT.) */
+        if (r->lost && c->pool->txn_denied == c->srv->acl_epoch + 1) close_after_replies(c);
     }
     resp_buf rewritten;
     resp_buf_init(&rewritten);
@@ -526,6 +538,7 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
 
 void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t len) {
     px_caching_on_error_reply(c->srv, data, len);
+    px_caching_on_reply_part(c, r);
     if (c->state == PX_CLIENT_CLOSED) return;
     /* the head slot's early replies were written when it became the head */
     if (r == c->slots_head)
@@ -869,6 +882,14 @@ static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) 
     if (id == CMD_DISCARD) {
         txn_local_end(c, 0);
         reply_simple(c, "OK");
+        return DISPATCH_DONE;
+    }
+    if (c->pool->txn_denied == c->srv->acl_epoch + 1) {
+        /* Redis refused this identity a MULTI or DISCARD since this
+         * transaction began: a check, or the block that takes it to a
+         * connection of its own, would run commands the client believes
+         * queued. Disconnected, as on a lost connection. */
+        close_after_replies(c);
         return DISPATCH_DONE;
     }
     if (act != ACT_FORWARD || c->txn_count >= TXN_LOCAL_MAX_COMMANDS ||

@@ -29,16 +29,54 @@ def transcript(conn, steps):
     return [conn.cmd(*s).raw for s in steps]
 
 
+def test_multi_denied_while_a_local_transaction_is_open(proxy, upstream):
+    """MULTI, then three INCRs, one at a time, MULTI denied. The first
+    check finds out (its INCR ran, alone): the client is disconnected, as on
+    a lost connection, so that no EXECABORT tells it nothing ran and the
+    other INCRs are never sent. cnt: 1, the others: never set."""
+    from helpers import ConnectionClosed
+    deny(upstream, "multi")
+    with proxy.raw() as c:
+        assert c.cmd("MULTI").raw == b"+OK\r\n"
+        assert c.cmd("INCR", "k1").raw.startswith(b"-ERR sidecache:")
+        with pytest.raises(ConnectionClosed):
+            for k in ("k2", "k3"):
+                c.cmd("INCR", k)
+            c.cmd("EXEC")
+    assert upstream.client().mget("k1", "k2", "k3") == [b"1", None, None]
+
+
+def test_exec_denied_stops_write_batches(proxy_factory, upstream):
+    """EXEC denied: a batch's EXEC gets EXECABORT naming EXEC, and its
+    commands go again one by one. The proxy learns: the next pipeline is
+    not batched at all (one round trip, not a refused block and a replay)."""
+    p = proxy_factory()
+    deny(upstream, "exec")
+    with p.raw() as a:
+        a.send(encode("INCR", "k") * 2)
+        assert [f.raw for f in a.read_frames(2)] == [b":1\r\n", b":2\r\n"]
+        before = sidecache_info(p)
+        a.send(encode("INCR", "k") * 2)
+        assert [f.raw for f in a.read_frames(2)] == [b":3\r\n", b":4\r\n"]
+        after = sidecache_info(p)
+    assert after["batch_blocks"] == before["batch_blocks"], (before, after)
+    assert after["batch_replays"] == before["batch_replays"], (before, after)
+
+
 def test_multi_denied_never_runs_a_command_twice(proxy, upstream, ref):
     """MULTI / INCR / EXEC, one command at a time, twice. The first time the
     proxy answers MULTI itself and learns from the check that Redis refuses
-    it: INCR ran once (the check) and fails as on a lost connection. The
-    second time Redis answers everything, as it answers a direct client."""
+    it: INCR ran once (the check), fails, and the client is disconnected as
+    on a lost connection. The second time Redis answers everything, as it
+    answers a direct client."""
+    from helpers import ConnectionClosed
     deny(upstream, "multi")
     deny(ref, "multi")
     steps = [("MULTI",), ("INCR", "cnt"), ("EXEC",)]
     with proxy.raw() as c:
-        first = transcript(c, steps)
+        first = transcript(c, steps[:2])
+        with pytest.raises(ConnectionClosed):
+            c.cmd("EXEC")  # no EXECABORT: that would say nothing ran
     assert first[0] == b"+OK\r\n" and first[1].startswith(b"-ERR sidecache:"), first
     assert upstream.client().get("cnt") == b"1", ("the INCR must run once", first)
     with proxy.raw() as c:

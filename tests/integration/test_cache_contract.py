@@ -280,15 +280,19 @@ def test_c1_fill_between_queued_write_and_exec(mode, later, relay, proxy_factory
 
 def test_c1_pipelined_discard_keeps_the_exec_keys(relay, proxy_factory, upstream):
     """A pipelines, on its own connection, a transaction and then a second
-    one that it discards: the DISCARD must not take the first one's keys
-    from its EXEC's reply."""
+    one that it discards; C fills the first one's key while the relay holds
+    its write: the DISCARD must not take the first one's keys from its
+    EXEC's reply, which must purge that fill."""
     st, a, cc = writer_and_reader(relay, proxy_factory, upstream, "i9044")
-    cached_twice(cc, st, "i9044")
     relay.hold_tracking()
     try:
+        hold = relay.hold_request(("SET", "i9044", "new"))
         steps = [("WATCH", "w9044"), ("MULTI",), ("SET", "i9044", "new"), ("EXEC",),
                  ("MULTI",), ("SET", "i9045", "x"), ("DISCARD",)]
         a.send(b"".join(encode(*s) for s in steps))
+        hold.wait()
+        cached_twice(cc, st, "i9044")  # after the early purge, before the write runs
+        hold.release()
         got = [f.raw for f in a.read_frames(len(steps))]
         assert got == [b"+OK\r\n", b"+OK\r\n", b"+QUEUED\r\n", b"*1\r\n+OK\r\n",
                        b"+OK\r\n", b"+QUEUED\r\n", b"+OK\r\n"], got
@@ -339,12 +343,15 @@ def test_reset_forgets_the_abandoned_transaction(relay, proxy_factory, upstream)
     assert dd["cache_hits"] == 1, "the abandoned transaction's key was purged by the next EXEC"
 
 
-def test_c1_discard_after_a_refused_multi_purges(relay, proxy_factory, upstream):
+@pytest.mark.parametrize("writes", [1, 2], ids=["one-write", "two-writes"])
+def test_c1_writes_after_a_refused_multi(writes, relay, proxy_factory, upstream):
     """A user whose ACL denies MULTI sends, on its own connection (after a
-    WATCH), MULTI and a write: Redis refuses the MULTI and runs the write,
-    which the proxy (not waiting for MULTI's reply) took as queued. C fills
-    the old value while the relay holds the write back. After the
-    DISCARD's reply (an error: no MULTI), A must read the new value."""
+    WATCH), MULTI and writes in one go: Redis refuses the MULTI and runs the
+    writes, which the proxy (not waiting for MULTI's reply) took as queued.
+    C fills the old value while the relay holds the first write back; once
+    A has that write's reply, C must read the new value (with two-writes,
+    the second write's reply is held too: the first reply is relayed before
+    the last one of the run)."""
     p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
     d = upstream.client()
     settle(st, lambda: d.set("i9060", "old"))
@@ -354,18 +361,22 @@ def test_c1_discard_after_a_refused_multi_purges(relay, proxy_factory, upstream)
         assert conn.cmd("AUTH", "w", "pw").raw == b"+OK\r\n"
     make_tracked(cc, st)
     relay.hold_tracking()
+    held_reply = None
     try:
         assert a.cmd("WATCH", "w9060").raw == b"+OK\r\n"
         hold = relay.hold_request(("SET", "i9060", "new"))
-        a.send(encode("MULTI") + encode("SET", "i9060", "new"))
+        if writes == 2:
+            held_reply = relay.hold_reply(("SET", "x9060", "1"))
+        a.send(encode("MULTI") + encode("SET", "i9060", "new") + (encode("SET", "x9060", "1") if writes == 2 else b""))
         hold.wait()
         cached_twice(cc, st, "i9060")
         hold.release()
         got = [f.raw for f in a.read_frames(2)]
         assert got[0].startswith(b"-NOPERM") and got[1] == b"+OK\r\n", got
-        assert a.cmd("DISCARD").raw.startswith(b"-ERR DISCARD without MULTI")
-        assert a.cmd("GET", "i9060").value == b"new", "A read the old value after its own write ran"
+        assert cc.cmd("GET", "i9060").value == b"new", "C read the old value after A's write was answered"
     finally:
+        if held_reply is not None:
+            held_reply.release()
         relay.release_tracking()
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from exacthelpers import assert_noauth_after_others_learned, assert_same_both_ways, sidecache_info
 from cachehelpers import RELAY_ARGS, relay  # noqa: F401
-from helpers import ConnectionClosed, encode
+from helpers import ConnectionClosed, encode, wait_until
 
 PROTOCOLS = [pytest.param(2, id="resp2"), pytest.param(3, id="resp3")]
 
@@ -225,6 +225,17 @@ def test_acl_through_a_tunnel_counts_when_its_reply_comes(relay, proxy_factory, 
         assert t.read_frames(1)[0].raw == b"+OK\r\n"
         assert c.cmd("WATCH", "k").raw.startswith(b"-NOPERM")
         assert c.cmd("PING").raw == b"+PONG\r\n"
+        # once the tunnel is gone, what Redis answers is learned again: the
+        # first WATCH asks Redis, the next is answered ahead
+        upstream.client().execute_command("ACL", "SETUSER", "w", "+watch")
+        t.close()
+        # connected: c and the INFO query's own connection
+        wait_until(lambda: int(sidecache_info(p)["connected_clients"]) == 2, what="the tunnel close")
+        n = ahead(p)
+        assert c.cmd("WATCH", "k").raw == b"+OK\r\n"
+        assert ahead(p) == n
+        assert c.cmd("WATCH", "k").raw == b"+OK\r\n"
+        assert ahead(p) == n + 1, "no WATCH answered ahead after the tunnel closed"
     assert int(sidecache_info(p).get("watch_ahead_refused", 0)) == 0
 
 
