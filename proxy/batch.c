@@ -81,7 +81,8 @@ int px_batch_eligible(px_client *c) {
     const cmdtable *t;
     int flags;
     if (srv->cfg->batch_max_commands < 2 || c->mode != PX_MODE_SHARED || c->txn_local) return 0;
-    if (c->pool->txn_denied == srv->acl_epoch + 1) return 0; /* its ACL denies MULTI, EXEC or DISCARD */
+    /* its ACL denies MULTI or EXEC */
+    if (c->pool->txn_denied == srv->acl_epoch + 1 || c->pool->exec_denied == srv->acl_epoch + 1) return 0;
     /* where Redis wants a password, MULTI of a client without one is NOAUTH */
     if (c->pass == NULL && srv->open_access != 1) return 0;
     if (c->rq.frame_len > PX_BATCH_MAX_FRAME) return 0;
@@ -208,7 +209,7 @@ void px_batch_on_reply(px_client *c, px_req *ex, const char *data, size_t len) {
         px_verbose("write batch refused, sent again one by one n=%u reply=\"%.*s\"", h.n,
                    (int)(len > 80 ? 80 : len - 2), data);
         /* an ACL without EXEC refuses every block: batch no more */
-        if (memmem(data, len, "'exec' command", 14) != NULL) c->pool->txn_denied = srv->acl_epoch + 1;
+        if (memmem(data, len, "'exec' command", 14) != NULL) c->pool->exec_denied = srv->acl_epoch + 1;
         srv->batch_replays++;
         send_each(h.up, reqs, frames, (int)h.n);
     } else {

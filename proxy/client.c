@@ -777,10 +777,17 @@ static void enter_tunnel(px_client *c, const char *frame) {
  * answered here outside MULTI, ...) and oversized transactions move it to a
  * connection of the client's own (txn_local_to_pinned).
  */
+/* Redis refused this identity a MULTI or a DISCARD that sidecache added:
+ * a local MULTI's check (MULTI, the command, DISCARD) cannot be made. */
+static int local_txn_denied(const px_client *c) {
+    uint64_t now = c->srv->acl_epoch + 1;
+    return c->pool->txn_denied == now || c->pool->discard_denied == now;
+}
+
 static int txn_local_allowed(px_client *c) {
     /* where Redis wants a password, MULTI of a client without one is NOAUTH;
      * an identity Redis refused MULTI, EXEC or DISCARD sends its own */
-    return (c->pass != NULL || c->srv->open_access == 1) && c->pool->txn_denied != c->srv->acl_epoch + 1;
+    return (c->pass != NULL || c->srv->open_access == 1) && !local_txn_denied(c);
 }
 
 /* Ends the local transaction (exec: its written keys stay recorded for
@@ -861,6 +868,7 @@ static int txn_local_check(px_client *c, px_upstream *u, const char *data, size_
         return -1;
     }
     r->aux_flags |= PX_AUX_TXN_CHECK;
+    d->aux_flags |= PX_AUX_CTL_DISCARD;
     px_upstream_send(u, m, multi_cmd, sizeof multi_cmd - 1);
     px_client_take_slot(c, r, u);
     px_upstream_send(u, r, data, len);
@@ -874,6 +882,13 @@ static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) 
      * and a check must not count for the next transaction */
     if ((id == CMD_EXEC || id == CMD_DISCARD) && c->txn_checks > 0) return DISPATCH_WAIT;
     if (id == CMD_EXEC) {
+        if (!c->txn_dirty && c->pool->txn_denied == c->srv->acl_epoch + 1) {
+            /* MULTI is refused to this identity now: the block's commands
+             * would run one by one. Nothing ran; disconnected, as on a lost
+             * connection. */
+            close_after_replies(c);
+            return DISPATCH_DONE;
+        }
         if (!c->txn_dirty) return txn_local_exec(c);
         txn_local_end(c, 0);
         reply_error(c, "EXECABORT Transaction discarded because of previous errors.");
@@ -884,11 +899,12 @@ static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) 
         reply_simple(c, "OK");
         return DISPATCH_DONE;
     }
-    if (c->pool->txn_denied == c->srv->acl_epoch + 1) {
+    if (local_txn_denied(c)) {
         /* Redis refused this identity a MULTI or DISCARD since this
          * transaction began: a check, or the block that takes it to a
          * connection of its own, would run commands the client believes
-         * queued. Disconnected, as on a lost connection. */
+         * queued, or leave a connection inside MULTI. Disconnected, as on
+         * a lost connection. */
         close_after_replies(c);
         return DISPATCH_DONE;
     }

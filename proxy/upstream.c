@@ -528,13 +528,14 @@ static void note_readonly(px_upstream *u, const char *data, size_t len) {
  * inside MULTI. (Redis 7 answers a refused EXEC with EXECABORT, having run
  * nothing and left MULTI; another error to such an EXEC counts as a
  * refusal.) Neither may go on: the identity gets no more such blocks
- * (txn_denied, until an ACL SETUSER, DELUSER or LOAD through the proxy), and
- * the connection goes, failing what waits on it as a lost connection
- * would. Nothing is sent again: a write that ran never runs twice.
+ * (txn_denied or discard_denied, until an ACL SETUSER, DELUSER or LOAD
+ * through the proxy), and the connection goes, failing what waits on it as
+ * a lost connection would. Nothing is sent again: a write that ran never
+ * runs twice.
  */
-static void up_txn_refused(px_upstream *u, const char *data, size_t len) {
+static void up_txn_refused(px_upstream *u, const char *data, size_t len, int discard) {
     if (u->state == PX_UP_CLOSED) return;
-    if (u->pool != NULL) u->pool->txn_denied = u->srv->acl_epoch + 1;
+    if (u->pool != NULL) *(discard ? &u->pool->discard_denied : &u->pool->txn_denied) = u->srv->acl_epoch + 1;
     px_warning("Redis refused a MULTI, EXEC or DISCARD of sidecache id=%llu reply=\"%.*s\"; "
                "this user's transactions and write pipelines now go as sent",
                (unsigned long long)u->id, (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);
@@ -610,14 +611,15 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     } else if (r->kind == PX_REQ_DISCARD) {
         px_req_release(u->srv, r);
     } else if (r->kind == PX_REQ_TXN_CTL) {
+        int discard = (r->aux_flags & PX_AUX_CTL_DISCARD) != 0;
         px_req_release(u->srv, r);
-        if (!(len == 5 && memcmp(data, "+OK\r\n", 5) == 0)) up_txn_refused(u, data, len);
+        if (!(len == 5 && memcmp(data, "+OK\r\n", 5) == 0)) up_txn_refused(u, data, len, discard);
     } else {
         px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
         if (type == '-') note_readonly(u, data, len);
         int refused = (r->kind == PX_REQ_BATCH || (r->aux_flags & PX_AUX_BLOCK_EXEC)) && block_exec_refused(data, len);
         px_client_on_reply(r->client, r, data, len);
-        if (refused) up_txn_refused(u, data, len);
+        if (refused) up_txn_refused(u, data, len, 0);
     }
 }
 

@@ -90,6 +90,7 @@ enum px_aux_flag {
                                    unknown, and the connection is not reused */
     PX_AUX_MULTI_OPEN = 1 << 16, /* that MULTI opened transaction fill_token
                                     (px_client.txn_seq): refused, it did not */
+    PX_AUX_CTL_DISCARD = 1 << 17, /* a PX_REQ_TXN_CTL that is a DISCARD */
 };
 
 typedef struct px_req {
@@ -141,11 +142,15 @@ typedef struct px_pool {
     uint64_t unwatch_epoch;
     /* the same for WATCH: then a WATCH may be answered ahead (client.c) */
     uint64_t watch_epoch;
-    /* srv->acl_epoch + 1 when Redis refused this identity a MULTI, EXEC or
-     * DISCARD that sidecache added (its ACL denies them): then its
+    /* srv->acl_epoch + 1 when Redis refused this identity a MULTI that
+     * sidecache added (its ACL denies it; what followed ran alone): then its
      * transactions and pipelined writes go to Redis as the client sent
      * them, without a local MULTI or a write batch */
     uint64_t txn_denied;
+    /* the same for a DISCARD (a local MULTI's check needs it: no local
+     * MULTI) and for an EXEC of a write batch (EXECABORT naming EXEC: no
+     * batches) */
+    uint64_t discard_denied, exec_denied;
 } px_pool;
 
 typedef struct px_upstream {

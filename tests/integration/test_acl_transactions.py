@@ -194,3 +194,21 @@ def test_a_refused_multi_on_the_own_connection_opens_nothing(proxy_factory, upst
         with st.delta() as dd:
             assert a.cmd("GET", "i9070").raw == b"$1\r\nv\r\n"
         assert dd["cache_hits"] == 1, "the client is still held in MULTI"
+
+
+def test_exec_denied_leaves_local_transactions_as_redis_has_them(proxy, upstream, ref):
+    """EXEC denied. B has a local transaction open while A's write batch
+    meets the refusal (EXECABORT naming EXEC; batching stops): B is not
+    disconnected, its commands are queued, and its EXEC gets Redis's
+    EXECABORT, byte for byte."""
+    deny(upstream, "exec")
+    deny(ref, "exec")
+    steps = [("MULTI",), ("INCR", "k1"), ("INCR", "k2"), ("EXEC",)]
+    with proxy.raw() as a, proxy.raw() as b, ref.raw() as r:
+        want = transcript(r, steps)
+        got = transcript(b, steps[:2])
+        a.send(encode("INCR", "x") * 2)
+        assert [f.raw for f in a.read_frames(2)] == [b":1\r\n", b":2\r\n"]
+        got += transcript(b, steps[2:])
+    assert got == want, (got, want)
+    assert upstream.client().mget("k1", "k2") == [None, None]
