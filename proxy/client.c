@@ -786,7 +786,7 @@ static int local_txn_denied(const px_client *c) {
 
 static int txn_local_allowed(px_client *c) {
     /* where Redis wants a password, MULTI of a client without one is NOAUTH;
-     * an identity Redis refused MULTI, EXEC or DISCARD sends its own */
+     * an identity Redis refused MULTI or DISCARD sends its own */
     return (c->pass != NULL || c->srv->open_access == 1) && !local_txn_denied(c);
 }
 

@@ -537,7 +537,7 @@ static void up_txn_refused(px_upstream *u, const char *data, size_t len, int dis
     if (u->state == PX_UP_CLOSED) return;
     if (u->pool != NULL) *(discard ? &u->pool->discard_denied : &u->pool->txn_denied) = u->srv->acl_epoch + 1;
     px_warning("Redis refused a MULTI, EXEC or DISCARD of sidecache id=%llu reply=\"%.*s\"; "
-               "this user's transactions and write pipelines now go as sent",
+               "sidecache adds no more of them for this user",
                (unsigned long long)u->id, (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);
     px_upstream_close(u, "Redis refused MULTI, EXEC or DISCARD to this user");
 }

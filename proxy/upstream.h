@@ -52,7 +52,8 @@ enum px_req_kind {
                            the batched requests (proxy/batch.h) */
     PX_REQ_TXN_CTL,     /* internal: a MULTI or DISCARD sidecache put around
                            a block or a check: anything but +OK and the
-                           connection goes (px_pool.txn_denied) */
+                           connection goes (px_pool.txn_denied,
+                           discard_denied) */
 };
 
 /*
