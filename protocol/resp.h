@@ -46,6 +46,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 enum { RESP_OK = 0, RESP_AGAIN = 1, RESP_ERR = -1 };
 
@@ -219,6 +220,19 @@ void resp_reply_reset(resp_reply_parser *p);
  * RESP_ERR. Null is "$-1", "*-1" or "_" only; streamed "$?"/"*?" types are
  * refused. */
 int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len);
+
+/* A whole reply frame (data, len) at a glance: exactly +OK; an error
+ * (simple, or a RESP3 blob error); Redis's EXECABORT (it ran nothing of the
+ * transaction and left MULTI). */
+static inline int resp_frame_is_ok(const char *data, size_t len) {
+    return len == 5 && memcmp(data, "+OK\r\n", 5) == 0;
+}
+static inline int resp_frame_is_error(const char *data, size_t len) {
+    return len > 0 && (data[0] == '-' || data[0] == '!');
+}
+static inline int resp_frame_is_execabort(const char *data, size_t len) {
+    return len >= 10 && memcmp(data, "-EXECABORT", 10) == 0;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Encoders. proto is 2 or 3; where RESP2 has no such type, the RESP2 form

@@ -82,7 +82,7 @@ int px_batch_eligible(px_client *c) {
     int flags;
     if (srv->cfg->batch_max_commands < 2 || c->mode != PX_MODE_SHARED || c->txn_local) return 0;
     /* its ACL denies MULTI or EXEC */
-    if (c->pool->txn_denied == srv->acl_epoch + 1 || c->pool->exec_denied == srv->acl_epoch + 1) return 0;
+    if (c->pool->txn_denied == px_acl_mark(srv) || c->pool->exec_denied == px_acl_mark(srv)) return 0;
     /* where Redis wants a password, MULTI of a client without one is NOAUTH */
     if (c->pass == NULL && srv->open_access != 1) return 0;
     if (c->rq.frame_len > PX_BATCH_MAX_FRAME) return 0;
@@ -202,14 +202,14 @@ void px_batch_on_reply(px_client *c, px_req *ex, const char *data, size_t len) {
             reqs[i]->pending = 0;
             px_client_on_reply(c, reqs[i], data + offs[i], offs[i + 1] - offs[i]);
         }
-    } else if (!ex->lost && len >= 10 && memcmp(data, "-EXECABORT", 10) == 0) {
+    } else if (!ex->lost && resp_frame_is_execabort(data, len)) {
         /* EXECABORT: nothing ran. Each again, alone: each gets Redis's own
          * reply (u answered this very reply, so it is alive). Any other
          * error (EXEC refused) closes the connection (upstream.c) */
         px_verbose("write batch refused, sent again one by one n=%u reply=\"%.*s\"", h.n,
                    (int)(len > 80 ? 80 : len - 2), data);
         /* an ACL without EXEC refuses every block: batch no more */
-        if (memmem(data, len, "'exec' command", 14) != NULL) c->pool->exec_denied = srv->acl_epoch + 1;
+        if (memmem(data, len, "'exec' command", 14) != NULL) c->pool->exec_denied = px_acl_mark(srv);
         srv->batch_replays++;
         send_each(h.up, reqs, frames, (int)h.n);
     } else {

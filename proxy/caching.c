@@ -895,6 +895,16 @@ void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
     }
 }
 
+/* Purges r's keys (aux) again, unless they were purged when sent
+ * (PX_AUX_PREPURGED) and the cache began no entry since: a fill of any of
+ * them would have begun one (C3), so none can be cached. */
+static void purge_again(struct px_caching *pc, px_req *r) {
+    uint64_t made = cache_get_stats(pc->cache)->placeholders_made;
+    if ((r->aux_flags & PX_AUX_PREPURGED) && made == r->purge_mark) return;
+    invalidate_records(pc, r->aux, r->aux_len);
+    r->purge_mark = made;
+}
+
 int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, resp_buf *out) {
     struct px_caching *pc = c->srv->caching;
     if (pc == NULL) return 0;
@@ -913,9 +923,7 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
             cache_fill_complete(pc->cache, r->fill_token, hdr[0], (int)hdr[1], (int)hdr[2], key, hdr[3], field, flen,
                                 val, vlen, k == 2, px_now_ms());
     }
-    if ((r->aux_flags & PX_AUX_INVAL) &&
-        !((r->aux_flags & PX_AUX_PREPURGED) && cache_get_stats(pc->cache)->placeholders_made == r->purge_mark))
-        invalidate_records(pc, r->aux, r->aux_len);
+    if (r->aux_flags & PX_AUX_INVAL) purge_again(pc, r);
     if (r->aux_flags & PX_AUX_FLUSH) flush_for_write(pc, &(resp_arg){"(reply)", 7});
     if (r->aux_flags & PX_AUX_LOOKUP) lookup_reply(pc, r, data, len);
     if ((r->aux_flags & PX_AUX_SCRIPT_LOAD) && len == 47 && data[0] == '$')
@@ -927,11 +935,7 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
 
 void px_caching_on_reply_part(px_client *c, px_req *r) {
     struct px_caching *pc = c->srv->caching;
-    if (pc == NULL || !(r->aux_flags & PX_AUX_PREPURGED)) return;
-    uint64_t made = cache_get_stats(pc->cache)->placeholders_made;
-    if (made == r->purge_mark) return;
-    invalidate_records(pc, r->aux, r->aux_len);
-    r->purge_mark = made;
+    if (pc != NULL && (r->aux_flags & PX_AUX_PREPURGED)) purge_again(pc, r);
 }
 
 void px_caching_release_req(px_req *r) {

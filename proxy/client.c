@@ -234,12 +234,8 @@ static void maybe_unpin(px_client *c) {
  * moves it on) and for clients that logged in where Redis wants it (one
  * that did not still gets NOAUTH from Redis).
  */
-static int is_ok_reply(const char *data, size_t len) {
-    return len == 5 && memcmp(data, "+OK\r\n", 5) == 0;
-}
-
 static int permission_known(const px_client *c, uint64_t learned) {
-    return (c->pass != NULL || c->srv->open_access == 1) && learned == c->srv->acl_epoch + 1 &&
+    return (c->pass != NULL || c->srv->open_access == 1) && learned == px_acl_mark(c->srv) &&
            c->srv->acl_unsettled == 0;
 }
 
@@ -249,7 +245,7 @@ static void permission_probe(px_client *c, px_req *r, unsigned flag) {
 }
 
 static void permission_learn(px_client *c, const px_req *r, int ok, uint64_t *learned) {
-    if (ok && r->fill_token == c->srv->acl_epoch) *learned = c->srv->acl_epoch + 1;
+    if (ok && r->fill_token == c->srv->acl_epoch) *learned = px_acl_mark(c->srv);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -334,7 +330,7 @@ static void watch_send(px_client *c, px_upstream *u, px_req *r) {
  * already has its +OK; 2 if Redis refused that WATCH (the client reads
  * no more and must be closed once this reply is dealt with). */
 static int watch_reply(px_client *c, px_req *r, const char *data, size_t len) {
-    int ok = is_ok_reply(data, len);
+    int ok = resp_frame_is_ok(data, len);
     permission_learn(c, r, ok, &c->pool->watch_epoch);
     if (!(r->aux_flags & PX_AUX_WATCH_AHEAD)) return 0;
     c->watch_ahead--;
@@ -366,15 +362,6 @@ static int early_add(px_client *c, px_req *r, const char *data, size_t len) {
         return -1;
     }
     return 0;
-}
-
-/* EXECABORT: Redis ran nothing and left MULTI, as EXEC would. */
-static int is_execabort(const char *data, size_t len) {
-    return len >= 10 && memcmp(data, "-EXECABORT", 10) == 0;
-}
-
-static int is_error_frame(const char *data, size_t len) {
-    return len > 0 && (data[0] == '-' || data[0] == '!');
 }
 
 static void apply_state_change(px_client *c, px_req *r, int ok) {
@@ -468,21 +455,21 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
         return;
     }
     if (r->aux_flags & PX_AUX_ACL) c->srv->acl_epoch++;
-    if ((r->aux_flags & PX_AUX_TXN_STATE) && is_error_frame(data, len) && !is_execabort(data, len))
+    if ((r->aux_flags & PX_AUX_TXN_STATE) && resp_frame_is_error(data, len) && !resp_frame_is_execabort(data, len))
         txn_state_refused(c, r);
-    if (r->aux_flags & PX_AUX_UNWATCH) permission_learn(c, r, is_ok_reply(data, len), &c->pool->unwatch_epoch);
+    if (r->aux_flags & PX_AUX_UNWATCH) permission_learn(c, r, resp_frame_is_ok(data, len), &c->pool->unwatch_epoch);
     /* the client already has its +OK: Redis's is not relayed */
     int answered = (r->aux_flags & PX_AUX_WATCH) ? watch_reply(c, r, data, len) : 0;
     if (r->aux_flags & PX_AUX_TXN_CHECK) {
         /* a command of a transaction queued here: Redis refused it */
         c->txn_checks--;
-        if (is_error_frame(data, len)) c->txn_dirty = 1;
+        if (resp_frame_is_error(data, len)) c->txn_dirty = 1;
         /* its connection was closed because Redis refused the check's
          * MULTI (the identity is denied now): the command ran alone, and
          * EXECABORT would say that nothing ran. The client is disconnected,
          * as on a lost connection, and nothing more of the transaction is
          * sent. (A check lost with its connection ran nothing: EXECABORT.) */
-        if (r->lost && c->pool->txn_denied == c->srv->acl_epoch + 1) close_after_replies(c);
+        if (r->lost && c->pool->txn_denied == px_acl_mark(c->srv)) close_after_replies(c);
     }
     resp_buf rewritten;
     resp_buf_init(&rewritten);
@@ -512,7 +499,7 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
         if (c->inflight == 0) queue_reap(c);
         return;
     }
-    if (r->kind != PX_REQ_CLIENT) apply_state_change(c, r, !is_error_frame(data, len));
+    if (r->kind != PX_REQ_CLIENT) apply_state_change(c, r, !resp_frame_is_error(data, len));
 
     if (r == c->slots_head) {
         c->slots_head = r->next_slot;
@@ -780,7 +767,7 @@ static void enter_tunnel(px_client *c, const char *frame) {
 /* Redis refused this identity a MULTI or a DISCARD that sidecache added:
  * a local MULTI's check (MULTI, the command, DISCARD) cannot be made. */
 static int local_txn_denied(const px_client *c) {
-    uint64_t now = c->srv->acl_epoch + 1;
+    uint64_t now = px_acl_mark(c->srv);
     return c->pool->txn_denied == now || c->pool->discard_denied == now;
 }
 
@@ -881,15 +868,15 @@ static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) 
     /* EXEC and DISCARD wait for every check: EXEC's outcome depends on them,
      * and a check must not count for the next transaction */
     if ((id == CMD_EXEC || id == CMD_DISCARD) && c->txn_checks > 0) return DISPATCH_WAIT;
+    if (id == CMD_EXEC && !c->txn_dirty) {
+        if (c->pool->txn_denied != px_acl_mark(c->srv)) return txn_local_exec(c);
+        /* MULTI is refused to this identity now: the block's commands would
+         * run one by one. Nothing ran; disconnected, as on a lost
+         * connection. */
+        close_after_replies(c);
+        return DISPATCH_DONE;
+    }
     if (id == CMD_EXEC) {
-        if (!c->txn_dirty && c->pool->txn_denied == c->srv->acl_epoch + 1) {
-            /* MULTI is refused to this identity now: the block's commands
-             * would run one by one. Nothing ran; disconnected, as on a lost
-             * connection. */
-            close_after_replies(c);
-            return DISPATCH_DONE;
-        }
-        if (!c->txn_dirty) return txn_local_exec(c);
         txn_local_end(c, 0);
         reply_error(c, "EXECABORT Transaction discarded because of previous errors.");
         return DISPATCH_DONE;

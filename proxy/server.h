@@ -95,6 +95,14 @@ typedef struct px_server {
     int exit_code;
 } px_server;
 
+/* What a pool learns of its identity's permissions (px_pool.watch_epoch,
+ * txn_denied, ...) is stored as this mark, and holds while it is still the
+ * current one: an ACL change through the proxy moves it on. 0 is never a
+ * mark: nothing learned. */
+static inline uint64_t px_acl_mark(const px_server *srv) {
+    return srv->acl_epoch + 1;
+}
+
 /* Milliseconds on a monotonic clock. */
 int64_t px_now_ms(void);
 /* The same clock in microseconds. */

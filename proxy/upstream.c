@@ -535,7 +535,7 @@ static void note_readonly(px_upstream *u, const char *data, size_t len) {
  */
 static void up_txn_refused(px_upstream *u, const char *data, size_t len, int discard) {
     if (u->state == PX_UP_CLOSED) return;
-    if (u->pool != NULL) *(discard ? &u->pool->discard_denied : &u->pool->txn_denied) = u->srv->acl_epoch + 1;
+    if (u->pool != NULL) *(discard ? &u->pool->discard_denied : &u->pool->txn_denied) = px_acl_mark(u->srv);
     px_warning("Redis refused a MULTI, EXEC or DISCARD of sidecache id=%llu reply=\"%.*s\"; "
                "sidecache adds no more of them for this user",
                (unsigned long long)u->id, (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);
@@ -545,7 +545,7 @@ static void up_txn_refused(px_upstream *u, const char *data, size_t len, int dis
 /* The reply to the EXEC of a block sidecache made: an error other than
  * EXECABORT (a queued command refused: nothing ran) is a refusal. */
 static int block_exec_refused(const char *data, size_t len) {
-    return len > 0 && (data[0] == '-' || data[0] == '!') && !(len >= 10 && memcmp(data, "-EXECABORT", 10) == 0);
+    return resp_frame_is_error(data, len) && !resp_frame_is_execabort(data, len);
 }
 
 /* One whole reply frame from Redis. */
@@ -613,7 +613,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     } else if (r->kind == PX_REQ_TXN_CTL) {
         int discard = (r->aux_flags & PX_AUX_CTL_DISCARD) != 0;
         px_req_release(u->srv, r);
-        if (!(len == 5 && memcmp(data, "+OK\r\n", 5) == 0)) up_txn_refused(u, data, len, discard);
+        if (!resp_frame_is_ok(data, len)) up_txn_refused(u, data, len, discard);
     } else {
         px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
         if (type == '-') note_readonly(u, data, len);

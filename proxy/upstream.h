@@ -138,12 +138,12 @@ typedef struct px_pool {
     int backoff_ms;
     int64_t backoff_until_ms;
     char last_error[256];
-    /* srv->acl_epoch + 1 when Redis last let this identity UNWATCH (0: not
+    /* px_acl_mark() when Redis last let this identity UNWATCH (0: not
      * known); then an UNWATCH with nothing watched is answered here */
     uint64_t unwatch_epoch;
     /* the same for WATCH: then a WATCH may be answered ahead (client.c) */
     uint64_t watch_epoch;
-    /* srv->acl_epoch + 1 when Redis refused this identity a MULTI that
+    /* px_acl_mark() when Redis refused this identity a MULTI that
      * sidecache added (its ACL denies it; what followed ran alone): then its
      * transactions and pipelined writes go to Redis as the client sent
      * them, without a local MULTI or a write batch */
