@@ -566,6 +566,45 @@ def test_c3_race_free_fills_local_write_during_read(mode, kind, relay, proxy_fac
         relay.release_tracking()
 
 
+@pytest.mark.parametrize("watch", [True, False], ids=["own-connection", "local"])
+def test_c3_race_free_fills_local_transaction_during_read(watch, relay, proxy_factory, upstream):
+    """Client A's read reply is held while client B's transaction writing
+    the key is sent through the same proxy (with WATCH on B's own
+    connection, or without, answered here and sent as one block). The relay
+    keeps the transaction from running: A's old reply must not fill, as a
+    local write of the key was sent between A's read and its reply (C3).
+    Then the transaction runs, and reads get the new value."""
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
+    d = upstream.client()
+    settle(st, lambda: d.set("i9330", "old"))
+    a = p.raw(auth=True)
+    b = p.raw(auth=True, protocol=3)  # another pool: not queued behind A
+    make_tracked(a, st)
+    relay.hold_tracking()
+    try:
+        h = relay.hold_reply(("GET", "i9330"))
+        a.send_cmd("GET", "i9330")
+        h.wait()
+        steps = ([("WATCH", "w9330")] if watch else []) + [("MULTI",), ("SET", "i9330", "new"), ("EXEC",)]
+        # the transaction must not run: on its own connection, B's WATCH
+        # (and what follows) is held; the local transaction's checks
+        # (MULTI SET DISCARD) pass, and its block is held at EXEC
+        hold = relay.hold_request(steps[0] if watch else ("EXEC",))
+        b.send(b"".join(encode(*s) for s in steps))
+        hold.wait()
+        with st.delta() as dd:
+            h.release()
+            assert a.read_frame().value == b"old"
+        assert dd["cache_fills"] == 0, "old reply filled after a local transaction was sent: %r" % dict(dd)
+        hold.release()
+        got = [f.raw for f in b.read_frames(len(steps))]
+        assert got[-1] == b"*1\r\n+OK\r\n", got
+        for cl in (a, b):
+            assert cl.cmd("GET", "i9330").value == b"new"
+    finally:
+        relay.release_tracking()
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_c3_race_free_fills_aba(mode, relay, proxy_factory, upstream):
     """ABA: read A (reply v0 held), invalidation, read B (a new fill, reply v1
