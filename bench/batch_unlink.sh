@@ -39,6 +39,11 @@
 #   BASELINE_BIN  another sidecache build, run as a third target in every
 #                 repetition (after the same FLUSHALL and populate); a second
 #                 table compares the two builds: sidecache/baseline
+#   RELAY         1: bench/relay.c (a relay that forwards bytes and does
+#                 nothing else) in front of toxiproxy is one more target: what
+#                 the extra hop alone costs, the floor for a proxy that
+#                 forwards every round trip; a table compares relay/direct
+#                 with sidecache/direct and sidecache/relay
 #   BATCHUNLINK_STEPS  set: log each unlink run's mean time per step
 #   TOXIC_STREAM, CALIBRATE, RTT_SAMPLES (see latency.sh)
 #   RESULTS_DIR, SIDECACHE_BIN, SIDECACHE_ARGS, REDIS_SERVER, TOXIPROXY_BIN,
@@ -68,6 +73,13 @@ build_batchunlink
 start_redis redis
 start_toxiproxy "$rport"
 start_sidecache sidecache "$toxport"
+rlport=""
+if [ "${RELAY:-0}" = 1 ]; then
+  RELAY_BIN=${RELAY_BIN:-$(build_c relay)} || exit 1
+  free_port; rlport=$fport
+  start relay "$RELAY_BIN" --port "$rlport" --upstream-port "$toxport"
+  wait_ready relay "$rlport"
+fi
 bport=""
 if [ -n "${BASELINE_BIN:-}" ]; then
   [ -x "$BASELINE_BIN" ] || die "BASELINE_BIN $BASELINE_BIN is not an executable"
@@ -105,10 +117,10 @@ for L in $LATENCIES; do
   for rep in $(seq "$REPEAT"); do
     for v in $VARIANTS; do
       # alternate which target goes first, so that drift favours neither
-      order="direct sidecache${bport:+ baseline}"
-      [ $((rep % 2)) = 0 ] && order="${bport:+baseline }sidecache direct"
+      order="direct sidecache${bport:+ baseline}${rlport:+ relay}"
+      [ $((rep % 2)) = 0 ] && order="${rlport:+relay }${bport:+baseline }sidecache direct"
       for t in $order; do
-        case $t in direct) p=$toxport ;; sidecache) p=$sport ;; baseline) p=$bport ;; esac
+        case $t in direct) p=$toxport ;; sidecache) p=$sport ;; baseline) p=$bport ;; relay) p=$rlport ;; esac
         fresh
         if [ "$v" = unlink ]; then
           bu -p "$rport" --populate --quiet || die "populate failed"
@@ -153,6 +165,21 @@ over=0
 } >"$md"
 echo "latency_us,toxic_us,rtt_p50_us,variant,files,batch,round_trips,direct_s,sidecache_s,ratio,goal,direct_batch_p50_us,sidecache_batch_p50_us,direct_batch_p99_us,sidecache_batch_p99_us,direct_runs_s,sidecache_runs_s" >"$csv"
 runs() { local a; read -ra a <<<"$1"; (IFS=';'; echo "${a[*]}"); } # the seconds of each run, ;-separated
+# side_table TARGET: the medians of direct, TARGET and sidecache, and their ratios
+side_table() {
+  local t=$1 L v d b s
+  echo "| latency µs | variant | direct s | $t s | sidecache s | $t/direct | sidecache/direct | sidecache/$t |"
+  echo "|--:|---|--:|--:|--:|--:|--:|--:|"
+  for L in $LATENCIES; do
+    for v in $VARIANTS; do
+      # shellcheck disable=SC2086 # word lists on purpose
+      d=$(median ${secs_l[$L,$v,direct]}) b=$(median ${secs_l[$L,$v,$t]}) s=$(median ${secs_l[$L,$v,sidecache]})
+      awk -v L="$L" -v v="$v" -v d="$d" -v b="$b" -v s="$s" \
+        'BEGIN { printf "| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", L, v, d, b, s, b / d, s / d, s / b }'
+    done
+  done
+}
+
 ms() { awk -v a="$1" 'BEGIN { if (a != "") printf "%.2f", a / 1000; else printf "n/a" }'; }
 for L in $LATENCIES; do
   for v in $VARIANTS; do
@@ -179,16 +206,13 @@ done
     echo
     echo "Baseline build $BASELINE_BIN, run as a third target in the same repetitions:"
     echo
-    echo "| latency µs | variant | direct s | baseline s | sidecache s | baseline/direct | sidecache/direct | sidecache/baseline |"
-    echo "|--:|---|--:|--:|--:|--:|--:|--:|"
-    for L in $LATENCIES; do
-      for v in $VARIANTS; do
-        # shellcheck disable=SC2086 # word lists on purpose
-        d=$(median ${secs_l[$L,$v,direct]}) b=$(median ${secs_l[$L,$v,baseline]}) s=$(median ${secs_l[$L,$v,sidecache]})
-        awk -v L="$L" -v v="$v" -v d="$d" -v b="$b" -v s="$s" \
-          'BEGIN { printf "| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", L, v, d, b, s, b / d, s / d, s / b }'
-      done
-    done
+    side_table baseline
+  fi
+  if [ -n "$rlport" ]; then
+    echo
+    echo "A relay that only forwards bytes (bench/relay.c), run as another target in the same repetitions:"
+    echo
+    side_table relay
   fi
 } >>"$md"
 cat "$md"

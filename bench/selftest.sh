@@ -10,6 +10,9 @@
 #      sends something else than it reports fails here.
 #   3. batchunlink on the same redis-server: populate, unlink, verify-empty;
 #      writes, verify-full (small directory).
+#   4. relay (batch_unlink.sh RELAY=1) in front of it: batchunlink's unlink
+#      and writes through the relay, verified on Redis; a 4 MB value set and
+#      read back through it (more than its buffer and the sockets' hold).
 #
 # Exits non-zero on the first failure. Environment: REDIS_SERVER, LOADGEN_BIN,
 # BATCHUNLINK_BIN, SELFTEST_OPS (ops per check run, 5000).
@@ -22,6 +25,7 @@ SELFTEST_OPS=${SELFTEST_OPS:-5000}
 find_redis
 build_loadgen
 build_batchunlink
+RELAY_BIN=${RELAY_BIN:-$(build_c relay)} || exit 1
 
 log "loadgen --selftest"
 "$LOADGEN_BIN" --selftest >"$work/selftest.out" || { cat "$work/selftest.out"; die "loadgen --selftest failed"; }
@@ -56,4 +60,18 @@ rcli "$rport" FLUSHALL >/dev/null
 if "$BATCHUNLINK_BIN" -p "$rport" --verify-empty --files 1000 --quiet 2>/dev/null; then
   die "batchunlink --verify-empty passed on a full directory"
 fi
+log "relay: batchunlink and a 4 MB value through it"
+free_port; rlport=$fport
+start relay "$RELAY_BIN" --port "$rlport" --upstream-port "$rport"
+wait_ready relay "$rlport"
+rcli "$rport" FLUSHALL >/dev/null
+"$BATCHUNLINK_BIN" -p "$rport" --populate --files 1000 --quiet || die "batchunlink --populate failed"
+"$BATCHUNLINK_BIN" -p "$rlport" --unlink --files 1000 --no-header >/dev/null || die "batchunlink --unlink through the relay failed"
+"$BATCHUNLINK_BIN" -p "$rport" --verify-empty --files 1000 --quiet || die "unlink through the relay: --verify-empty failed"
+rcli "$rport" FLUSHALL >/dev/null
+"$BATCHUNLINK_BIN" -p "$rlport" --writes --files 1000 --no-header >/dev/null || die "batchunlink --writes through the relay failed"
+"$BATCHUNLINK_BIN" -p "$rport" --verify-full --files 1000 --quiet || die "writes through the relay: --verify-full failed"
+head -c 3000000 /dev/urandom | base64 -w0 >"$work/big"
+rcli "$rlport" -x SET big <"$work/big" >/dev/null
+rcli "$rlport" GET big | cmp -s - <(cat "$work/big"; echo) || die "a 4 MB value did not come back whole through the relay"
 echo "selftest: bench drivers passed"
