@@ -95,18 +95,16 @@ static int flush_dir(struct pipe_dir *d) {
     return 0;
 }
 
-/* Reads what the socket of `side` has and writes it on. Returns -1 when the
- * connection is gone. */
+/* Reads what the socket of `side` has (one read: epoll reports the rest)
+ * and writes it on. Returns -1 when the connection is gone. */
 static int pump(struct pair *p, int side) {
     struct pipe_dir *d = &p->dir[side];
-    while (d->len == 0) {
-        ssize_t n = read(d->from, d->buf, sizeof d->buf);
-        if (n == 0) return -1;
-        if (n < 0) return errno == EAGAIN || errno == EINTR ? 0 : -1;
-        d->len = (size_t)n;
-        if (flush_dir(d) != 0) return -1;
-    }
-    return 0;
+    if (d->len > 0) return 0;
+    ssize_t n = read(d->from, d->buf, sizeof d->buf);
+    if (n == 0) return -1;
+    if (n < 0) return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    d->len = (size_t)n;
+    return flush_dir(d);
 }
 
 static void accept_one(int lfd, const struct sockaddr_in *up) {

@@ -18,7 +18,31 @@ static void clear_prefixes(cache_rules *r) {
     r->all_keys = 0;
 }
 
-void cache_rules_deinit(cache_rules *r) { clear_prefixes(r); }
+void cache_rules_deinit(cache_rules *r) {
+    clear_prefixes(r);
+    for (int i = 0; i < r->ntrack_by; i++) free(r->track_by[i]);
+    r->ntrack_by = 0;
+}
+
+int cache_rules_track_by(cache_rules *r, const char *prefix, const char *key_prefix, char *err, size_t errlen) {
+    if (prefix[0] == '\0') {
+        snprintf(err, errlen, "a tracking prefix must not be empty");
+        return -1;
+    }
+    if (r->ntrack_by >= CACHE_MAX_RULES) {
+        snprintf(err, errlen, "at most %d tracking prefixes to track by", CACHE_MAX_RULES);
+        return -1;
+    }
+    size_t n = strlen(key_prefix ? key_prefix : "") + strlen(prefix);
+    char *s = malloc(n + 1);
+    if (s == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    snprintf(s, n + 1, "%s%s", key_prefix ? key_prefix : "", prefix);
+    r->track_by[r->ntrack_by++] = s;
+    return 0;
+}
 
 int cache_rules_add(cache_rules *r, const char *command, const char *pattern, const char *key_prefix,
                     char *err, size_t errlen) {
@@ -174,6 +198,14 @@ int cache_rules_derive_prefixes(cache_rules *r, char *err, size_t errlen) {
         clear_prefixes(r);
         r->all_keys = 1;
         return 0;
+    }
+    /* a prefix to track by joins when it covers a derived one, which the
+     * next step then drops (one that covers none would only bring
+     * invalidations of keys that are never cached) */
+    for (int t = 0; t < r->ntrack_by; t++) {
+        int covers = 0;
+        for (int i = 0; i < r->nprefixes && !covers; i++) covers = is_prefix_of(r->track_by[t], r->prefixes[i]);
+        if (covers && add_prefix(r, r->track_by[t], strlen(r->track_by[t]), err, errlen) != 0) return -1;
     }
     /* drop every prefix that a shorter one covers */
     for (int i = 0; i < r->nprefixes; i++) {

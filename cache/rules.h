@@ -17,6 +17,13 @@
  * that another prefix covers are dropped (Redis refuses overlapping ones);
  * an empty prefix means every key.
  *
+ * Fewer prefixes cost Redis less: for every key a command writes, it
+ * compares the key with each prefix (trackingRememberKeyToBroadcast). So a
+ * rule set may name a coarser prefix to track by (cache_rules_track_by),
+ * where the keys it adds never change or do not exist: JuiceFS has no key
+ * but the inodes' that begins with "i", and "i" replaces i1 ... i9 (a
+ * JuiceFS batch unlink writes about 1,000 keys per transaction).
+ *
  * Pure: no I/O, no globals.
  */
 #ifndef SIDECACHE_CACHE_RULES_H
@@ -38,6 +45,8 @@ typedef struct cache_rules {
     int nrules;
     char *prefixes[CACHE_MAX_PREFIXES]; /* derived, owned */
     int nprefixes;
+    char *track_by[CACHE_MAX_RULES];    /* cache_rules_track_by, owned */
+    int ntrack_by;
     int all_keys;                       /* a rule covers every key: track without prefixes */
 } cache_rules;
 
@@ -48,6 +57,10 @@ void cache_rules_deinit(cache_rules *r);
  * in front of the pattern. Returns 0, or -1 with a reason in err. */
 int cache_rules_add(cache_rules *r, const char *command, const char *pattern, const char *key_prefix,
                     char *err, size_t errlen);
+
+/* Tracks by key_prefix + prefix (not empty) instead of every derived prefix
+ * that begins with it. Returns 0, or -1 with a reason in err. */
+int cache_rules_track_by(cache_rules *r, const char *prefix, const char *key_prefix, char *err, size_t errlen);
 
 /* Derives the tracking prefixes (see above). Returns 0, or -1 on OOM or too
  * many prefixes (err says which). */

@@ -235,8 +235,12 @@ int px_caching_init(px_server *srv) {
     srv->caching = pc;
     cache_rules_init(&pc->rules);
     if (cfg->profile == PX_PROFILE_JUICEFS) {
+        /* tracked by i, d1 ... d9: JuiceFS has no key but the inodes' that
+         * begins with i, while dirUsedSpace, delfiles and others that change
+         * all the time begin with d (cache/rules.h) */
         if (add_rule_line(srv, "GET i[1-9]*", err, sizeof err) != 0 ||
-            add_rule_line(srv, "HGET d[1-9]*", err, sizeof err) != 0)
+            add_rule_line(srv, "HGET d[1-9]*", err, sizeof err) != 0 ||
+            cache_rules_track_by(&pc->rules, "i", cfg->key_prefix, err, sizeof err) != 0)
             goto bad;
     }
     for (int i = 0; i < cfg->ncache_rules; i++)

@@ -1,0 +1,124 @@
+/*
+ * tests/unit/test_rules.c — cache/rules.c: which reads are cacheable and the
+ * tracking prefixes Redis is given for them. A prefix set that misses a
+ * cacheable key leaves its entries stale for ever (no invalidation comes),
+ * so every derivation below is checked against the keys it must cover.
+ */
+#include "cache/rules.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache.h"
+#include "unit.h"
+
+/* The prefixes, sorted, joined by ','. */
+static const char *prefix_list(const cache_rules *r) {
+    static char out[4096];
+    const char *sorted[CACHE_MAX_PREFIXES];
+    int n = r->nprefixes;
+    for (int i = 0; i < n; i++) sorted[i] = r->prefixes[i];
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && strcmp(sorted[j - 1], sorted[j]) > 0; j--) {
+            const char *t = sorted[j];
+            sorted[j] = sorted[j - 1];
+            sorted[j - 1] = t;
+        }
+    out[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        if (i) strcat(out, ",");
+        strcat(out, sorted[i]);
+    }
+    return out;
+}
+
+/* Does some prefix begin key? (What Redis's BCAST tracking reports.) */
+static int tracked(const cache_rules *r, const char *key) {
+    if (r->all_keys) return 1;
+    for (int i = 0; i < r->nprefixes; i++)
+        if (strncmp(r->prefixes[i], key, strlen(r->prefixes[i])) == 0) return 1;
+    return 0;
+}
+
+/* The juicefs profile's rules, with key_prefix, and "i" to track by when
+ * track_i. */
+static void juicefs_rules(cache_rules *r, const char *key_prefix, int track_i) {
+    char err[256];
+    cache_rules_init(r);
+    CHECK_EQ_INT(cache_rules_add(r, "GET", "i[1-9]*", key_prefix, err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_add(r, "HGET", "d[1-9]*", key_prefix, err, sizeof err), 0);
+    if (track_i) CHECK_EQ_INT(cache_rules_track_by(r, "i", key_prefix, err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_derive_prefixes(r, err, sizeof err), 0);
+}
+
+static void test_leading_class_is_expanded(void) {
+    cache_rules r;
+    juicefs_rules(&r, "", 0);
+    CHECK(strcmp(prefix_list(&r), "d1,d2,d3,d4,d5,d6,d7,d8,d9,i1,i2,i3,i4,i5,i6,i7,i8,i9") == 0);
+    CHECK(!tracked(&r, "dirUsedSpace") && !tracked(&r, "delfiles") && !tracked(&r, "i0"));
+    cache_rules_deinit(&r);
+}
+
+static void test_track_by_replaces_what_it_covers(void) {
+    cache_rules r;
+    juicefs_rules(&r, "", 1);
+    CHECK(strcmp(prefix_list(&r), "d1,d2,d3,d4,d5,d6,d7,d8,d9,i") == 0);
+    /* every key a rule caches is still tracked; d keys that change all the
+     * time still are not */
+    const char *cached[] = {"i1", "i9", "i123456", "d1", "d42", "d9x"};
+    for (size_t k = 0; k < sizeof cached / sizeof *cached; k++) {
+        int kind = cached[k][0] == 'i' ? CACHE_KIND_GET : CACHE_KIND_HGET;
+        CHECK(cache_rules_match(&r, kind, cached[k], strlen(cached[k])));
+        CHECK(tracked(&r, cached[k]));
+    }
+    CHECK(!tracked(&r, "dirUsedSpace") && !tracked(&r, "delfiles") && !tracked(&r, "usedSpace"));
+    /* what is cached does not change */
+    CHECK(!cache_rules_match(&r, CACHE_KIND_GET, "i0", 2) && !cache_rules_match(&r, CACHE_KIND_GET, "ix", 2));
+    cache_rules_deinit(&r);
+}
+
+static void test_track_by_takes_the_key_prefix(void) {
+    cache_rules r;
+    juicefs_rules(&r, "{vol}", 1);
+    CHECK(strcmp(prefix_list(&r), "{vol}d1,{vol}d2,{vol}d3,{vol}d4,{vol}d5,{vol}d6,{vol}d7,{vol}d8,{vol}d9,{vol}i") == 0);
+    CHECK(tracked(&r, "{vol}i77") && !tracked(&r, "i77") && !tracked(&r, "{vol}dirUsedSpace"));
+    cache_rules_deinit(&r);
+}
+
+static void test_track_by_that_covers_nothing_is_left_out(void) {
+    char err[256];
+    cache_rules r;
+    cache_rules_init(&r);
+    CHECK_EQ_INT(cache_rules_add(&r, "GET", "user:[ab]*", "", err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_track_by(&r, "x", "", err, sizeof err), 0);       /* covers nothing */
+    CHECK_EQ_INT(cache_rules_track_by(&r, "user:a1", "", err, sizeof err), 0); /* narrower than user:a */
+    CHECK_EQ_INT(cache_rules_derive_prefixes(&r, err, sizeof err), 0);
+    CHECK(strcmp(prefix_list(&r), "user:a,user:b") == 0);
+    CHECK_EQ_INT(cache_rules_track_by(&r, "user:", "", err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_derive_prefixes(&r, err, sizeof err), 0);
+    CHECK(strcmp(prefix_list(&r), "user:") == 0);
+    /* an empty one would be every key: refused */
+    CHECK_EQ_INT(cache_rules_track_by(&r, "", "", err, sizeof err), -1);
+    CHECK(strstr(err, "empty") != NULL);
+    cache_rules_deinit(&r);
+}
+
+static void test_a_rule_for_every_key_tracks_all(void) {
+    char err[256];
+    cache_rules r;
+    cache_rules_init(&r);
+    CHECK_EQ_INT(cache_rules_add(&r, "GET", "*", "", err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_track_by(&r, "i", "", err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_derive_prefixes(&r, err, sizeof err), 0);
+    CHECK(r.all_keys && r.nprefixes == 0);
+    cache_rules_deinit(&r);
+}
+
+int main(void) {
+    RUN(test_leading_class_is_expanded);
+    RUN(test_track_by_replaces_what_it_covers);
+    RUN(test_track_by_takes_the_key_prefix);
+    RUN(test_track_by_that_covers_nothing_is_left_out);
+    RUN(test_a_rule_for_every_key_tracks_all);
+    return unit_report();
+}
