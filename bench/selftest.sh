@@ -48,14 +48,21 @@ for run in "c=4 P=2 mix=$all" "c=8 P=1 mix=juicefs90" "c=2 P=4 mix=juicefs99"; d
   grep '^check-commandstats:' "$work/check.out" | tail -n 1
 done
 
+# unlink_and_writes PORT WHAT: batchunlink's unlink, then its writes, through
+# PORT, each verified on Redis itself
+unlink_and_writes() {
+  local p=$1 what=$2
+  rcli "$rport" FLUSHALL >/dev/null
+  "$BATCHUNLINK_BIN" -p "$rport" --populate --files 1000 --quiet || die "batchunlink --populate failed"
+  "$BATCHUNLINK_BIN" -p "$p" --unlink --files 1000 --no-header >/dev/null || die "batchunlink --unlink $what failed"
+  "$BATCHUNLINK_BIN" -p "$rport" --verify-empty --files 1000 --quiet || die "unlink $what: --verify-empty failed"
+  rcli "$rport" FLUSHALL >/dev/null
+  "$BATCHUNLINK_BIN" -p "$p" --writes --files 1000 --no-header >/dev/null || die "batchunlink --writes $what failed"
+  "$BATCHUNLINK_BIN" -p "$rport" --verify-full --files 1000 --quiet || die "writes $what: --verify-full failed"
+}
+
 log "batchunlink: populate, unlink, verify; writes, verify"
-rcli "$rport" FLUSHALL >/dev/null
-"$BATCHUNLINK_BIN" -p "$rport" --populate --files 1000 --quiet || die "batchunlink --populate failed"
-"$BATCHUNLINK_BIN" -p "$rport" --unlink --files 1000 --no-header >/dev/null || die "batchunlink --unlink failed"
-"$BATCHUNLINK_BIN" -p "$rport" --verify-empty --files 1000 --quiet || die "batchunlink --verify-empty failed"
-rcli "$rport" FLUSHALL >/dev/null
-"$BATCHUNLINK_BIN" -p "$rport" --writes --files 1000 --no-header >/dev/null || die "batchunlink --writes failed"
-"$BATCHUNLINK_BIN" -p "$rport" --verify-full --files 1000 --quiet || die "batchunlink --verify-full failed"
+unlink_and_writes "$rport" "on Redis"
 # and a verification that must fail: the directory is full, not empty
 if "$BATCHUNLINK_BIN" -p "$rport" --verify-empty --files 1000 --quiet 2>/dev/null; then
   die "batchunlink --verify-empty passed on a full directory"
@@ -64,13 +71,7 @@ log "relay: batchunlink and a 4 MB value through it"
 free_port; rlport=$fport
 start relay "$RELAY_BIN" --port "$rlport" --upstream-port "$rport"
 wait_ready relay "$rlport"
-rcli "$rport" FLUSHALL >/dev/null
-"$BATCHUNLINK_BIN" -p "$rport" --populate --files 1000 --quiet || die "batchunlink --populate failed"
-"$BATCHUNLINK_BIN" -p "$rlport" --unlink --files 1000 --no-header >/dev/null || die "batchunlink --unlink through the relay failed"
-"$BATCHUNLINK_BIN" -p "$rport" --verify-empty --files 1000 --quiet || die "unlink through the relay: --verify-empty failed"
-rcli "$rport" FLUSHALL >/dev/null
-"$BATCHUNLINK_BIN" -p "$rlport" --writes --files 1000 --no-header >/dev/null || die "batchunlink --writes through the relay failed"
-"$BATCHUNLINK_BIN" -p "$rport" --verify-full --files 1000 --quiet || die "writes through the relay: --verify-full failed"
+unlink_and_writes "$rlport" "through the relay"
 head -c 3000000 /dev/urandom | base64 -w0 >"$work/big"
 rcli "$rlport" -x SET big <"$work/big" >/dev/null
 rcli "$rlport" GET big | cmp -s - <(cat "$work/big"; echo) || die "a 4 MB value did not come back whole through the relay"

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# bench/tracking_cost.sh — what sidecache's tracking prefixes cost Redis.
+#
+# Redis compares every key a command writes with every BCAST tracking
+# prefix (trackingRememberKeyToBroadcast walks the whole prefix table), so
+# a mount's proxy subscribed to Redis makes every write on Redis dearer, on
+# the single thread that all mounts share, and the more prefixes the
+# dearer. This measures it with JuiceFS's batch unlink, the most
+# write-dense operation (about 1,000 written keys per transaction), sent
+# directly to Redis by bench/batchunlink while a sidecache beside it only
+# holds its invalidation connection (as another mount's would):
+#   none      no sidecache: Redis does no tracking
+#   derived   --profile none --cache-rule GET 'i[1-9]*' --cache-rule HGET
+#             'd[1-9]*': the prefixes derived from the JuiceFS rules,
+#             i1 ... i9 and d1 ... d9 (18)
+#   juicefs   --profile juicefs: the same rules tracked by i and d1 ... d9 (10)
+# For each, REPEAT times, alternating: FLUSHALL, --populate FILES files,
+# then --unlink timed, with Redis's CPU time (/proc/<pid>/task/*/schedstat)
+# over it; then SETS pipelined SETs of keys no prefix covers (redis-benchmark
+# -t set -P 200: what every other write pays), with Redis's CPU time over
+# them. Prints the medians: Redis µs of CPU per transaction, the unlink's
+# seconds, Redis ns of CPU per SET, and each over `none`.
+#
+# Environment (all optional): FILES (100000), REPEAT (5), BATCH (250),
+# SETS (1000000), VARIANTS ("none derived juicefs"), RESULTS_DIR,
+# SIDECACHE_BIN, REDIS_SERVER, BATCHUNLINK_BIN, BENCH_TIMEOUT.
+set -euo pipefail
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+bench_init tracking-cost
+
+FILES=${FILES:-100000}
+REPEAT=${REPEAT:-5}
+BATCH=${BATCH:-250}
+SETS=${SETS:-1000000}
+VARIANTS=${VARIANTS:-"none derived juicefs"}
+for v in FILES REPEAT BATCH SETS; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
+done
+for v in $VARIANTS; do case "$v" in none|derived|juicefs) ;; *) die "VARIANTS: none, derived or juicefs, not '$v'" ;; esac; done
+
+find_redis
+find_redis_benchmark
+find_sidecache
+build_batchunlink
+start_redis redis
+redis_pid=$(pid_of redis)
+
+cpu_ns() { cat "/proc/$redis_pid"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f", s }'; }
+
+declare -A us_l secs_l set_l
+for rep in $(seq "$REPEAT"); do
+  for v in $VARIANTS; do
+    sport=""
+    case $v in
+      derived) start_sidecache "sc-$v-$rep" "$rport" --profile none \
+                 --cache-rule GET 'i[1-9]*' --cache-rule HGET 'd[1-9]*' ;;
+      juicefs) start_sidecache "sc-$v-$rep" "$rport" --profile juicefs ;;
+    esac
+    [ -z "$sport" ] || log "$v: tracking prefixes $(grep -o 'prefixes=[^ ]*' "$work/sc-$v-$rep.log" | head -n1)"
+    rcli "$rport" FLUSHALL >/dev/null
+    "$BATCHUNLINK_BIN" -p "$rport" --populate --files "$FILES" --quiet || die "populate failed"
+    log "$v (run $rep/$REPEAT, $FILES files)"
+    out=$work/run-$v-$rep.csv
+    c0=$(cpu_ns)
+    fg "$BATCHUNLINK_BIN" -p "$rport" --unlink --files "$FILES" --batch "$BATCH" --label "$v" --no-header \
+      >"$out" 2>"$out.err" || { cat "$out.err" >&2; die "unlink ($v) failed"; }
+    c1=$(cpu_ns)
+    "$BATCHUNLINK_BIN" -p "$rport" --verify-empty --files "$FILES" --quiet || die "unlink ($v): verification failed"
+    # label,mode,files,batches,round_trips,commands,conflicts,seconds,...
+    IFS=, read -r _ _ _ nb _ _ _ s _ <"$out"
+    us_l[$v]+=" $(( (c1 - c0) / 1000 / nb ))"
+    secs_l[$v]+=" $s"
+    c0=$(cpu_ns)
+    fg "$REDIS_BENCHMARK" -h 127.0.0.1 -p "$rport" -t set -n "$SETS" -P 200 -r 100000 -q >/dev/null \
+      || die "redis-benchmark ($v) failed"
+    c1=$(cpu_ns)
+    set_l[$v]+=" $(( (c1 - c0) / SETS ))"
+    [ -z "$sport" ] || stop "sc-$v-$rep"
+    check_alive
+  done
+done
+
+mkdir -p "$RESULTS_DIR"
+stamp=$(date +%Y%m%d-%H%M%S)
+md="$RESULTS_DIR/tracking-cost-$stamp.md"
+csv="$RESULTS_DIR/tracking-cost-$stamp.csv"
+# shellcheck disable=SC2086 # word lists on purpose
+base_us=$(median ${us_l[none]:-}) base_s=$(median ${secs_l[none]:-}) base_set=$(median ${set_l[none]:-})
+{
+  echo "# What tracking prefixes cost Redis ($stamp)"
+  echo
+  echo "$(versions_line); batch unlink of $FILES files, batches of $BATCH, and $SETS SETs of untracked keys (pipelines of 200), sent directly to Redis; median of $REPEAT run(s)."
+  echo
+  echo "| variant | Redis CPU µs per transaction | unlink s | Redis CPU ns per SET | CPU per transaction / none | unlink s / none | CPU per SET / none |"
+  echo "|---|--:|--:|--:|--:|--:|--:|"
+} >"$md"
+echo "variant,redis_us_per_txn,seconds,redis_ns_per_set,cpu_ratio,seconds_ratio,set_ratio,runs_us,runs_s,runs_ns_set" >"$csv"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else printf "n/a" }'; }
+for v in $VARIANTS; do
+  # shellcheck disable=SC2086
+  u=$(median ${us_l[$v]}) s=$(median ${secs_l[$v]}) ns=$(median ${set_l[$v]})
+  ru=$(ratio "$u" "$base_us") rs=$(ratio "$s" "$base_s") rn=$(ratio "$ns" "$base_set")
+  echo "| $v | $u | $(printf '%.3f' "$s") | $ns | $ru | $rs | $rn |" >>"$md"
+  # shellcheck disable=SC2086
+  echo "$v,$u,$s,$ns,$ru,$rs,$rn,$(echo ${us_l[$v]} | tr ' ' ';'),$(echo ${secs_l[$v]} | tr ' ' ';'),$(echo ${set_l[$v]} | tr ' ' ';')" >>"$csv"
+done
+cat "$md"
+echo
+echo "written: $md $csv"
