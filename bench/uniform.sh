@@ -91,8 +91,8 @@ for K in $KEYSETS; do
   [ "${entries:-0}" -ge "$K" ] || die "only ${entries:-?} of $K entries cached in the large cache"
   wsbytes[$K]=$ws
   stop sidecache-large
-  large=$(awk -v w="$ws" -v f="$LARGE_FACTOR" 'BEGIN { printf "%d", w * f }')
-  small=$(awk -v w="$ws" -v f="$SMALL_FRACTION" 'BEGIN { printf "%d", w * f }')
+  large=$(awk -v w="$ws" -v f="$LARGE_FACTOR" 'BEGIN { printf "%.0f", w * f }')
+  small=$(awk -v w="$ws" -v f="$SMALL_FRACTION" 'BEGIN { printf "%.0f", w * f }')
   cachemem[$K,sidecache-large]=$large; cachemem[$K,sidecache-small]=$small
   for t in sidecache-large sidecache-small; do
     start_sidecache "$t" "$rport" --cache-max-memory "${cachemem[$K,$t]}"
