@@ -60,9 +60,7 @@ VARIANTS=${VARIANTS:-"unlink writes"}
 BATCH=${BATCH:-250}
 PREWARM=${PREWARM:-1}
 GOAL=${GOAL:-1.05}
-for v in FILES REPEAT BATCH; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
-done
+positive_ints FILES REPEAT BATCH
 for v in $VARIANTS; do case "$v" in unlink|writes) ;; *) die "VARIANTS: unlink or writes, not '$v'" ;; esac; done
 
 find_redis

@@ -39,9 +39,7 @@ PIPELINES=${PIPELINES:-"1 16"}
 KEYSPACE=${KEYSPACE:-100000}
 DATASIZE=${DATASIZE:-3}
 REPEAT=${REPEAT:-1}
-for v in N N_PIPE KEYSPACE DATASIZE REPEAT BENCH_TIMEOUT; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
-done
+positive_ints N N_PIPE KEYSPACE DATASIZE REPEAT BENCH_TIMEOUT
 
 find_redis
 find_redis_benchmark

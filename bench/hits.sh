@@ -39,9 +39,7 @@ KEYSPACE=${KEYSPACE:-10000}
 DATASIZE=${DATASIZE:-72}
 REPEAT=${REPEAT:-1}
 MEM_ENTRIES=${MEM_ENTRIES:-100000}
-for v in N N_PIPE KEYSPACE DATASIZE REPEAT; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
-done
+positive_ints N N_PIPE KEYSPACE DATASIZE REPEAT
 [[ "$MEM_ENTRIES" =~ ^[0-9]+$ ]] || die "MEM_ENTRIES must be a number"
 [ "$KEYSPACE" -le 1000000000000 ] || die "KEYSPACE too large"
 

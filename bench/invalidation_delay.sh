@@ -30,7 +30,7 @@ bench_init invalidation-delay
 
 N=${N:-2000}
 LOADS=${LOADS:-"0 8"}
-[[ "$N" =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer"
+positive_ints N
 
 find_redis
 find_sidecache

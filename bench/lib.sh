@@ -39,6 +39,15 @@ bench_init() {
 log() { echo "$bench_name: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# positive_ints NAME...: each variable named holds a positive integer, or the
+# script stops saying which and what it holds
+positive_ints() {
+  local v
+  for v in "$@"; do
+    [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
+  done
+}
+
 bench_cleanup() {
   local rc=$? i
   trap - EXIT INT TERM
@@ -304,8 +313,8 @@ fg() {
   return "$rc"
 }
 
-ratio() { # A / B with two decimals, or empty
-  if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b }'; fi
+ratio() { # A B [DIGITS]: A / B with DIGITS decimals (2), or empty
+  if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" -v d="${3:-2}" 'BEGIN { if (b > 0) printf "%.*f", d, a / b }'; fi
 }
 
 fmt0() { # a number without decimals, or n/a

@@ -29,9 +29,7 @@ bench_init micro
 FILES=${FILES:-100000}
 BATCH=${BATCH:-250}
 REPEAT=${REPEAT:-7}
-for v in FILES BATCH REPEAT; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer"
-done
+positive_ints FILES BATCH REPEAT
 
 # program: the tree's source it measures, and its arguments
 declare -A src=([cachepurge]=cache/cache.c [reqparse]=protocol/resp.c)

@@ -34,9 +34,7 @@ REPEAT=${REPEAT:-5}
 BATCH=${BATCH:-250}
 SETS=${SETS:-1000000}
 VARIANTS=${VARIANTS:-"none derived juicefs"}
-for v in FILES REPEAT BATCH SETS; do
-  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
-done
+positive_ints FILES REPEAT BATCH SETS
 for v in $VARIANTS; do case "$v" in none|derived|juicefs) ;; *) die "VARIANTS: none, derived or juicefs, not '$v'" ;; esac; done
 
 find_redis
@@ -96,11 +94,11 @@ base_us=$(median ${us_l[none]:-}) base_s=$(median ${secs_l[none]:-}) base_set=$(
   echo "|---|--:|--:|--:|--:|--:|--:|"
 } >"$md"
 echo "variant,redis_us_per_txn,seconds,redis_ns_per_set,cpu_ratio,seconds_ratio,set_ratio,runs_us,runs_s,runs_ns_set" >"$csv"
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else printf "n/a" }'; }
 for v in $VARIANTS; do
   # shellcheck disable=SC2086
   u=$(median ${us_l[$v]}) s=$(median ${secs_l[$v]}) ns=$(median ${set_l[$v]})
-  ru=$(ratio "$u" "$base_us") rs=$(ratio "$s" "$base_s") rn=$(ratio "$ns" "$base_set")
+  ru=$(ratio "$u" "$base_us" 3) rs=$(ratio "$s" "$base_s" 3) rn=$(ratio "$ns" "$base_set" 3)
+  ru=${ru:-n/a} rs=${rs:-n/a} rn=${rn:-n/a}
   echo "| $v | $u | $(printf '%.3f' "$s") | $ns | $ru | $rs | $rn |" >>"$md"
   # shellcheck disable=SC2086
   echo "$v,$u,$s,$ns,$ru,$rs,$rn,$(echo ${us_l[$v]} | tr ' ' ';'),$(echo ${secs_l[$v]} | tr ' ' ';'),$(echo ${set_l[$v]} | tr ' ' ';')" >>"$csv"
