@@ -942,13 +942,6 @@ void px_caching_on_reply_part(px_client *c, px_req *r) {
     if (pc != NULL && (r->aux_flags & PX_AUX_PREPURGED)) purge_again(pc, r);
 }
 
-void px_caching_release_req(px_req *r) {
-    free(r->aux);
-    r->aux = NULL;
-    r->aux_len = 0;
-    r->aux_flags = 0;
-}
-
 void px_caching_txn_abandon(px_client *c) {
     struct px_caching *pc = c->srv->caching;
     if (pc != NULL && c->txn_keys.len > 0) invalidate_records(pc, c->txn_keys.data, c->txn_keys.len);

@@ -91,9 +91,6 @@ int px_caching_on_reply(struct px_client *c, struct px_req *r, const char *data,
  * the role-change errors matter (C6). */
 void px_caching_on_error_reply(px_server *srv, const char *data, size_t len);
 
-/* Frees what px_caching_on_send attached to r (reply never came). */
-void px_caching_release_req(struct px_req *r);
-
 /* A transaction was dropped without an EXEC or DISCARD sent for it (a
  * local one's DISCARD or EXECABORT, RESET, a refused MULTI), with every
  * reply of it in: its queued writes' keys are purged (whatever of it ran,
