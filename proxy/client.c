@@ -491,6 +491,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
 }
 
 static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len) {
+    int release = (r->aux_flags & PX_AUX_HOLD_END) != 0;
     c->inflight--;
     if (c->inflight == 0) c->inflight_on = NULL;
     if (c->state == PX_CLIENT_CLOSED) {
@@ -511,6 +512,7 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
         if (early_add(c, r, data, len) != 0) return;
         r->done = 1;
     }
+    if (release) px_io_hold(&c->io, 0);
     if (c->state == PX_CLIENT_CLOSED) return;
     if (c->inflight == 0) c->blocking = 0;
     maybe_unpin(c);
@@ -696,6 +698,14 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
         px_io_write_early(&c->pinned->io, 1);
         px_caching_txn_close(c, r);
         if (id == CMD_EXEC) txn_acl_exec(c, r);
+        /* Sent with its MULTI and commands in one go, the client waits for
+         * nothing but EXEC's reply: the replies before it (+OK, +QUEUED …,
+         * which Redis sends as it reads the block, in several pieces) go
+         * out with it, in one write that wakes the client once. */
+        if (id == CMD_EXEC && c->slots_head != r) {
+            r->aux_flags |= PX_AUX_HOLD_END;
+            px_io_hold(&c->io, 1);
+        }
     }
     if (watch) watch_send(c, c->pinned, r);
     /* a queued command's reply is +QUEUED or an error, with nothing to
