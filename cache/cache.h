@@ -19,7 +19,10 @@
  * entries of one key, whatever the partition, db, kind or field. Redis's
  * invalidation messages name keys only, without db or user, so an
  * invalidation purges the whole group, at a cost proportional to the
- * entries purged, never a scan of the cache.
+ * entries purged, never a scan of the cache. A large group (a directory
+ * with many cached names) is purged in O(1): from then on no call sees
+ * its entries, and their memory is freed later, by cache_reclaim() in
+ * slices or by eviction, which takes such entries first.
  *
  * Fills and tokens (the consistency contract, C3)
  * -----------------------------------------------
@@ -85,12 +88,15 @@ typedef struct cache_stats {
     uint64_t fills_too_big;      /* replies above max_value, or too big for
                                     max_bytes even alone */
     uint64_t invalidations;      /* cache_invalidate_key calls */
-    uint64_t keys_purged;        /* entries deleted by invalidations (placeholders too) */
+    uint64_t keys_purged;        /* entries purged by invalidations (placeholders too) */
     uint64_t flushes;            /* cache_flush calls */
     uint64_t evictions;          /* entries evicted for memory (placeholders too) */
     uint64_t expired;            /* entries dropped by ttl (by cache_get or cache_fill_begin) */
     size_t entries;              /* valid entries (placeholders excluded) */
     size_t pending;              /* placeholders */
+    size_t reclaiming;           /* entries (and placeholders) purged, no
+                                    longer seen by any call, whose memory is
+                                    not freed yet (counted in neither above) */
     uint64_t placeholders_made;  /* placeholders ever made: while it stays the
                                     same, no key absent before can have an
                                     entry (every entry starts as one) */
@@ -150,7 +156,8 @@ void cache_fill_abort(cache *c, uint64_t token, uint32_t part, int db, int kind,
                       size_t klen, const char *field, size_t flen);
 
 /* Purges every entry and placeholder of key (all partitions, dbs, kinds,
- * fields). Returns how many were purged. Costs O(entries purged). */
+ * fields). Returns how many were purged. Costs O(entries purged), or O(1)
+ * for a large group, whose memory is freed later (stats.reclaiming). */
 size_t cache_invalidate_key(cache *c, const char *key, size_t klen);
 
 typedef struct cache_keyref {
@@ -165,5 +172,9 @@ size_t cache_invalidate_keys(cache *c, const cache_keyref *keys, size_t n);
 
 /* Purges everything, placeholders included (so pending fills fail). */
 void cache_flush(cache *c);
+
+/* Frees up to budget entries of purged large groups (see above). Returns
+ * how many are left to free (stats.reclaiming). */
+size_t cache_reclaim(cache *c, size_t budget);
 
 #endif

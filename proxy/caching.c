@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 
 #include "cache/cache.h"
 #include "cache/rules.h"
@@ -59,6 +60,7 @@ struct px_caching {
     resp_buf plan;           /* an MGET's plan, from px_caching_try_hit to
                                 px_caching_on_send of the same request */
     resp_buf plan_req;       /* ... and the MGET of its keys not cached */
+    struct event *reclaim_ev; /* frees what large purges left (reclaim_later) */
 };
 
 /* Every flush: the cache, and what is known of Redis's scripts (a flush
@@ -66,6 +68,26 @@ struct px_caching {
 static void flush_cache(struct px_caching *pc) {
     cache_flush(pc->cache);
     px_lookup_forget(pc->lookup);
+}
+
+/* A large group's purge leaves its memory to free (cache.h): a slice of
+ * RECLAIM_SLICE entries (~0.3 ms) per millisecond, so that the traffic
+ * that comes meanwhile is served between slices. (A write that purges a
+ * directory of 100,000 cached names would otherwise hold every client up
+ * for ~15 ms.) */
+#define RECLAIM_SLICE 2048
+
+static void reclaim_later(struct px_caching *pc) {
+    if (cache_get_stats(pc->cache)->reclaiming > 0 && !evtimer_pending(pc->reclaim_ev, NULL)) {
+        struct timeval ms = {0, 1000};
+        evtimer_add(pc->reclaim_ev, &ms);
+    }
+}
+
+static void reclaim_cb(evutil_socket_t fd, short what, void *arg) {
+    struct px_caching *pc = arg;
+    cache_reclaim(pc->cache, RECLAIM_SLICE);
+    reclaim_later(pc);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -81,6 +103,7 @@ static void on_invalidate(void *arg, const inv_key *keys, size_t n) {
         keys += m;
         n -= m;
     }
+    reclaim_later(srv->caching);
 }
 
 static void on_flush(void *arg, const char *why) {
@@ -271,7 +294,8 @@ int px_caching_init(px_server *srv) {
     cache_config cc = {(size_t)cfg->cache_max_memory, (size_t)cfg->cache_max_value,
                        (int64_t)cfg->cache_ttl * 1000};
     pc->cache = cache_new(&cc);
-    if (pc->cache == NULL) {
+    pc->reclaim_ev = evtimer_new(srv->base, reclaim_cb, pc);
+    if (pc->cache == NULL || pc->reclaim_ev == NULL) {
         snprintf(err, sizeof err, "out of memory");
         goto bad;
     }
@@ -321,6 +345,7 @@ void px_caching_deinit(px_server *srv) {
     struct px_caching *pc = srv->caching;
     if (pc == NULL) return;
     if (pc->inv) inv_free(pc->inv);
+    if (pc->reclaim_ev) event_free(pc->reclaim_ev);
     if (pc->cache) cache_free(pc->cache);
     if (pc->cmdt) cmdtable_free(pc->cmdt);
     px_lookup_free(pc->lookup);
@@ -581,7 +606,10 @@ typedef struct key_sink {
 static void invalidate_now(void *arg, const char *key, size_t klen) {
     key_sink *ks = arg;
     if (!key_is_cacheable(ks->pc, key, klen)) return;
-    if (!ks->queued) cache_invalidate_key(ks->pc->cache, key, klen);
+    if (!ks->queued) {
+        cache_invalidate_key(ks->pc->cache, key, klen);
+        reclaim_later(ks->pc);
+    }
     if (ks->keys != NULL) {
         uint32_t n = (uint32_t)klen;
         resp_buf_append(ks->keys, &n, sizeof n);
@@ -765,6 +793,7 @@ static void invalidate_records(struct px_caching *pc, const char *p, size_t n) {
         }
     }
     if (m > 0) cache_invalidate_keys(pc->cache, refs, m);
+    reclaim_later(pc);
 }
 
 /* Parses a bulk or nil reply frame. Returns 1 (bulk, in *val and *vlen), 2 (nil),
@@ -1017,6 +1046,7 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_flushes_failover = pc->flush_failover;
     s->cache_entries = st->entries;
     s->cache_pending_fills = st->pending;
+    s->cache_reclaiming = st->reclaiming;
     s->cache_used_bytes = st->used_bytes;
     s->cache_max_bytes = (uint64_t)srv->cfg->cache_max_memory;
     s->cache_evictions = st->evictions;

@@ -58,6 +58,7 @@ struct px_server;
     X(cache_flushes_failover, counter, "Flushes: Redis answered LOADING, READONLY or MASTERDOWN")          \
     X(cache_entries, gauge, "Entries in the cache")                                                         \
     X(cache_pending_fills, gauge, "Reads in flight that may fill the cache")                               \
+    X(cache_reclaiming, gauge, "Purged entries (of a large group) whose memory is not freed yet")          \
     X(cache_used_bytes, gauge, "Bytes the cache holds, all overhead counted")                              \
     X(cache_max_bytes, gauge, "cache-max-memory")                                                           \
     X(cache_evictions, counter, "Entries evicted for memory")                                              \

@@ -60,7 +60,7 @@ SIDECACHE_FIELDS = (
     "cache_invalidations", "cache_keys_purged", "cache_flushes",
     "cache_flushes_tracking_lost", "cache_flushes_null_invalidation",
     "cache_flushes_write_unknown_keys", "cache_flushes_failover", "cache_entries",
-    "cache_pending_fills", "cache_used_bytes", "cache_max_bytes", "cache_evictions",
+    "cache_pending_fills", "cache_reclaiming", "cache_used_bytes", "cache_max_bytes", "cache_evictions",
     "tracking_connects", "tracking_losses",
 )
 

@@ -9,7 +9,7 @@ import pytest
 
 from cachehelpers import (MODES, SIDECACHE_FIELDS, Stats, make_tracked, parse_sidecache_section,
                           start_cached, warm)
-from helpers import wait_until
+from helpers import encode, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -271,3 +271,51 @@ def test_mget_wrong_type_key(proxy_factory, upstream, ref):
     want = ref.raw()
     for _ in range(3):
         assert c.cmd("MGET", "i9921", "i9922").raw == want.cmd("MGET", "i9921", "i9922").raw
+
+
+def pipe(conn, cmds):
+    conn.send(b"".join(encode(*c) for c in cmds))
+    return conn.read_frames(len(cmds))
+
+
+@pytest.mark.parametrize("writer", ["proxy", "redis"])
+def test_large_directory_purge(writer, proxy_factory, upstream):
+    """A directory of 3,000 cached names (one key, over the cache's lazy
+    purge limit) is purged at once by a write to it, made through the proxy
+    (purged as it is sent) or on Redis (purged by the invalidation): no name
+    is served from the cache again, the write is seen at once, the entries
+    leave cache_entries at once, and their memory is freed soon after
+    (cache_reclaiming back to 0, cache_used_bytes back down)."""
+    p, st = start_cached(proxy_factory)
+    key, n = "d9850", 3000
+    d = upstream.raw(auth=True)
+    pipe(d, [("HSET", key, "f%d" % i, "v%d" % i) for i in range(n)])
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    base = st.get()
+    for _ in range(2):  # the first reads fill, the second are hits
+        replies = pipe(c, [("HGET", key, "f%d" % i) for i in range(n)])
+        assert [f.value for f in replies] == [b"v%d" % i for i in range(n)]
+    full = st.get()
+    assert full["cache_entries"] - base["cache_entries"] >= n - 5, (base, full)
+    assert full["cache_hits"] - base["cache_hits"] >= n - 5, (base, full)
+
+    if writer == "proxy":
+        assert c.cmd("HSET", key, "f7", "new").value == 0
+        assert c.cmd("HGET", key, "f7").value == b"new"  # at once (C1)
+    else:
+        d.cmd("HSET", key, "f7", "new")
+        wait_until(lambda: c.cmd("HGET", key, "f7").value == b"new", timeout=2.0, interval=0.005,
+                   what="the write on Redis to show through the proxy")
+    after = st.get()
+    assert after["cache_keys_purged"] - full["cache_keys_purged"] >= n, (full, after)
+    assert after["cache_entries"] <= base["cache_entries"] + 5, (base, after)
+    # no name comes from the cache until read again; then the new value
+    with st.delta() as dd:
+        replies = pipe(c, [("HGET", key, "f%d" % i) for i in range(n)])
+    assert dd["cache_hits"] == 0, dict(dd)
+    assert [f.value for f in replies] == [b"new" if i == 7 else b"v%d" % i for i in range(n)]
+    # the purged entries' memory is freed in slices, soon
+    freed = wait_until(lambda: (lambda s: s if s["cache_reclaiming"] == 0 else None)(st.get()),
+                       timeout=2.0, interval=0.01, what="cache_reclaiming back to 0")
+    assert freed["cache_used_bytes"] < full["cache_used_bytes"] + 64 * 1024, (full, freed)
