@@ -304,7 +304,7 @@ static int watch_ahead_allowed(px_client *c, px_upstream *u, px_req *r) {
     if (!c->srv->cfg->watch_ahead || c->rq.argc < 2 || !permission_known(c, c->pool->watch_epoch)) return 0;
     /* only a client that waits for the +OK gains from it: one that sent
      * more (say MULTI … EXEC in the same write) gets Redis's own answer */
-    if (evbuffer_get_length(c->io.in) != c->rq.frame_len) return 0;
+    if (px_io_input_len(&c->io) != c->rq.frame_len) return 0;
     /* the +OK goes out at once only if no earlier reply is awaited */
     return c->slots_head == r && u->state == PX_UP_READY;
 }
@@ -1354,7 +1354,6 @@ static void client_process(px_client *c) {
 
 static void client_process_input(px_client *c) {
     if (c->io.closed) return;
-    struct evbuffer *in = c->io.in;
     while (c->state == PX_CLIENT_ACTIVE) {
         /* No pause for output waiting on a client that does not read: as
          * Redis, input is read on (a client may write a whole pipeline
@@ -1364,16 +1363,12 @@ static void client_process_input(px_client *c) {
             pause_input(c);
             return;
         }
-        size_t len = evbuffer_get_length(in);
+        size_t len;
+        const char *data = px_io_input(&c->io, &len);
         if (len == 0) break;
         if (c->rq.need != 0 && len < c->rq.need) {
             if ((long long)len > c->srv->cfg->client_query_buffer_limit) goto too_big;
             break;
-        }
-        const char *data = (const char *)evbuffer_pullup(in, -1);
-        if (data == NULL) {
-            client_close(c, "out of memory");
-            return;
         }
         /* Redis's tighter limits before AUTH, where Redis wants one */
         c->rq.unauthenticated = c->pass == NULL && c->srv->open_access == 0 && c->mode != PX_MODE_TUNNEL;
@@ -1397,7 +1392,7 @@ static void client_process_input(px_client *c) {
             return;
         }
         if (c->io.closed) return; /* closed while dispatching */
-        evbuffer_drain(in, flen);
+        px_io_consume(&c->io, flen);
     }
     return;
 

@@ -4,6 +4,8 @@
 #include "proxy/io.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -13,7 +15,6 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-#define PX_IO_READ_CHUNK 65536
 
 static void io_arm_write(px_io *io) {
     if (!io->want_write && !io->closed) {
@@ -77,6 +78,76 @@ void px_io_hold(px_io *io, int on) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Input. A read goes into the server's buffer (one for all sockets: the
+ * loop runs one callback at a time), and on_read consumes it there, with no
+ * allocation and no copy. Only what on_read leaves (the start of a frame
+ * whose end has not come, or frames a paused client has not taken) is
+ * copied into the io's own buffer, which the next reads extend and which
+ * is freed once consumed. So an idle connection holds no input memory, and
+ * a 64 KB buffer is not allocated and freed for every read (glibc's free
+ * of a chunk that size also consolidates the whole heap's fast bins). */
+
+static void io_drop_own(px_io *io) {
+    if (io->in_buf == io->own) io->in_buf = NULL;
+    free(io->own);
+    io->own = NULL;
+    io->own_cap = 0;
+}
+
+/* Makes room for a read of at least PX_IO_READ_CHUNK bytes behind the kept
+ * input, moving it into own (grown to twice its size when short, so that a
+ * large frame is copied O(1) times per byte); returns where the read goes,
+ * or NULL (OOM). The kept input is bounded by its owner (the client's
+ * query buffer limit, the reply limits). */
+static char *io_own_room(px_io *io) {
+    size_t kept = io->in_end - io->in_off;
+    if (io->in_buf == io->own && io->own_cap - io->in_end >= PX_IO_READ_CHUNK) return io->own + io->in_end;
+    if (io->own_cap < kept + PX_IO_READ_CHUNK) {
+        size_t cap = io->own_cap * 2 > kept + PX_IO_READ_CHUNK ? io->own_cap * 2 : kept + PX_IO_READ_CHUNK;
+        char *b = malloc(cap);
+        if (b == NULL) return NULL;
+        if (kept > 0) memcpy(b, io->in_buf + io->in_off, kept);
+        free(io->own);
+        io->own = b;
+        io->own_cap = cap;
+    } else if (kept > 0 && (io->in_buf != io->own || io->in_off > 0)) {
+        memmove(io->own, io->in_buf + io->in_off, kept);
+    }
+    io->in_buf = io->own;
+    io->in_off = 0;
+    io->in_end = kept;
+    return io->own + kept;
+}
+
+/* After on_read: what is left of the input moves out of the shared buffer
+ * (a closed io reads no more: its input is dropped). */
+static void io_keep_input(px_io *io) {
+    if (io->closed) io->in_off = io->in_end;
+    if (io->in_off == io->in_end) {
+        io->in_off = io->in_end = 0;
+        io->in_buf = NULL;
+        io_drop_own(io);
+        return;
+    }
+    if (io->in_buf == io->srv->io_read_buf && io_own_room(io) == NULL) {
+        io->in_off = io->in_end = 0;
+        io->in_buf = NULL;
+        io->ops->on_event(io->arg, PX_IO_ERROR, ENOMEM);
+    }
+}
+
+const char *px_io_input(const px_io *io, size_t *len) {
+    *len = io->in_end - io->in_off;
+    return *len > 0 ? io->in_buf + io->in_off : NULL;
+}
+
+size_t px_io_input_len(const px_io *io) { return io->in_end - io->in_off; }
+
+void px_io_consume(px_io *io, size_t n) {
+    io->in_off += n <= io->in_end - io->in_off ? n : io->in_end - io->in_off;
+}
+
+/* ------------------------------------------------------------------------ */
 /* TLS: the same buffers, through SSL_read/SSL_write. A handshake (or a
  * renegotiation) may make a read wait for writability or a write for
  * readability: the flags remember which, and the other event resumes it. */
@@ -128,16 +199,18 @@ static void io_tls_read(px_io *io) {
     if (!io->reading) return;
     int got = 0, eof = 0, e = SSL_ERROR_NONE;
     for (;;) {
-        struct evbuffer_iovec vec;
-        if (evbuffer_reserve_space(io->in, PX_IO_READ_CHUNK, &vec, 1) < 1) {
+        /* TLS reads go to the io's own buffer: a record may leave decrypted
+         * bytes inside OpenSSL, read on in this loop */
+        char *room = io_own_room(io);
+        if (room == NULL) {
             io->ops->on_event(io->arg, PX_IO_ERROR, ENOMEM);
             return;
         }
+        size_t want = io->own_cap - io->in_end;
         ERR_clear_error();
-        int n = SSL_read(io->ssl, vec.iov_base, (int)vec.iov_len);
+        int n = SSL_read(io->ssl, room, want > INT_MAX ? INT_MAX : (int)want);
         if (n > 0) {
-            vec.iov_len = (size_t)n;
-            evbuffer_commit_space(io->in, &vec, 1);
+            io->in_end += (size_t)n;
             got = 1;
             /* decrypted bytes left inside OpenSSL raise no socket event */
             if (SSL_pending(io->ssl) > 0) continue;
@@ -157,6 +230,7 @@ static void io_tls_read(px_io *io) {
     }
     if (got) {
         io->ops->on_read(io->arg);
+        io_keep_input(io);
         if (io->closed) return;
     }
     if (eof)
@@ -179,22 +253,34 @@ int px_io_start_tls(px_io *io, SSL *ssl) {
 
 static void io_read_cb(evutil_socket_t fd, short what, void *arg) {
     px_io *io = arg;
-    struct evbuffer_iovec vec;
     if (io->ssl != NULL) {
         io_tls_read(io);
         return;
     }
-    if (evbuffer_reserve_space(io->in, PX_IO_READ_CHUNK, &vec, 1) < 1) {
-        io->ops->on_event(io->arg, PX_IO_ERROR, ENOMEM);
-        return;
+    char *room;
+    size_t want;
+    if (io->in_off == io->in_end) {
+        /* nothing kept: one read into the server's buffer */
+        io_drop_own(io);
+        io->in_buf = room = io->srv->io_read_buf;
+        io->in_off = io->in_end = 0;
+        want = sizeof io->srv->io_read_buf;
+    } else {
+        /* the rest of a frame: read on behind what is kept */
+        if ((room = io_own_room(io)) == NULL) {
+            io->ops->on_event(io->arg, PX_IO_ERROR, ENOMEM);
+            return;
+        }
+        want = io->own_cap - io->in_end;
     }
-    ssize_t n = read(fd, vec.iov_base, vec.iov_len);
+    ssize_t n = read(fd, room, want);
     if (n > 0) {
-        vec.iov_len = (size_t)n;
-        evbuffer_commit_space(io->in, &vec, 1);
+        io->in_end += (size_t)n;
         io->ops->on_read(io->arg);
+        io_keep_input(io);
         return;
     }
+    if (io->in_off == io->in_end) io->in_buf = NULL;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     io->ops->on_event(io->arg, n == 0 ? PX_IO_EOF : PX_IO_ERROR, n == 0 ? 0 : errno);
 }
@@ -231,9 +317,8 @@ int px_io_setup(px_io *io, px_server *srv, const px_io_ops *ops, void *arg) {
     io->ops = ops;
     io->arg = arg;
     io->connecting = 1; /* no socket yet: nothing to flush */
-    io->in = evbuffer_new();
     io->out = evbuffer_new();
-    if (!io->in || !io->out) {
+    if (!io->out) {
         px_io_deinit(io);
         return -1;
     }
@@ -361,8 +446,11 @@ void px_io_close(px_io *io) {
 void px_io_deinit(px_io *io) {
     if (io->rev) event_free(io->rev);
     if (io->wev) event_free(io->wev);
-    if (io->in) evbuffer_free(io->in);
+    free(io->own);
+    io->own = NULL;
+    io->in_buf = NULL;
+    io->in_off = io->in_end = io->own_cap = 0;
     if (io->out) evbuffer_free(io->out);
     io->rev = io->wev = NULL;
-    io->in = io->out = NULL;
+    io->out = NULL;
 }

@@ -11,8 +11,9 @@
  * writes each queued socket with one writev. Only a socket that cannot take
  * everything gets a write event, until its buffer is empty.
  *
- * Reads are one read(2) into space reserved in the input buffer (no
- * FIONREAD ioctl).
+ * Reads are one read(2) of up to PX_IO_READ_CHUNK bytes (no FIONREAD ioctl)
+ * into the server's read buffer, where on_read consumes them; only what it
+ * leaves is copied into the io's own buffer (io.c, "Input").
  *
  * Lifetime: px_io_close() stops the events and closes the socket at once;
  * the buffers stay readable until px_io_deinit(), which the owner calls at
@@ -37,7 +38,7 @@ enum px_io_event {
 };
 
 typedef struct px_io_ops {
-    void (*on_read)(void *arg);                    /* new bytes are in io->in */
+    void (*on_read)(void *arg);                    /* new input: px_io_input */
     void (*on_drain)(void *arg);                   /* io->out was fully written */
     void (*on_event)(void *arg, int what, int err); /* enum px_io_event */
 } px_io_ops;
@@ -45,7 +46,13 @@ typedef struct px_io_ops {
 typedef struct px_io {
     px_server *srv;
     int fd;
-    struct evbuffer *in, *out;
+    struct evbuffer *out;
+    /* input read and not consumed: in_buf[in_off, in_end); in_buf is the
+     * server's read buffer during on_read, else own (or NULL) */
+    char *in_buf;
+    size_t in_off, in_end;
+    char *own;            /* kept input, owned */
+    size_t own_cap;
     struct event *rev, *wev;
     const px_io_ops *ops;
     void *arg;
@@ -81,6 +88,13 @@ int px_io_connect(px_io *io, const struct sockaddr *addr, socklen_t len);
  * already set; io takes ownership, also on failure). Call once io has its
  * socket. Returns 0, or -1 (ssl freed). */
 int px_io_start_tls(px_io *io, struct ssl_st *ssl);
+
+/* The input read and not yet consumed: *len bytes at the pointer returned
+ * (NULL when none). Valid until px_io_consume, or on_read's return. */
+const char *px_io_input(const px_io *io, size_t *len);
+size_t px_io_input_len(const px_io *io);
+/* Marks the first n bytes of the input consumed. */
+void px_io_consume(px_io *io, size_t n);
 
 /* Appends bytes to the output; they leave at the end of this loop iteration. */
 void px_io_write(px_io *io, const void *data, size_t len);

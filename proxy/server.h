@@ -28,6 +28,9 @@ struct px_upstream;
 struct px_req;
 struct px_caching;
 
+/* the most one read(2) takes */
+#define PX_IO_READ_CHUNK 65536
+
 #define PX_MAX_LISTENERS (2 * PX_MAX_BIND + 1) /* port, tls-port, unixsocket */
 
 typedef struct px_server {
@@ -50,6 +53,8 @@ typedef struct px_server {
     int nfree_reqs;
 
     struct px_io *flush_list;  /* sockets with output to write this iteration */
+    /* every plain read goes here first (proxy/io.c, "Input") */
+    char io_read_buf[PX_IO_READ_CHUNK];
     struct event *flush_ev;
 
     /* the upstream's address, resolved when first needed and again after a

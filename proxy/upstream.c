@@ -660,12 +660,11 @@ static size_t run_span(px_upstream *u, px_req *r, const char *data, size_t len, 
 
 static void up_on_read(void *arg) {
     px_upstream *u = arg;
-    struct evbuffer *in = u->io.in;
     u->reads++;
     while (u->state != PX_UP_CLOSED) {
-        size_t len = evbuffer_get_length(in);
+        size_t len;
+        const char *data = px_io_input(&u->io, &len);
         if (len == 0 || (u->rp.need != 0 && len < u->rp.need)) break;
-        const char *data = (const char *)evbuffer_pullup(in, -1);
         int rc = resp_reply_parse(&u->rp, data, len);
         if (rc == RESP_AGAIN) break;
         if (rc == RESP_ERR) {
@@ -684,7 +683,7 @@ static void up_on_read(void *arg) {
         } else {
             up_on_frame(u, data, flen);
         }
-        evbuffer_drain(in, flen);
+        px_io_consume(&u->io, flen);
     }
 }
 
