@@ -44,6 +44,23 @@ int cache_rules_track_by(cache_rules *r, const char *prefix, const char *key_pre
     return 0;
 }
 
+/* The byte a key matching pattern begins with, into r->first: a literal
+ * first byte (escaped or not) gives one; a wildcard or a class gives every
+ * byte, as does the empty pattern (it matches only the empty key, which
+ * has no first byte). */
+static void first_bytes_add(cache_rules *r, const char *p, size_t n) {
+    unsigned b;
+    if (n >= 2 && p[0] == '\\')
+        b = (unsigned char)p[1];
+    else if (n >= 1 && p[0] != '*' && p[0] != '?' && p[0] != '[' && p[0] != '\\')
+        b = (unsigned char)p[0];
+    else {
+        memset(r->first, 0xff, sizeof r->first);
+        return;
+    }
+    r->first[b / 64] |= 1ULL << (b % 64);
+}
+
 int cache_rules_add(cache_rules *r, const char *command, const char *pattern, const char *key_prefix,
                     char *err, size_t errlen) {
     int kind;
@@ -68,6 +85,7 @@ int cache_rules_add(cache_rules *r, const char *command, const char *pattern, co
     rule->kind = kind;
     rule->plen = (size_t)n;
     r->nrules++;
+    first_bytes_add(r, rule->pattern, rule->plen);
     return 0;
 }
 
@@ -128,6 +146,16 @@ int cache_rules_match(const cache_rules *r, int kind, const char *key, size_t kl
         if (r->rules[i].kind == kind &&
             cache_glob_match(r->rules[i].pattern, r->rules[i].plen, key, klen))
             return 1;
+    return 0;
+}
+
+int cache_rules_match_any(const cache_rules *r, const char *key, size_t klen) {
+    if (klen > 0) {
+        unsigned b = (unsigned char)key[0];
+        if (!(r->first[b / 64] & (1ULL << (b % 64)))) return 0;
+    }
+    for (int i = 0; i < r->nrules; i++)
+        if (cache_glob_match(r->rules[i].pattern, r->rules[i].plen, key, klen)) return 1;
     return 0;
 }
 

@@ -30,6 +30,7 @@
 #define SIDECACHE_CACHE_RULES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define CACHE_MAX_RULES 64
 #define CACHE_MAX_PREFIXES 256
@@ -48,6 +49,10 @@ typedef struct cache_rules {
     char *track_by[CACHE_MAX_RULES];    /* cache_rules_track_by, owned */
     int ntrack_by;
     int all_keys;                       /* a rule covers every key: track without prefixes */
+    /* the bytes a key matched by some rule may begin with (bit b of
+     * first[b / 64]): a write's keys are checked on every command, and most
+     * are turned down by their first byte (cache_rules_match_any) */
+    uint64_t first[4];
 } cache_rules;
 
 void cache_rules_init(cache_rules *r);
@@ -68,6 +73,8 @@ int cache_rules_derive_prefixes(cache_rules *r, char *err, size_t errlen);
 
 /* Is a read of this kind of this key cacheable? */
 int cache_rules_match(const cache_rules *r, int kind, const char *key, size_t klen);
+/* Is a read of some kind of this key cacheable (may the cache hold it)? */
+int cache_rules_match_any(const cache_rules *r, const char *key, size_t klen);
 
 /* Glob match as Redis's stringmatchlen (case-sensitive). */
 int cache_glob_match(const char *pat, size_t plen, const char *s, size_t slen);

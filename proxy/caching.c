@@ -403,8 +403,7 @@ static int cacheable_kind(struct px_caching *pc, const resp_arg *a, int argc) {
 
 /* Could any rule ever cache something under this key? */
 static int key_is_cacheable(struct px_caching *pc, const char *key, size_t klen) {
-    return cache_rules_match(&pc->rules, CACHE_KIND_GET, key, klen) ||
-           cache_rules_match(&pc->rules, CACHE_KIND_HGET, key, klen);
+    return cache_rules_match_any(&pc->rules, key, klen);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -6,6 +6,7 @@
  */
 #include "cache/rules.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,11 +115,50 @@ static void test_a_rule_for_every_key_tracks_all(void) {
     cache_rules_deinit(&r);
 }
 
+/* cache_rules_match_any turns a key down by its first byte only when no
+ * rule of any kind matches it: the same answer as asking each kind, for
+ * literal, escaped, class, wildcard, prefixed and empty patterns. */
+static void test_match_any_is_match_of_some_kind(void) {
+    static const char *const sets[][3] = {
+        {"GET i[1-9]*", "HGET d[1-9]*", NULL},
+        {"GET \\*x", "HGET [a-c]y*", NULL},
+        {"HGET ?z", "GET user:*", NULL},
+        {"GET *", NULL, NULL},
+        {"GET ", "HGET d", NULL},
+    };
+    static const char *const keys[] = {"", "i", "i1", "i12", "d1", "dirUsedSpace", "delfiles", "usedSpace",
+                                        "*x", "\\*x", "ay", "by1", "cy", "dy", "zz", "az", "user:1", "user",
+                                        "{1}i1", "d", "x"};
+    const char *const prefixes[] = {"", "{1}"};
+    for (size_t k = 0; k < sizeof prefixes / sizeof *prefixes; k++)
+        for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
+            cache_rules r;
+            char err[256];
+            cache_rules_init(&r);
+            for (int j = 0; j < 3 && sets[i][j] != NULL; j++) {
+                char cmd[16];
+                const char *sp = strchr(sets[i][j], ' ');
+                memcpy(cmd, sets[i][j], (size_t)(sp - sets[i][j]));
+                cmd[sp - sets[i][j]] = '\0';
+                REQUIRE(cache_rules_add(&r, cmd, sp + 1, prefixes[k], err, sizeof err) == 0);
+            }
+            for (size_t j = 0; j < sizeof keys / sizeof *keys; j++) {
+                char key[64];
+                snprintf(key, sizeof key, "%s%s", j % 2 ? prefixes[k] : "", keys[j]);
+                size_t n = strlen(key);
+                int some = cache_rules_match(&r, CACHE_KIND_GET, key, n) || cache_rules_match(&r, CACHE_KIND_HGET, key, n);
+                CHECK_EQ_INT(cache_rules_match_any(&r, key, n), some);
+            }
+            cache_rules_deinit(&r);
+        }
+}
+
 int main(void) {
     RUN(test_leading_class_is_expanded);
     RUN(test_track_by_replaces_what_it_covers);
     RUN(test_track_by_takes_the_key_prefix);
     RUN(test_track_by_that_covers_nothing_is_left_out);
     RUN(test_a_rule_for_every_key_tracks_all);
+    RUN(test_match_any_is_match_of_some_kind);
     return unit_report();
 }
