@@ -125,9 +125,18 @@ typedef struct cmdt_script {
     char sha[SHA1_HEX_LEN]; /* lower case */
 } cmdt_script;
 
+/* The entries last found, by a hash of the name's length, first and last
+ * letters (lookup): a proxy sees the same few commands over and over (a
+ * JuiceFS batch unlink's transaction is ZADD, DEL, INCRBY, DECR, 250 times),
+ * and a hit here costs a short compare instead of lower-casing, hashing and
+ * a table probe. Only entries go in (never "not found": the table may yet
+ * get the name), and entries live as long as the table. */
+#define CMDT_MEMO 64
+
 struct cmdtable {
     cmdt_entry *cmds;
     cmdt_script *scripts;
+    const cmdt_entry *memo[CMDT_MEMO];
 };
 
 /* ------------------------------------------------------------------------ */
@@ -654,6 +663,18 @@ static int classify_xreadgroup(int argc, const resp_arg *argv, key_cb on_key, vo
  * subcommands, "name|sub"; otherwise "name". NULL when Redis would answer
  * "unknown command" or "unknown subcommand". A "name|sub" added without its
  * container is still found. */
+static unsigned memo_slot(const char *name, size_t n) {
+    return ((unsigned)n * 31u + lower((unsigned char)name[0]) * 7u + lower((unsigned char)name[n - 1])) % CMDT_MEMO;
+}
+
+/* Is name (any case) the lower-case e->name? */
+static int memo_is(const cmdt_entry *e, const char *name, size_t n) {
+    if (e == NULL || e->nlen != n) return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)e->name[i] != lower((unsigned char)name[i])) return 0;
+    return 1;
+}
+
 static const cmdt_entry *lookup(const cmdtable *t, int argc, const resp_arg *argv) {
     char lname[CMDT_NAME_MAX + 1];
     size_t n0 = argv[0].len;
@@ -661,13 +682,22 @@ static const cmdt_entry *lookup(const cmdtable *t, int argc, const resp_arg *arg
 
     if (argv[0].ptr == NULL || n0 == 0 || n0 > CMDT_NAME_MAX)
         return NULL;
-    lower_copy(lname, argv[0].ptr, n0);
-    e = find_lower(t, lname, n0);
+    unsigned slot = memo_slot(argv[0].ptr, n0);
+    if (memo_is(t->memo[slot], argv[0].ptr, n0)) {
+        e = t->memo[slot];
+    } else {
+        lower_copy(lname, argv[0].ptr, n0);
+        e = find_lower(t, lname, n0);
+        /* the memo is a cache, not the table's state: t is const to callers
+         * (and never a const object) */
+        if (e != NULL) ((cmdtable *)t)->memo[slot] = e;
+    }
     if (argc < 2 || (e != NULL && !e->has_subs))
         return e;
     /* n0 + 1 + len <= CMDT_NAME_MAX, written so that it cannot wrap */
     if (argv[1].ptr == NULL || argv[1].len >= CMDT_NAME_MAX - n0)
         return NULL;
+    lower_copy(lname, argv[0].ptr, n0);
     lname[n0] = '|';
     lower_copy(lname + n0 + 1, argv[1].ptr, argv[1].len);
     return find_lower(t, lname, n0 + 1 + argv[1].len);

@@ -722,6 +722,30 @@ static void test_add_by_hand(void) {
     cmdtable_free(NULL);
 }
 
+/* Names the lookup memo files under one slot (same length, first and last
+ * letters: HSET and HGET, TYPE and TIME) never answer for each other, in
+ * any order and case; nor do a container's subcommands. */
+static void test_memo_never_mixes_names(void) {
+    keys ks;
+    int f;
+    for (int round = 0; round < 3; round++) {
+        CHECK_EQ_INT(wr(T, &ks, round ? "hset" : "HSET", "h", "f", "v", NULL), CMDT_WRITES_KEYS);
+        CHECK(keys_are(&ks, "h"));
+        CHECK_EQ_INT(wr(T, &ks, round == 1 ? "HgEt" : "HGET", "h", "f", NULL), CMDT_WRITES_NOTHING);
+        CHECK_EQ_INT(wr(T, &ks, "HSet", "h2", "f", "v", NULL), CMDT_WRITES_KEYS);
+        CHECK(keys_are(&ks, "h2"));
+        CHECK_EQ_INT(chk(T, &f, "TYPE", "k", NULL), 1);
+        CHECK(f & CMDT_F_READONLY);
+        CHECK_EQ_INT(chk(T, &f, "time", "k", NULL), 0);      /* TIME takes no argument */
+        CHECK_EQ_INT(chk(T, &f, "TIME", NULL), 1);
+        CHECK(!(f & CMDT_F_READONLY) && !(f & CMDT_F_WRITE));
+        CHECK_EQ_INT(chk(T, &f, "CONFIG", "SET", "a", "b", NULL), 1);
+        CHECK(f & CMDT_F_ADMIN);
+        CHECK_EQ_INT(chk(T, &f, "config", "nosuch", NULL), 0);
+        CHECK_EQ_INT(chk(T, &f, "tyPE", NULL), 0);            /* arity */
+    }
+}
+
 int main(void) {
     if (read_fixture() < 0) {
         fprintf(stderr, "cannot read %s (run from the repository root)\n", FIXTURE);
@@ -745,6 +769,7 @@ int main(void) {
     RUN(test_unknown_commands);
     RUN(test_arity_errors);
     RUN(test_check);
+    RUN(test_memo_never_mixes_names);
     RUN(test_keyless_writes_unknown);
     RUN(test_transactions);
     RUN(test_scripts);
