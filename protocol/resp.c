@@ -329,30 +329,36 @@ static int req_fail(resp_req_parser *p, const char *msg) {
     return RESP_ERR;
 }
 
-/* Records argument number args_seen at (off, len); the three arrays grow
+/* Makes room for argument number args_seen: the three arrays grow
  * together, one doubling at a time, as arguments are completed. */
-static int req_add_arg(resp_req_parser *p, size_t off, size_t len) {
-    if (p->args_seen == p->args_cap) {
-        size_t c1 = (size_t)p->args_cap, c2 = c1, c3 = c1;
-        size_t want = (size_t)p->args_seen + 1;
-        size_t *offs, *lens;
-        resp_arg *vec;
-        /* Each array is stored as soon as it has grown: realloc keeps the old
-         * block on failure, so a partial success only leaves some arrays
-         * larger than args_cap, which is harmless. */
-        if (want > INT_MAX)
-            return -1;
-        if ((offs = grow_array(p->arg_offs, &c1, want, sizeof(*offs))) == NULL)
-            return -1;
-        p->arg_offs = offs;
-        if ((lens = grow_array(p->arg_lens, &c2, want, sizeof(*lens))) == NULL)
-            return -1;
-        p->arg_lens = lens;
-        if ((vec = grow_array(p->arg_vec, &c3, want, sizeof(*vec))) == NULL)
-            return -1;
-        p->arg_vec = vec;
-        p->args_cap = c1 > INT_MAX ? INT_MAX : (int)c1;
-    }
+static int req_grow_args(resp_req_parser *p) {
+    size_t c1 = (size_t)p->args_cap, c2 = c1, c3 = c1;
+    size_t want = (size_t)p->args_seen + 1;
+    size_t *offs, *lens;
+    resp_arg *vec;
+    /* Each array is stored as soon as it has grown: realloc keeps the old
+     * block on failure, so a partial success only leaves some arrays
+     * larger than args_cap, which is harmless. */
+    if (want > INT_MAX)
+        return -1;
+    if ((offs = grow_array(p->arg_offs, &c1, want, sizeof(*offs))) == NULL)
+        return -1;
+    p->arg_offs = offs;
+    if ((lens = grow_array(p->arg_lens, &c2, want, sizeof(*lens))) == NULL)
+        return -1;
+    p->arg_lens = lens;
+    if ((vec = grow_array(p->arg_vec, &c3, want, sizeof(*vec))) == NULL)
+        return -1;
+    p->arg_vec = vec;
+    p->args_cap = c1 > INT_MAX ? INT_MAX : (int)c1;
+    return 0;
+}
+
+/* Records argument number args_seen at (off, len). Inline: it runs for
+ * every argument, and grows the arrays only now and then. */
+static inline int req_add_arg(resp_req_parser *p, size_t off, size_t len) {
+    if (p->args_seen == p->args_cap && req_grow_args(p) < 0)
+        return -1;
     p->arg_offs[p->args_seen] = off;
     p->arg_lens[p->args_seen] = len;
     p->args_seen++;
