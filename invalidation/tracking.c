@@ -238,7 +238,12 @@ static void on_push(inv_conn *t, const char *buf, size_t len) {
     inv_key keys[64];
     size_t nk = 0;
     for (long long i = 0; i < count; i++) {
-        if (next_elem(t, arr, alen, &aoff, &type, &p, &n, NULL) != 0 || type != '$') {
+        /* a key is a bulk string: read at once (the frame is whole and was
+         * checked when framed); anything else goes the general way */
+        size_t next;
+        if (resp_read_bulk(arr, alen, aoff, &p, &n, &next) == 1) {
+            aoff = next;
+        } else if (next_elem(t, arr, alen, &aoff, &type, &p, &n, NULL) != 0 || type != '$') {
             /* what was read is invalidated; the rest counts as a loss */
             if (nk > 0) t->cb.on_invalidate(t->arg, keys, nk);
             goto bad;
