@@ -4,7 +4,7 @@
 #   install-deps.sh build   compiler-side: libevent, OpenSSL, uthash, hiredis
 #   install-deps.sh test    test-side: redis-server, twemproxy, pytest, redis-py, Go modules
 #   install-deps.sh fuzz    clang with libFuzzer (make fuzz)
-#   install-deps.sh bench   gnuplot for the benchmark plots (make bench)
+#   install-deps.sh bench   gnuplot for the benchmark plots, valgrind for bench/instructions.sh (make bench)
 set -euo pipefail
 want=${1:-build}
 build_pkgs=(libevent-dev libssl-dev uthash-dev libhiredis-dev pkg-config make gcc)
@@ -12,7 +12,7 @@ test_pkgs=(redis-server redis-tools nutcracker)
 
 missing=()
 fuzz_pkgs=(clang libclang-rt-14-dev uthash-dev)
-bench_pkgs=(gnuplot-nox)
+bench_pkgs=(gnuplot-nox valgrind)
 pkgs=("${build_pkgs[@]}")
 [ "$want" = test ] && pkgs=("${test_pkgs[@]}")
 [ "$want" = fuzz ] && pkgs=("${fuzz_pkgs[@]}")
