@@ -659,10 +659,7 @@ static int classify_xreadgroup(int argc, const resp_arg *argv, key_cb on_key, vo
     return CMDT_WRITES_NOTHING; /* STREAMS is mandatory */
 }
 
-/* Finds the entry Redis would run (lookupCommand): for a container that has
- * subcommands, "name|sub"; otherwise "name". NULL when Redis would answer
- * "unknown command" or "unknown subcommand". A "name|sub" added without its
- * container is still found. */
+/* The memo slot of a name (see CMDT_MEMO). */
 static unsigned memo_slot(const char *name, size_t n) {
     return ((unsigned)n * 31u + lower((unsigned char)name[0]) * 7u + lower((unsigned char)name[n - 1])) % CMDT_MEMO;
 }
@@ -675,6 +672,10 @@ static int memo_is(const cmdt_entry *e, const char *name, size_t n) {
     return 1;
 }
 
+/* Finds the entry Redis would run (lookupCommand): for a container that has
+ * subcommands, "name|sub"; otherwise "name". NULL when Redis would answer
+ * "unknown command" or "unknown subcommand". A "name|sub" added without its
+ * container is still found. */
 static const cmdt_entry *lookup(const cmdtable *t, int argc, const resp_arg *argv) {
     char lname[CMDT_NAME_MAX + 1];
     size_t n0 = argv[0].len;

@@ -15,7 +15,6 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-
 static void io_arm_write(px_io *io) {
     if (!io->want_write && !io->closed) {
         event_add(io->wev, NULL);
