@@ -52,7 +52,7 @@
  * - the two hash tables cost about 1.2 KB even for one entry, so a
  *   max_bytes below about 1.5 KB caches nothing; their bucket arrays grow
  *   with the cache and shrink only when it empties;
- * - about 220 bytes per entry beyond key, field and value, hash buckets
+ * - about 236 bytes per entry beyond key, field and value, hash buckets
  *   included (measured for 8-byte GET keys; tests/unit/test_cache.c prints
  *   it).
  *
