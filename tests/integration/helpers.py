@@ -356,10 +356,14 @@ class RawClient:
         """Sends one command, returns the parsed value."""
         return self.cmd(*args, timeout=timeout).value
 
+    def pipeline(self, cmds, timeout=None):
+        """Pipelines commands (one write); returns their reply frames in order."""
+        self.send(b"".join(encode(*c) for c in cmds))
+        return self.read_frames(len(cmds), timeout)
+
     def raw_cmds(self, cmds, timeout=None):
         """Pipelines commands; returns their raw reply bytes in order."""
-        self.send(b"".join(encode(*c) for c in cmds))
-        return [f.raw for f in self.read_frames(len(cmds), timeout)]
+        return [f.raw for f in self.pipeline(cmds, timeout)]
 
     def expect_closed(self, timeout=3.0):
         """Asserts that the peer closes the connection (EOF or reset) within

@@ -9,7 +9,7 @@ import pytest
 
 from cachehelpers import (MODES, SIDECACHE_FIELDS, Stats, make_tracked, parse_sidecache_section,
                           start_cached, warm)
-from helpers import encode, wait_until
+from helpers import wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -273,11 +273,6 @@ def test_mget_wrong_type_key(proxy_factory, upstream, ref):
         assert c.cmd("MGET", "i9921", "i9922").raw == want.cmd("MGET", "i9921", "i9922").raw
 
 
-def pipe(conn, cmds):
-    conn.send(b"".join(encode(*c) for c in cmds))
-    return conn.read_frames(len(cmds))
-
-
 @pytest.mark.parametrize("writer", ["proxy", "redis"])
 def test_large_directory_purge(writer, proxy_factory, upstream):
     """A directory of 3,000 cached names (one key, over the cache's lazy
@@ -289,12 +284,12 @@ def test_large_directory_purge(writer, proxy_factory, upstream):
     p, st = start_cached(proxy_factory)
     key, n = "d9850", 3000
     d = upstream.raw(auth=True)
-    pipe(d, [("HSET", key, "f%d" % i, "v%d" % i) for i in range(n)])
+    d.pipeline([("HSET", key, "f%d" % i, "v%d" % i) for i in range(n)])
     c = p.raw(auth=True)
     make_tracked(c, st)
     base = st.get()
     for _ in range(2):  # the first reads fill, the second are hits
-        replies = pipe(c, [("HGET", key, "f%d" % i) for i in range(n)])
+        replies = c.pipeline([("HGET", key, "f%d" % i) for i in range(n)])
         assert [f.value for f in replies] == [b"v%d" % i for i in range(n)]
     full = st.get()
     assert full["cache_entries"] - base["cache_entries"] >= n - 5, (base, full)
@@ -312,7 +307,7 @@ def test_large_directory_purge(writer, proxy_factory, upstream):
     assert after["cache_entries"] <= base["cache_entries"] + 5, (base, after)
     # no name comes from the cache until read again; then the new value
     with st.delta() as dd:
-        replies = pipe(c, [("HGET", key, "f%d" % i) for i in range(n)])
+        replies = c.pipeline([("HGET", key, "f%d" % i) for i in range(n)])
     assert dd["cache_hits"] == 0, dict(dd)
     assert [f.value for f in replies] == [b"new" if i == 7 else b"v%d" % i for i in range(n)]
     # the purged entries' memory is freed in slices, soon
