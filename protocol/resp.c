@@ -592,6 +592,78 @@ static int req_bulk_hdr_fast(resp_req_parser *p, const char *buf, size_t len) {
     return 1;
 }
 
+/*
+ * Reads the decimal number of 1 to 9 digits (no leading zero but "0" alone)
+ * that ends with CRLF at buf[at..len), as the general path would accept it
+ * with a line of at most max_line bytes from `start`. Returns the offset
+ * past the CRLF and sets *v, or 0 for anything else (which the general path
+ * then reads or refuses).
+ */
+static inline size_t req_small_number(const char *buf, size_t len, size_t at, size_t start, size_t max_line,
+                                      unsigned long long *v) {
+    size_t i = at;
+    unsigned long long n = 0;
+    /* one or two digits, the lengths of nearly all arguments */
+    if (len - at >= 4 && max_line >= at + 2 - start) {
+        unsigned d0 = (unsigned char)buf[at] - (unsigned)'0', d1 = (unsigned char)buf[at + 1] - (unsigned)'0';
+        if (d0 < 10 && buf[at + 1] == '\r' && buf[at + 2] == '\n') {
+            *v = d0;
+            return at + 3;
+        }
+        if (d0 - 1 < 9 && d1 < 10 && buf[at + 2] == '\r' && buf[at + 3] == '\n') {
+            *v = d0 * 10 + d1;
+            return at + 4;
+        }
+    }
+    while (i < len && i - at < 9 && (unsigned char)(buf[i] - '0') < 10)
+        n = n * 10 + (unsigned)(buf[i++] - '0');
+    if (i == at || i + 1 >= len || buf[i] != '\r' || buf[i + 1] != '\n' || (buf[at] == '0' && i != at + 1) ||
+        i - start > max_line)
+        return 0;
+    *v = n;
+    return i + 2;
+}
+
+/*
+ * A whole multibulk frame, as most arrive: all of it in buf, a count and
+ * bulk lengths of at most 9 digits, within the limits, and no more
+ * arguments than the argument array already holds (nothing is sized from
+ * a declared count). Fills argv straight from buf, in one pass with no
+ * resumable state, and returns 1; returns 0 having changed nothing the
+ * general path reads, which then frames the same bytes (or refuses them
+ * with its error text). A transaction of 1,000 commands is ~3,500
+ * arguments: this is the proxy's most frequent loop.
+ */
+static int req_whole_frame(resp_req_parser *p, const char *buf, size_t len) {
+    unsigned long long count, blen;
+    size_t max_line = p->lim.max_inline_len;
+    unsigned long long max_bulk = (unsigned long long)p->lim.max_bulk_len;
+    size_t at = req_small_number(buf, len, 1, 0, max_line, &count);
+
+    if (p->lim.max_bulk_len < 0)
+        return 0;
+    if (p->unauthenticated && max_bulk > RESP_UNAUTH_MAX_BULK_LEN)
+        max_bulk = RESP_UNAUTH_MAX_BULK_LEN;
+    if (at == 0 || count == 0 || count > (unsigned long long)p->args_cap ||
+        (long long)count > p->lim.max_multibulk_len ||
+        (p->unauthenticated && count > RESP_UNAUTH_MAX_MULTIBULK_LEN))
+        return 0;
+    for (unsigned long long k = 0; k < count; k++) {
+        size_t data;
+        if (at >= len || buf[at] != '$' || (data = req_small_number(buf, len, at + 1, at, max_line, &blen)) == 0 ||
+            blen > max_bulk || blen > len - data || len - data - blen < 2 || buf[data + blen] != '\r' ||
+            buf[data + blen + 1] != '\n')
+            return 0;
+        p->arg_vec[k].ptr = buf + data;
+        p->arg_vec[k].len = (size_t)blen;
+        at = data + (size_t)blen + 2;
+    }
+    p->args_seen = p->argc = (int)count;
+    p->argv = p->arg_vec;
+    p->frame_len = at;
+    return 1;
+}
+
 static int req_multibulk(resp_req_parser *p, const char *buf, size_t len) {
     size_t cr;
     long long ll;
@@ -694,6 +766,8 @@ int resp_req_parse(resp_req_parser *p, const char *buf, size_t len) {
         p->args_seen = 0;
         p->expect_args = 0;
         /* Like Redis: a frame is multibulk iff its first byte is '*'. */
+        if (buf[0] == '*' && req_whole_frame(p, buf, len))
+            return RESP_OK;
         if (buf[0] == '*') {
             p->state = REQ_COUNT;
             p->scan = 1;
@@ -901,6 +975,62 @@ static int rep_known_type(char t) {
     }
 }
 
+/*
+ * The usual elements of a large aggregate, EXEC's integers and MGET's short
+ * bulks: an integer of at most 18 digits, or a bulk of at most 99 bytes,
+ * whole in buf, that does not complete its level (remaining > 1, so no
+ * level closes). Reads as many as come in a row as the general path would
+ * (same checks, same position), with no call and no line search per
+ * element, and stops at anything else, which the general path then reads
+ * or refuses with its own error text.
+ */
+static void rep_simple_elements(resp_reply_parser *p, const char *buf, size_t len) {
+    long long *rem = &p->remaining[p->depth - 1];
+    size_t at = p->pos, max_line = p->lim.max_inline_len;
+
+    while (*rem > 1 && len - at >= 4) {
+        size_t i = at + 1, cr;
+        if (buf[at] == ':') {
+            size_t d = i + (buf[i] == '-');
+            cr = d;
+            if (buf[d] == '0') {
+                cr = d + 1;
+                if (d != i) /* "-0" */
+                    break;
+            } else {
+                while (cr < len && cr - d < 18 && (unsigned char)(buf[cr] - '0') < 10)
+                    cr++;
+                if (cr == d)
+                    break;
+            }
+            if (cr + 1 >= len || buf[cr] != '\r' || buf[cr + 1] != '\n' || cr - at > max_line)
+                break;
+            at = cr + 2;
+        } else if (buf[at] == '$') {
+            unsigned d0 = (unsigned char)buf[i] - (unsigned)'0', d1 = (unsigned char)buf[i + 1] - (unsigned)'0';
+            size_t blen;
+            if (d0 < 10 && buf[i + 1] == '\r') {
+                blen = d0;
+                cr = i + 1;
+            } else if (d0 - 1 < 9 && d1 < 10 && buf[i + 2] == '\r') {
+                blen = d0 * 10 + d1;
+                cr = i + 2;
+            } else {
+                break;
+            }
+            if ((long long)blen > p->lim.max_bulk_len || cr - at > max_line || len - cr < blen + 4 ||
+                buf[cr + 1] != '\n' || buf[cr + 2 + blen] != '\r' || buf[cr + 3 + blen] != '\n')
+                break;
+            at = cr + 4 + blen;
+        } else {
+            break;
+        }
+        --*rem;
+    }
+    p->pos = at;
+    p->scan = at;
+}
+
 /* Completes the frame: the result fields are set, the state is fresh. */
 static int rep_finish(resp_reply_parser *p) {
     p->frame_len = p->pos;
@@ -946,6 +1076,10 @@ int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len) {
             continue;
         }
 
+        if (p->depth > 0 && p->remaining[p->depth - 1] > 1) {
+            rep_simple_elements(p, buf, len);
+            start = p->pos;
+        }
         if (len <= start)
             return RESP_AGAIN;
         t = buf[start];

@@ -2,8 +2,9 @@
  * tests/unit/test_resp.c — protocol/resp.c: request and reply framers,
  * encoders, resp_buf.
  *
- * Every framer case goes through the same driver in three ways: the whole
- * stream at once; byte by byte (honouring `need`, and checking that a call
+ * Every framer case goes through the same driver in four ways: the whole
+ * stream at once, to a fresh framer and to one whose argument arrays have
+ * grown (which reads whole requests in one pass, see warm_up); byte by byte (honouring `need`, and checking that a call
  * just short of it still returns RESP_AGAIN); and in random splits for
  * several fixed seeds, each call handed a fresh copy of the bytes so a
  * pointer kept into an old buffer would trip ASan. Each run is rendered as a
@@ -115,8 +116,8 @@ static double now_sec(void) {
 /* ------------------------------------------------------------------------ */
 /* The driver                                                               */
 
-enum { M_WHOLE, M_BYTES, M_RANDOM };
-static const char *const mode_names[] = {"whole", "byte-by-byte", "random"};
+enum { M_WHOLE, M_WARM, M_BYTES, M_RANDOM };
+static const char *const mode_names[] = {"whole", "whole-warm", "byte-by-byte", "random"};
 
 typedef struct drive {
     int mode;
@@ -153,6 +154,26 @@ static void render_reply(str *out, const resp_reply_parser *p, const char *b) {
     str_fmt(out, "/%lld", (long long)p->frame_len);
 }
 
+/* Gives the request framer argument arrays of 64 (as a connection has
+ * after its first commands), so that every whole frame of up to 64
+ * arguments is read by its one-pass path (req_whole_frame) and the general
+ * path sees only what that path declines: the expected renderings are the
+ * same either way. */
+static void warm_up(resp_req_parser *p) {
+    str f = {0};
+    str_cat(&f, "*64\r\n");
+    for (int i = 0; i < 64; i++)
+        str_cat(&f, "$1\r\nx\r\n");
+    int unauth = p->unauthenticated;
+    resp_limits lim = p->lim;
+    resp_limits_default(&p->lim);
+    p->unauthenticated = 0;
+    REQUIRE(resp_req_parse(p, f.p, f.len) == RESP_OK && p->argc == 64 && p->args_cap >= 64);
+    p->lim = lim;
+    p->unauthenticated = unauth;
+    free(f.p);
+}
+
 /*
  * Runs one framer over in[0..total) as `d` says and returns the rendering
  * (malloc'd). is_reply picks the framer.
@@ -162,13 +183,15 @@ static char *run(int is_reply, const char *in, size_t total,
     resp_req_parser rq;
     resp_reply_parser rp;
     str out = {0};
-    size_t base = 0, avail = d->mode == M_WHOLE ? total : 0;
+    size_t base = 0, avail = d->mode == M_WHOLE || d->mode == M_WARM ? total : 0;
     uint32_t st = d->seed ? d->seed : 1;
 
     if (is_reply)
         resp_reply_init(&rp, lim);
     else
         resp_req_init(&rq, lim);
+    if (d->mode == M_WARM && !is_reply)
+        warm_up(&rq);
     str_cat(&out, "");
     d->calls = 0;
     for (;;) {
@@ -267,10 +290,11 @@ static char *run(int is_reply, const char *in, size_t total,
 static void check_run(int line, int is_reply, const char *in, size_t len,
                       const resp_limits *lim, const char *want, size_t maxchunk) {
     static const uint32_t seeds[] = {1, 7, 42, 1234567, 0xdeadbeef};
-    drive runs[2 + sizeof(seeds) / sizeof(seeds[0])];
+    drive runs[3 + sizeof(seeds) / sizeof(seeds[0])];
     size_t i, nruns = 0;
 
     runs[nruns++] = (drive){M_WHOLE, 0, 0, 0};
+    runs[nruns++] = (drive){M_WARM, 0, 0, 0};
     runs[nruns++] = (drive){M_BYTES, 0, 0, 0};
     for (i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++)
         runs[nruns++] = (drive){M_RANDOM, seeds[i], i % 2 ? maxchunk * 4 : maxchunk, 0};
@@ -546,6 +570,51 @@ static void test_req_bulk_headers(void) {
     REQ_LIM("*1\r\n$10\r\n0123456789\r\n", &lim, "!Protocol error: too big bulk count string");
     lim.max_inline_len = 3;
     REQ_LIM("*1\r\n$10\r\n0123456789\r\n", &lim, "[0123456789]");
+}
+
+/* Before AUTH, Redis's tighter limits (10 arguments, bulks of 16 KiB) hold
+ * whether a frame is read in one pass or by the general path. */
+static void test_req_unauthenticated_limits(void) {
+    for (int warm = 0; warm <= 1; warm++) {
+        str ok = {0}, many = {0}, big = {0}, too_big = {0};
+        str_cat(&ok, "*10\r\n");
+        str_cat(&many, "*11\r\n");
+        for (int i = 0; i < 11; i++) {
+            if (i < 10) str_cat(&ok, "$1\r\na\r\n");
+            str_cat(&many, "$1\r\na\r\n");
+        }
+        char *payload = malloc(16385);
+        REQUIRE(payload != NULL);
+        memset(payload, 'v', 16385);
+        str_cat(&big, "*1\r\n$16384\r\n");
+        str_add(&big, payload, 16384);
+        str_cat(&big, "\r\n");
+        str_cat(&too_big, "*1\r\n$16385\r\n");
+        str_add(&too_big, payload, 16385);
+        str_cat(&too_big, "\r\n");
+        free(payload);
+        const struct { str *in; int rc, argc; const char *err; } cases[] = {
+            {&ok, RESP_OK, 10, NULL},
+            {&many, RESP_ERR, 0, "Protocol error: unauthenticated multibulk length"},
+            {&big, RESP_OK, 1, NULL},
+            {&too_big, RESP_ERR, 0, "Protocol error: unauthenticated bulk length"},
+        };
+        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+            resp_req_parser p;
+            resp_req_init(&p, NULL);
+            if (warm) warm_up(&p);
+            p.unauthenticated = 1;
+            CHECK_EQ_INT(resp_req_parse(&p, cases[k].in->p, cases[k].in->len), cases[k].rc);
+            CHECK_EQ_INT(p.argc, cases[k].argc);
+            if (cases[k].err != NULL) CHECK(p.err != NULL && strcmp(p.err, cases[k].err) == 0);
+            else CHECK_EQ_INT(p.frame_len, cases[k].in->len);
+            resp_req_deinit(&p);
+        }
+        free(ok.p);
+        free(many.p);
+        free(big.p);
+        free(too_big.p);
+    }
 }
 
 static void test_req_need_and_zero_copy(void) {
@@ -884,6 +953,91 @@ static void test_reply_errors(void) {
     REP("_x\r\n", "!Protocol error: invalid null");
     REP("=3\r\nabc\r\n", "!Protocol error: invalid verbatim string");
     REP("=4\r\nabcd\r\n", "!Protocol error: invalid verbatim string");
+}
+
+/* One element, then two more, in an array: the element is read where
+ * rep_simple_elements reads the usual ones (not the last of its level). */
+static void check_element(int line, const char *elem, size_t elen, const resp_limits *lim, const char *err) {
+    str in = {0}, want = {0};
+    str_cat(&in, "*3\r\n");
+    str_add(&in, elem, elen);
+    str_cat(&in, ":7\r\n:8\r\n");
+    if (err != NULL) {
+        str_cat(&want, "!");
+        str_cat(&want, err);
+    } else {
+        str_fmt(&want, "*3@4+%lld", (long long)(in.len - 4));
+        str_fmt(&want, "/%lld", (long long)in.len);
+    }
+    check_run(line, 1, in.p, in.len, lim, want.p, 5);
+    free(in.p);
+    free(want.p);
+}
+
+#define ELEM(lit, err) check_element(__LINE__, S(lit), NULL, (err))
+#define ELEM_LIM(lit, lim, err) check_element(__LINE__, S(lit), (lim), (err))
+
+static void test_reply_aggregate_elements(void) {
+    const char *in = "Protocol error: invalid integer";
+    const char *bl = "Protocol error: invalid bulk length";
+    const char *crlf = "Protocol error: expected CRLF after bulk payload";
+    char big[101];
+    str b = {0};
+    resp_limits lim;
+
+    ELEM(":0\r\n", NULL);
+    ELEM(":7\r\n", NULL);
+    ELEM(":-1\r\n", NULL);
+    ELEM(":123456789012345678\r\n", NULL);  /* 18 digits: the fast read's most */
+    ELEM(":-123456789012345678\r\n", NULL);
+    ELEM(":1234567890123456789\r\n", NULL); /* 19: the general path */
+    ELEM(":9223372036854775807\r\n", NULL);
+    ELEM(":-9223372036854775808\r\n", NULL);
+    ELEM(":-0\r\n", in);
+    ELEM(":-05\r\n", in);
+    ELEM(":05\r\n", in);
+    ELEM(":00\r\n", in);
+    ELEM(":\r\n", in);
+    ELEM(":-\r\n", in);
+    ELEM(":+1\r\n", in);
+    ELEM(":1a\r\n", in);
+    ELEM(":1\rX\r\n", in);
+    ELEM(":9223372036854775808\r\n", in);
+    ELEM(":99999999999999999999\r\n", in);
+
+    ELEM("$0\r\n\r\n", NULL);
+    ELEM("$1\r\na\r\n", NULL);
+    ELEM("$2\r\na\r\r\n", NULL);
+    ELEM("$10\r\n0123456789\r\n", NULL);
+    ELEM("$-1\r\n", NULL);
+    memset(big, 'x', sizeof big);
+    for (size_t n = 99; n <= 101; n++) { /* two digits, then the general path */
+        b.len = 0;
+        str_fmt(&b, "$%lld\r\n", (long long)n);
+        str_add(&b, big, n);
+        str_cat(&b, "\r\n");
+        check_element(__LINE__, b.p, b.len, NULL, NULL);
+    }
+    free(b.p);
+    ELEM("$01\r\nx\r\n", bl);
+    ELEM("$-2\r\n", bl);
+    ELEM("$1\rX\r\n", bl);
+    ELEM("$3\r\nab\r\n", crlf);
+    ELEM("$1\r\nab\r\n", crlf);
+    ELEM("$2\r\nabX\n", crlf);
+
+    resp_limits_default(&lim);
+    lim.max_bulk_len = 5;
+    ELEM_LIM("$5\r\nabcde\r\n", &lim, NULL);
+    ELEM_LIM("$6\r\nabcdef\r\n", &lim, bl);
+    resp_limits_default(&lim);
+    lim.max_inline_len = 3;
+    ELEM_LIM(":12\r\n", &lim, NULL);
+    ELEM_LIM(":-12\r\n", &lim, "Protocol error: too big reply line");
+    ELEM_LIM("$12\r\n0123456789ab\r\n", &lim, NULL);
+    lim.max_inline_len = 2;
+    ELEM_LIM("$9\r\n012345678\r\n", &lim, NULL);
+    ELEM_LIM("$12\r\n0123456789ab\r\n", &lim, "Protocol error: too big reply line");
 }
 
 static void test_reply_limits(void) {
@@ -1373,6 +1527,7 @@ int main(void) {
     RUN(test_req_multibulk_errors);
     RUN(test_req_limits);
     RUN(test_req_bulk_headers);
+    RUN(test_req_unauthenticated_limits);
     RUN(test_req_default_line_limits);
     RUN(test_req_need_and_zero_copy);
     RUN(test_req_no_alloc_from_count);
@@ -1386,6 +1541,7 @@ int main(void) {
     RUN(test_reply_attributes);
     RUN(test_reply_pipeline);
     RUN(test_reply_errors);
+    RUN(test_reply_aggregate_elements);
     RUN(test_reply_limits);
     RUN(test_reply_reset);
     RUN(test_reply_big_bulk);
