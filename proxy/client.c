@@ -587,16 +587,20 @@ static void request_bytes(px_client *c, const char *frame, const char **out, siz
     *outlen = c->scratch.len;
 }
 
-/* Sends a request and takes its reply slot. Returns the record, or NULL
+/* Sends a request and takes its reply slot; by_ref: data is the frame in
+ * the client's input (px_upstream_send_ref). Returns the record, or NULL
  * (the client is closed: out of memory). */
-static px_req *forward_to(px_client *c, px_upstream *u, int kind, const char *data, size_t len) {
+static px_req *forward_to(px_client *c, px_upstream *u, int kind, const char *data, size_t len, int by_ref) {
     px_req *r = px_req_new(c->srv, c, kind);
     if (r == NULL) {
         client_close(c, "out of memory");
         return NULL;
     }
     px_client_take_slot(c, r, u);
-    px_upstream_send(u, r, data, len);
+    if (by_ref)
+        px_upstream_send_ref(u, r, data, len);
+    else
+        px_upstream_send(u, r, data, len);
     return r;
 }
 
@@ -616,7 +620,10 @@ static px_req *forward_current(px_client *c, px_upstream *u, const char *frame) 
     const char *data;
     size_t len;
     request_bytes(c, frame, &data, &len);
-    px_req *r = forward_to(c, u, PX_REQ_CLIENT, data, len);
+    /* on the client's own connection, a frame of the input goes by
+     * reference (a shared one gathers the requests of many clients, each
+     * copied as before) */
+    px_req *r = forward_to(c, u, PX_REQ_CLIENT, data, len, u == c->pinned && !c->rq.is_inline);
     if (r != NULL && !c->in_multi) {
         if (wants_info_section(c)) r->aux_flags |= PX_AUX_INFO;
         if (resp_acl_changes(c->rq.argc, c->rq.argv)) r->aux_flags |= PX_AUX_ACL;
@@ -644,7 +651,10 @@ static int run_extend(px_client *c, const char *frame) {
     const char *data;
     size_t len;
     request_bytes(c, frame, &data, &len);
-    px_upstream_extend(u, r, data, len);
+    /* a frame of the input (not an inline command encoded in scratch,
+     * which the next one overwrites) goes by reference: client_process
+     * settles it */
+    px_upstream_extend(u, r, data, len, !c->rq.is_inline);
     return 1;
 }
 
@@ -835,7 +845,7 @@ static int txn_local_exec(px_client *c) {
         client_close(c, "out of memory");
         return DISPATCH_DONE;
     }
-    px_req *r = forward_to(c, u, PX_REQ_CLIENT, exec_cmd, sizeof exec_cmd - 1);
+    px_req *r = forward_to(c, u, PX_REQ_CLIENT, exec_cmd, sizeof exec_cmd - 1, 0);
     if (r == NULL) {
         /* MULTI and the commands went without EXEC: the connection is
          * inside MULTI */
@@ -1107,7 +1117,7 @@ static int cmd_state(px_client *c, int id, const char *frame) {
         clear_pending_state(c);
         return DISPATCH_WAIT;
     }
-    forward_to(c, u, kind, b->data, b->len);
+    forward_to(c, u, kind, b->data, b->len, 0);
     c->barrier = 1;
     return DISPATCH_DONE;
 
@@ -1327,7 +1337,7 @@ static int client_dispatch(px_client *c, const char *frame) {
         const char *data;
         size_t len;
         px_caching_mget_request(c, &data, &len);
-        r = forward_to(c, u, PX_REQ_CLIENT, data, len);
+        r = forward_to(c, u, PX_REQ_CLIENT, data, len, 0);
     } else {
         r = forward_current(c, u, frame);
     }
@@ -1344,6 +1354,8 @@ static int client_dispatch(px_client *c, const char *frame) {
 static void client_process_input(px_client *c);
 static void client_process(px_client *c) {
     client_process_input(c);
+    /* what run_extend appended by reference leaves the input now */
+    px_io_settle(c->srv);
     px_batch_flush(c);
     if (c->txn_keys.len > c->txn_purged && c->state != PX_CLIENT_CLOSED) {
         /* what was queued leaves first: Redis runs it during the purge */

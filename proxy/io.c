@@ -31,8 +31,39 @@ static void io_disarm_write(px_io *io) {
 
 static int io_tls_write_now(px_io *io);
 
+/* Output by reference (px_io_write_ref): into out before anything else
+ * goes there, or to the socket, and before the input it points into moves. */
+static void io_settle(px_io *io) {
+    if (io->ref_len == 0) return;
+    evbuffer_add(io->out, io->ref, io->ref_len);
+    io->ref = NULL;
+    io->ref_len = 0;
+    io->srv->ref_io = NULL;
+}
+
+void px_io_settle(px_server *srv) {
+    if (srv->ref_io != NULL) io_settle(srv->ref_io);
+}
+
+/* Before a write: a reference with nothing queued before it is written
+ * from where it lies (a transaction's block, from the client's input: no
+ * copy); what the socket does not take is copied, and an error is left to
+ * the write that follows, which meets it again. */
+static void io_settle_writing(px_io *io) {
+    if (io->ref_len > 0 && io->ssl == NULL && evbuffer_get_length(io->out) == 0) {
+        ssize_t n = write(io->fd, io->ref, io->ref_len);
+        if (n > 0) {
+            io->ref += n;
+            io->ref_len -= (size_t)n;
+            if (io->ref_len == 0) io->srv->ref_io = NULL;
+        }
+    }
+    io_settle(io);
+}
+
 /* Writes what the socket takes. Returns 0, or -1 after reporting an error. */
 static int io_write_now(px_io *io) {
+    io_settle_writing(io);
     if (io->ssl != NULL) return io_tls_write_now(io);
     while (evbuffer_get_length(io->out) > 0) {
         int n = evbuffer_write(io->out, io->fd);
@@ -87,6 +118,7 @@ void px_io_hold(px_io *io, int on) {
  * of a chunk that size also consolidates the whole heap's fast bins). */
 
 static void io_drop_own(px_io *io) {
+    px_io_settle(io->srv); /* before the input another io may refer to goes */
     if (io->in_buf == io->own) io->in_buf = NULL;
     free(io->own);
     io->own = NULL;
@@ -100,6 +132,7 @@ static void io_drop_own(px_io *io) {
  * query buffer limit, the reply limits). */
 static char *io_own_room(px_io *io) {
     size_t kept = io->in_end - io->in_off;
+    px_io_settle(io->srv);
     if (io->in_buf == io->own && io->own_cap - io->in_end >= PX_IO_READ_CHUNK) return io->own + io->in_end;
     if (io->own_cap < kept + PX_IO_READ_CHUNK) {
         size_t cap = io->own_cap * 2 > kept + PX_IO_READ_CHUNK ? io->own_cap * 2 : kept + PX_IO_READ_CHUNK;
@@ -121,6 +154,7 @@ static char *io_own_room(px_io *io) {
 /* After on_read: what is left of the input moves out of the shared buffer
  * (a closed io reads no more: its input is dropped). */
 static void io_keep_input(px_io *io) {
+    px_io_settle(io->srv);
     if (io->closed) io->in_off = io->in_end;
     if (io->in_off == io->in_end) {
         io->in_off = io->in_end = 0;
@@ -252,6 +286,8 @@ int px_io_start_tls(px_io *io, SSL *ssl) {
 
 static void io_read_cb(evutil_socket_t fd, short what, void *arg) {
     px_io *io = arg;
+    /* a read reuses the server's buffer and may move what io kept */
+    px_io_settle(io->srv);
     if (io->ssl != NULL) {
         io_tls_read(io);
         return;
@@ -377,16 +413,31 @@ int px_io_connect(px_io *io, const struct sockaddr *addr, socklen_t len) {
 
 void px_io_write(px_io *io, const void *data, size_t len) {
     if (io->closed) return;
+    io_settle(io);
     evbuffer_add(io->out, data, len);
+    if (!io->want_write) io_queue_flush(io);
+}
+
+void px_io_write_ref(px_io *io, const char *data, size_t len) {
+    if (io->closed || len == 0) return;
+    if (io->ref_len > 0 && io->ref + io->ref_len == data) {
+        io->ref_len += len;
+        return;
+    }
+    px_io_settle(io->srv);
+    io->ref = data;
+    io->ref_len = len;
+    io->srv->ref_io = io;
     if (!io->want_write) io_queue_flush(io);
 }
 
 void px_io_write_early(px_io *io, size_t min_pending) {
     if (io->closed || io->connecting || io->want_write || io->ssl != NULL) return;
-    if (evbuffer_get_length(io->out) < min_pending) return;
+    if (evbuffer_get_length(io->out) + io->ref_len < min_pending) return;
+    io_settle_writing(io);
     /* one attempt: what is left stays queued for the iteration's flush,
      * which also meets (and reports) any error again */
-    evbuffer_write(io->out, io->fd);
+    if (evbuffer_get_length(io->out) > 0) evbuffer_write(io->out, io->fd);
 }
 
 void px_io_write_buffer(px_io *io, struct evbuffer *buf) {
@@ -394,11 +445,12 @@ void px_io_write_buffer(px_io *io, struct evbuffer *buf) {
         evbuffer_drain(buf, evbuffer_get_length(buf));
         return;
     }
+    io_settle(io);
     evbuffer_add_buffer(io->out, buf);
     if (!io->want_write) io_queue_flush(io);
 }
 
-size_t px_io_pending(const px_io *io) { return io->out ? evbuffer_get_length(io->out) : 0; }
+size_t px_io_pending(const px_io *io) { return (io->out ? evbuffer_get_length(io->out) : 0) + io->ref_len; }
 
 void px_io_pause_read(px_io *io) {
     if (io->reading && !io->closed) {
@@ -414,9 +466,18 @@ void px_io_resume_read(px_io *io) {
     }
 }
 
+/* A closed io writes nothing more: its reference is dropped. */
+static void io_drop_ref(px_io *io) {
+    if (io->ref_len == 0) return;
+    io->ref = NULL;
+    io->ref_len = 0;
+    io->srv->ref_io = NULL;
+}
+
 void px_io_close(px_io *io) {
     if (io->closed) return;
     io->closed = 1;
+    io_drop_ref(io);
     if (io->rev) event_del(io->rev);
     if (io->wev) event_del(io->wev);
     io->reading = io->want_write = 0;
@@ -443,6 +504,8 @@ void px_io_close(px_io *io) {
 }
 
 void px_io_deinit(px_io *io) {
+    /* its input may be what another io refers to */
+    if (io->srv != NULL) px_io_settle(io->srv);
     if (io->rev) event_free(io->rev);
     if (io->wev) event_free(io->wev);
     free(io->own);

@@ -62,6 +62,8 @@ typedef struct px_io {
     int flush_queued;     /* on srv's flush list */
     int closed;
     int held;             /* px_io_hold: the iteration's flush skips it */
+    const char *ref;      /* px_io_write_ref: ref_len bytes not yet in out */
+    size_t ref_len;
     struct px_io *next_flush;
     struct ssl_st *ssl;        /* TLS session, or NULL (owned) */
     int tls_read_wants_write;  /* SSL_read needs the socket writable first */
@@ -98,6 +100,20 @@ void px_io_consume(px_io *io, size_t n);
 
 /* Appends bytes to the output; they leave at the end of this loop iteration. */
 void px_io_write(px_io *io, const void *data, size_t len);
+
+/* Appends len bytes at data by reference: they are copied to the output
+ * only when something else is written to io, when it is written to the
+ * socket, or at px_io_settle, and a write that continues the reference (the
+ * next frame of the same input) only lengthens it: a transaction's queued
+ * commands, each a frame after the last in the client's input, are copied
+ * in one piece. The bytes must stay put until then: data is input of
+ * another io (px_io_input), and the caller calls px_io_settle before it
+ * returns to the loop. One io of a server holds a reference at a time, and
+ * io.c settles it before any input moves (a read, a connection's input
+ * kept or freed), in case a caller did not. */
+void px_io_write_ref(px_io *io, const char *data, size_t len);
+/* Copies the reference an io of srv holds, if any, into its output. */
+void px_io_settle(px_server *srv);
 
 /* Writes what the socket takes now, without waiting for the end of the
  * iteration, if at least min_pending bytes wait (plain sockets only). A

@@ -53,6 +53,7 @@ typedef struct px_server {
     int nfree_reqs;
 
     struct px_io *flush_list;  /* sockets with output to write this iteration */
+    struct px_io *ref_io;      /* the io holding a px_io_write_ref, or NULL */
     /* every plain read goes here first (proxy/io.c, "Input") */
     char io_read_buf[PX_IO_READ_CHUNK];
     struct event *flush_ev;

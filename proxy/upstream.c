@@ -431,7 +431,7 @@ void px_upstream_unpin(px_upstream *u, int clean) {
     px_upstream_close(u, "connection released");
 }
 
-void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len) {
+static void up_link(px_upstream *u, px_req *r) {
     r->pending = 1;
     r->replies_left = 1;
     r->sent_us = px_loop_now_us(u->srv);
@@ -442,12 +442,24 @@ void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len) {
         u->head = r;
     u->tail = r;
     u->npending++;
+}
+
+void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len) {
+    up_link(u, r);
     px_io_write(&u->io, data, len);
 }
 
-void px_upstream_extend(px_upstream *u, px_req *r, const char *data, size_t len) {
+void px_upstream_send_ref(px_upstream *u, px_req *r, const char *frame, size_t len) {
+    up_link(u, r);
+    px_io_write_ref(&u->io, frame, len);
+}
+
+void px_upstream_extend(px_upstream *u, px_req *r, const char *data, size_t len, int by_ref) {
     r->replies_left++;
-    px_io_write(&u->io, data, len);
+    if (by_ref)
+        px_io_write_ref(&u->io, data, len);
+    else
+        px_io_write(&u->io, data, len);
     /* A run longer than one read's worth starts reaching Redis before the
      * end of the loop iteration. Not sooner: a socket write wakes its reader
      * on the writer's CPU, where it waits until the writer sleeps, so an

@@ -202,10 +202,17 @@ void px_upstream_unpin(px_upstream *u, int clean);
 /* Appends one request's bytes and its record. The record must be linked in
  * the client's slots by the caller first. */
 void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len);
+/* The same for a frame of the client's input, appended by reference
+ * (px_io_write_ref: the caller calls px_io_settle before it returns to the
+ * loop), so that a transaction's frames, one after the other there, leave
+ * in one piece, written from where they lie when nothing is queued before
+ * them. */
+void px_upstream_send_ref(px_upstream *u, px_req *r, const char *frame, size_t len);
 
 /* Appends one more request whose reply belongs to r, which must be the
- * last request sent on u (a run: see px_req.replies_left). */
-void px_upstream_extend(px_upstream *u, px_req *r, const char *data, size_t len);
+ * last request sent on u (a run: see px_req.replies_left). by_ref: data is
+ * a frame of the client's input, as for px_upstream_send_ref. */
+void px_upstream_extend(px_upstream *u, px_req *r, const char *data, size_t len, int by_ref);
 
 /* Appends raw bytes with no reply expected to be matched (tunnels only). */
 void px_upstream_send_raw(px_upstream *u, const char *data, size_t len);
