@@ -24,6 +24,7 @@ import time
 
 import pytest
 
+from cachehelpers import wait_tracking_active
 from exacthelpers import (assert_same_pipeline, diff_transcripts, pipeline_raw, proxy_supports,
                           sidecache_info)
 from helpers import encode
@@ -382,7 +383,11 @@ def test_batch_counters_in_info(proxy, upstream):
     1,000 (skipped until the proxy reports the fields). Not exactly 1,000:
     where a read of the client's socket ends one command into a new block,
     that command goes alone (a block of one is no block), and how the
-    kernel splits the client's write into reads varies with the load."""
+    kernel splits the client's write into reads varies with the load.
+    Only once the proxy has Redis's command table (read at start-up, before
+    tracking is set up) can it tell writes from the rest: until then
+    nothing is batched, so the test waits for that."""
+    wait_tracking_active(proxy)
     before = sidecache_info(proxy)
     if "batch_blocks" not in before or "batch_commands" not in before:
         pytest.skip("batching not built (no batch_blocks/batch_commands in INFO)")

@@ -676,3 +676,65 @@ def test_long_transaction_matches_redis(proxy, ref, protocol):
     cmds = ([("MULTI",)] + [("SET", "k%d" % (i % 500), "v" * 1000) for i in range(12000)]
             + [("DBSIZE",), ("EXEC",), ("DBSIZE",)])
     assert_same_pipeline(proxy, ref, cmds, protocol=protocol)
+
+
+def _pieces_raw(ep, cmds, protocol, seed):
+    """Sends cmds as one byte stream cut in random pieces of 1 to 900 bytes,
+    with a pause now and then so that the proxy reads them apart (frames
+    split across reads, runs of queued commands cut anywhere); returns the
+    raw reply of each command."""
+    import random
+    rnd = random.Random(seed)
+    data = b"".join(encode(*x) for x in cmds)
+    c = ep.raw(auth=True, protocol=protocol, timeout=30.0)
+    try:
+        err = []
+
+        def run():
+            try:
+                at = 0
+                while at < len(data):
+                    n = rnd.randint(1, 900)
+                    c.send(data[at:at + n])
+                    at += n
+                    if rnd.random() < 0.2:
+                        time.sleep(0.001)
+            except Exception as e:  # reported below
+                err.append(e)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        frames = c.read_many_fast(len(cmds), 30.0)
+        t.join(30.0)
+        assert not err, err
+        return [f.raw for f in frames]
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_transaction_in_pieces_matches_redis(proxy, ref, protocol):
+    """A WATCHed transaction of 1,200 queued commands (the JuiceFS batch
+    unlink's shape) and one without WATCH, arriving in random pieces: the
+    proxy forwards the frames of the client's input by reference, and each
+    piece it reads ends such a run somewhere else. Every reply byte as
+    Redis's, and the data as Redis's after it. PING and ECHO, which the
+    proxy answers itself, come between forwarded frames: a reference that
+    ran on over them would send them to Redis too."""
+    cmds = [("SET", "w1", "0"), ("WATCH", "w1", "d7"), ("GET", "w1"), ("PING",), ("ECHO", "e"),
+            ("GET", "w1"), ("PING",), ("MULTI",)]
+    for i in range(400):
+        cmds += [("HSET", "d7", "f%d" % i, "v" * (i % 37)), ("SET", "i%d" % (7000 + i), "a" * (i % 90)),
+                 ("INCRBY", "used", "-%d" % i)]
+    cmds += [("GET", "nope"), ("EXEC",), ("HLEN", "d7"), ("GET", "i7399"), ("GET", "used"),
+             ("MULTI",), ("DEL", "i7001"), ("HDEL", "d7", "f1", "f2"), ("EXEC",), ("UNWATCH",),
+             ("HLEN", "d7"), ("EXISTS", "i7001")]
+    for seed in (1, 2, 3):
+        for ep in (proxy, ref):
+            c = ep.raw(auth=True)
+            c.cmd("FLUSHALL")
+            c.close()
+        want = _pieces_raw(ref, cmds, protocol, seed)
+        got = _pieces_raw(proxy, cmds, protocol, seed)
+        msg = diff_transcripts(cmds, want, got, "proxy")
+        assert msg is None, "seed %d: %s" % (seed, msg)
