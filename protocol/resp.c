@@ -36,6 +36,13 @@
  * - A line limit is judged on the line itself (where its terminator is), not
  *   on how the bytes were split, so a frame fed whole, byte by byte or in any
  *   split gives the same result.
+ *
+ * Fast paths: what arrives whole and usual (a request frame of short
+ * lengths, runs of small integers and bulks inside an aggregate) is read in
+ * one pass with no resumable state (req_whole_frame, rep_simple_elements).
+ * They take nothing the general path would refuse or read differently: on
+ * anything else they stop, having changed no state that path reads, and it
+ * frames the same bytes. The unit tests run every case both ways.
  */
 #include "protocol/resp.h"
 
