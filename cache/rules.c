@@ -61,6 +61,59 @@ static void first_bytes_add(cache_rules *r, const char *p, size_t n) {
     r->first[b / 64] |= 1ULL << (b % 64);
 }
 
+/* Where the class that starts at p[0] == '[' ends (one past its ']'), read
+ * as cache_glob_match reads it; 0 for a class it would not read as closed,
+ * or one with '^' or an escape (left to the glob). */
+static size_t class_end(const char *p, size_t n) {
+    size_t i = 1;
+    if (i < n && p[i] == '^') return 0;
+    while (i < n && p[i] != ']') {
+        if (p[i] == '\\') return 0;
+        if (n - i >= 3 && p[i + 1] == '-' && p[i + 2] != ']') i += 2;
+        i++;
+    }
+    return i < n ? i + 1 : 0;
+}
+
+/* Reads the rule's pattern as the usual shape (cache_rule.simple) if it is
+ * one. The class's bytes are those the glob itself takes, one at a time. */
+static void compile_simple(cache_rule *rule) {
+    const char *p = rule->pattern;
+    size_t n = rule->plen, i = 0, ce = 0;
+    while (i < n && p[i] != '*' && p[i] != '?' && p[i] != '[' && p[i] != '\\') i++;
+    rule->lit_len = i;
+    rule->has_class = 0;
+    memset(rule->cls, 0, sizeof rule->cls);
+    if (i < n && p[i] == '[') {
+        if ((ce = class_end(p + i, n - i)) == 0) return;
+        for (unsigned b = 0; b < 256; b++) {
+            char c = (char)b;
+            if (cache_glob_match(p + i, ce, &c, 1)) rule->cls[b / 64] |= 1ULL << (b % 64);
+        }
+        rule->has_class = 1;
+        i += ce;
+    }
+    rule->tail_star = i < n;
+    for (; i < n; i++)
+        if (p[i] != '*') return;
+    rule->simple = 1;
+}
+
+/* One rule against a key. */
+static int rule_match(const cache_rule *rule, const char *key, size_t klen) {
+    if (!rule->simple) return cache_glob_match(rule->pattern, rule->plen, key, klen);
+    size_t need = rule->lit_len + (size_t)rule->has_class;
+    if (klen < need || (!rule->tail_star && klen != need)) return 0;
+    /* a few bytes ("i", "{1}d"): no call */
+    for (size_t i = 0; i < rule->lit_len; i++)
+        if (key[i] != rule->pattern[i]) return 0;
+    if (rule->has_class) {
+        unsigned b = (unsigned char)key[rule->lit_len];
+        return (int)((rule->cls[b / 64] >> (b % 64)) & 1);
+    }
+    return 1;
+}
+
 int cache_rules_add(cache_rules *r, const char *command, const char *pattern, const char *key_prefix,
                     char *err, size_t errlen) {
     int kind;
@@ -84,6 +137,8 @@ int cache_rules_add(cache_rules *r, const char *command, const char *pattern, co
     }
     rule->kind = kind;
     rule->plen = (size_t)n;
+    rule->simple = 0;
+    compile_simple(rule);
     r->nrules++;
     first_bytes_add(r, rule->pattern, rule->plen);
     return 0;
@@ -143,8 +198,7 @@ int cache_glob_match(const char *p, size_t plen, const char *s, size_t slen) {
 
 int cache_rules_match(const cache_rules *r, int kind, const char *key, size_t klen) {
     for (int i = 0; i < r->nrules; i++)
-        if (r->rules[i].kind == kind &&
-            cache_glob_match(r->rules[i].pattern, r->rules[i].plen, key, klen))
+        if (r->rules[i].kind == kind && rule_match(&r->rules[i], key, klen))
             return 1;
     return 0;
 }
@@ -155,7 +209,7 @@ int cache_rules_match_any(const cache_rules *r, const char *key, size_t klen) {
         if (!(r->first[b / 64] & (1ULL << (b % 64)))) return 0;
     }
     for (int i = 0; i < r->nrules; i++)
-        if (cache_glob_match(r->rules[i].pattern, r->rules[i].plen, key, klen)) return 1;
+        if (rule_match(&r->rules[i], key, klen)) return 1;
     return 0;
 }
 

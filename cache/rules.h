@@ -39,6 +39,14 @@ typedef struct cache_rule {
     int kind;         /* enum cache_kind */
     char pattern[256];
     size_t plen;      /* strlen(pattern): matched on every request */
+    /* The usual shape, matched without the glob: literal text (no wildcard,
+     * class or escape), then at most one class, then '*' or nothing
+     * ("i[1-9]*", "{1}d[1-9]*"). lit_len bytes of literal text; the class
+     * as the bytes it takes (bit b of cls[b / 64]). */
+    int simple;
+    int has_class, tail_star;
+    size_t lit_len;
+    uint64_t cls[4];
 } cache_rule;
 
 typedef struct cache_rules {

@@ -153,6 +153,56 @@ static void test_match_any_is_match_of_some_kind(void) {
         }
 }
 
+/* Patterns of the shape matched without the glob (literal text, a class,
+ * '*') and patterns near it, against every short key over the bytes they
+ * name: a rule matches exactly what the glob does. */
+static void test_simple_shapes_match_as_the_glob(void) {
+    static const char *const patterns[] = {
+        "i[1-9]*", "{1}d[1-9]*", "abc", "abc*", "a**", "[a-c]", "[a-c]*", "*", "", "x[ac-]*", "x[a-]",
+        "x[]a]*", "x[a", "x[^a]*", "x[\\a]*", "a\\*", "a?*", "i[1-9]*x", "[z-a]*", "d[1-9]", "i1*",
+    };
+    static const char alphabet[] = {'a', 'b', 'c', 'd', 'i', 'x', 'z', '1', '9', '0', '-', ']', '*', '{', '}',
+                                    '\\', '^', '\0', (char)0xff};
+    const size_t na = sizeof alphabet;
+    int simple = 0;
+    for (size_t i = 0; i < sizeof patterns / sizeof *patterns; i++) {
+        cache_rules r;
+        char err[256];
+        cache_rules_init(&r);
+        REQUIRE(cache_rules_add(&r, "GET", patterns[i], NULL, err, sizeof err) == 0);
+        simple += r.rules[0].simple;
+        /* every key of 0 to 4 bytes over the alphabet, and every byte after
+         * the pattern's literal text */
+        char key[8];
+        size_t total = 1, pow = 1;
+        for (int len = 1; len <= 4; len++) total += (pow *= na);
+        for (size_t code = 0; code < total; code++) {
+            size_t c = code, len = 0, span = 1;
+            while (len < 4 && c >= span) c -= span, span *= na, len++;
+            for (size_t k = 0; k < len; k++, c /= na) key[k] = alphabet[c % na];
+            int want = cache_glob_match(patterns[i], strlen(patterns[i]), key, len);
+            if (cache_rules_match(&r, CACHE_KIND_GET, key, len) != want) {
+                fprintf(stderr, "pattern %s, key of %zu bytes: glob %d\n", patterns[i], len, want);
+                CHECK(0);
+                break;
+            }
+        }
+        for (unsigned b = 0; b < 256; b++) {
+            size_t lit = r.rules[0].lit_len;
+            if (lit + 2 > sizeof key) break;
+            memcpy(key, patterns[i], lit);
+            key[lit] = (char)b;
+            key[lit + 1] = 'q';
+            for (size_t len = lit + 1; len <= lit + 2; len++)
+                CHECK_EQ_INT(cache_rules_match(&r, CACHE_KIND_GET, key, len),
+                             cache_glob_match(patterns[i], strlen(patterns[i]), key, len));
+        }
+        cache_rules_deinit(&r);
+    }
+    /* the usual shapes are read as such (the rest goes to the glob) */
+    CHECK(simple >= 12);
+}
+
 int main(void) {
     RUN(test_leading_class_is_expanded);
     RUN(test_track_by_replaces_what_it_covers);
@@ -160,5 +210,6 @@ int main(void) {
     RUN(test_track_by_that_covers_nothing_is_left_out);
     RUN(test_a_rule_for_every_key_tracks_all);
     RUN(test_match_any_is_match_of_some_kind);
+    RUN(test_simple_shapes_match_as_the_glob);
     return unit_report();
 }
