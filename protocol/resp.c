@@ -150,7 +150,14 @@ int resp_read_bulk(const char *buf, size_t len, size_t at, const char **val, siz
         *next = at + 3;
         return 2;
     }
-    if ((p = resp_read_int_line(buf, len, at, '$', &n)) == 0) return 0;
+    if (at < len && len - at >= 4 && buf[at] == '$' && buf[at + 1] - '0' >= 0 && buf[at + 1] - '0' < 10 &&
+        buf[at + 2] == '\r' && buf[at + 3] == '\n') {
+        /* a length of one digit, as most keys have: no line search */
+        n = buf[at + 1] - '0';
+        p = at + 4;
+    } else if ((p = resp_read_int_line(buf, len, at, '$', &n)) == 0) {
+        return 0;
+    }
     if (n == -1) {
         *next = p;
         return 2;

@@ -1511,6 +1511,22 @@ static void test_read_helpers(void) {
     CHECK_EQ_INT(resp_read_bulk("$3\r\nabcX\r\n", 10, 0, &val, &vlen, &next), 0);
     CHECK_EQ_INT(resp_read_bulk("$-2\r\n", 5, 0, &val, &vlen, &next), 0);
     CHECK_EQ_INT(resp_read_bulk("+OK\r\n", 5, 0, &val, &vlen, &next), 0);
+    /* one digit (read without the line search) and more, whole and cut */
+    static const char *const whole[] = {"$0\r\n\r\n", "$1\r\na\r\n", "$9\r\n123456789\r\n",
+                                        "$10\r\n0123456789\r\n", "$2\r\n\r\n\r\n"};
+    for (size_t i = 0; i < sizeof whole / sizeof *whole; i++) {
+        size_t n = strlen(whole[i]);
+        CHECK_EQ_INT(resp_read_bulk(whole[i], n, 0, &val, &vlen, &next), 1);
+        CHECK_EQ_INT(next, n);
+        CHECK_EQ_INT(vlen, strtoul(whole[i] + 1, NULL, 10));
+        CHECK(val == whole[i] + (n - vlen - 2));
+        for (size_t cut = 0; cut < n; cut++) CHECK_EQ_INT(resp_read_bulk(whole[i], cut, 0, &val, &vlen, &next), 0);
+    }
+    CHECK_EQ_INT(resp_read_bulk("$01\r\na\r\n", 8, 0, &val, &vlen, &next), 0);
+    CHECK_EQ_INT(resp_read_bulk("$1\rX\r\na\r\n", 10, 0, &val, &vlen, &next), 0);
+    CHECK_EQ_INT(resp_read_bulk("$1\rXa\r\n", 7, 0, &val, &vlen, &next), 0);
+    CHECK_EQ_INT(resp_read_bulk("$1\r\naX\n", 7, 0, &val, &vlen, &next), 0);
+    CHECK_EQ_INT(resp_read_bulk("$/\r\n", 5, 0, &val, &vlen, &next), 0);
 }
 
 int main(void) {
