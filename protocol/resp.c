@@ -1041,8 +1041,12 @@ static void rep_simple_elements(resp_reply_parser *p, const char *buf, size_t le
         }
         --*rem;
     }
-    p->pos = at;
-    p->scan = at;
+    /* Nothing read leaves the line search where it stopped: a long line
+     * arriving in many reads is searched once, not once per read. */
+    if (at != p->pos) {
+        p->pos = at;
+        p->scan = at;
+    }
 }
 
 /* Completes the frame: the result fields are set, the state is fresh. */

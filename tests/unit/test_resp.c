@@ -1167,7 +1167,29 @@ static void test_reply_big_bulk(void) {
     CHECK_EQ_INT(rc, RESP_OK);
     CHECK_EQ_INT(p.payload_len, 2 * n);
     resp_reply_deinit(&p);
+
     CHECK(now_sec() - t0 < 20.0);
+
+    /* a 4 MB status line as an array's first element (as a script's reply
+     * can be), where the elements' fast path looks first: it must not
+     * move the line search back to the line's start (quadratic: minutes) */
+    lim.max_inline_len = 8 * 1024 * 1024;
+    in.len = 0;
+    str_cat(&in, "*2\r\n+");
+    for (i = 0; i < 4 * n; i++)
+        str_add(&in, "z", 1);
+    str_cat(&in, "\r\n:1\r\n");
+    t0 = now_sec();
+    resp_reply_init(&p, &lim);
+    for (len = 1; len <= in.len; len++) {
+        rc = resp_reply_parse(&p, in.p, len);
+        if (rc != RESP_AGAIN)
+            break;
+    }
+    CHECK_EQ_INT(rc, RESP_OK);
+    CHECK_EQ_INT(p.frame_len, in.len);
+    resp_reply_deinit(&p);
+    CHECK(now_sec() - t0 < 10.0);
 
     free(name);
     free(payload);
