@@ -52,6 +52,7 @@ struct px_caching {
     /* flushes by cause */
     uint64_t flush_tracking, flush_null, flush_write, flush_failover, flush_unknown_user;
     uint64_t hits_served, fills_begun;
+    uint64_t purges_skipped; /* write replies whose purge was skipped (purge_again) */
     uint64_t bypassed;       /* cacheable reads sent to Redis because the client
                                 had requests in flight (neither hit nor miss) */
     px_lookup *lookup;       /* lookup scripts answered here */
@@ -623,12 +624,14 @@ static void flush_for_write(struct px_caching *pc, const resp_arg *cmd) {
              cmd->ptr);
 }
 
-/* Anything invalidated or flushed since? (An invalidation can overtake the
- * reply of a read sent before it: then what the read returned for a key it
- * could not name at send time may be stale.) */
+/* Anything invalidated or flushed since, or a write answered? (An
+ * invalidation can overtake the reply of a read sent before it: then what
+ * the read returned for a key it could not name at send time may be stale.
+ * A write whose purge at its reply was skipped counts too: the read may have
+ * run before it, and its key had no placeholder for the purge to catch.) */
 static uint64_t change_seq(struct px_caching *pc) {
     const cache_stats *st = cache_get_stats(pc->cache);
-    return st->invalidations + st->flushes;
+    return st->invalidations + st->flushes + pc->purges_skipped;
 }
 
 /* The MGET's plan goes with the request; its missing keys begin fills. */
@@ -932,7 +935,12 @@ void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
  * them would have begun one (C3), so none can be cached. */
 static void purge_again(struct px_caching *pc, px_req *r) {
     uint64_t made = cache_get_stats(pc->cache)->placeholders_made;
-    if ((r->aux_flags & PX_AUX_PREPURGED) && made == r->purge_mark) return;
+    if ((r->aux_flags & PX_AUX_PREPURGED) && made == r->purge_mark) {
+        /* a lookup in flight names its inode only in its reply: it must
+         * not fill what this write may have changed (change_seq) */
+        pc->purges_skipped++;
+        return;
+    }
     invalidate_records(pc, r->aux, r->aux_len);
     r->purge_mark = made;
 }

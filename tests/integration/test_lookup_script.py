@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from cachehelpers import MODES, RELAY_ARGS, relay, relay_settle, start_cached  # noqa: F401
+from cachehelpers import MODES, RELAY_ARGS, cmd_matcher, relay, relay_settle, start_cached  # noqa: F401
 from exacthelpers import diff_transcripts
 from helpers import Err, encode
 
@@ -631,3 +631,63 @@ def test_lookups_while_renaming(cached, upstream, ref, script):
     print("reader lookups: %d, script hits: %s" % (counts[0], script_hits(st)))
     w.close()
     chk.close()
+
+
+# A lookup names its inode only in its reply, so no placeholder guards that
+# fill: a write answered while the lookup was in flight must reject it, also
+# when the write's purge at its reply is skipped (a transaction whose keys
+# were purged when it was sent). Redis's own invalidation is held back, so
+# only the proxy's bookkeeping can keep the old attribute out.
+ATTR_OLD = b"OLD" + b"\x01" * 68 + b"\x00"
+ATTR_NEW = b"NEW" + b"\x02" * 68 + b"\x00"
+
+
+@pytest.mark.parametrize("how", ["local_multi", "pinned_watch", "plain_set"])
+def test_lookup_fill_after_a_write_answered_meanwhile(relay, proxy_factory, upstream, how):
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
+    lookup = ("EVALSHA", SHA_V1, "2", "d1", "file")
+    base_relay, base_keys = relay.invalidation_count(), st["invalidation_keys"]
+    with upstream.raw(auth=True) as d:
+        d.cmd("HSET", "d1", "file", dentry(5))
+        d.cmd("SET", "i5", ATTR_OLD)
+        d.cmd("SCRIPT", "LOAD", LOOKUP_V1)
+    relay_settle(relay, st, base_relay, base_keys, ["d1", "i5"])
+    r = p.raw(auth=True)               # RESP2: one pool
+    w = p.raw(auth=True, protocol=3)   # RESP3: another pool, another connection to Redis
+    x = p.raw(auth=True)
+    for _ in range(3):
+        r.cmd(*lookup)
+    with st.delta() as dd:
+        r.cmd(*lookup)
+    assert dd["cache_script_hits"] == 1, dict(dd)
+    # i5 leaves the cache (a write on Redis, its invalidation processed); the dentry stays
+    b2, k2 = relay.invalidation_count(), st["invalidation_keys"]
+    with upstream.raw(auth=True) as d:
+        d.cmd("SET", "i5", ATTR_OLD)
+    relay_settle(relay, st, b2, k2, ["i5"])
+    relay.hold_tracking()
+    try:
+        if how == "local_multi":
+            assert w.cmd("MULTI").raw == b"+OK\r\n"
+            assert w.cmd("SET", "i5", ATTR_NEW).raw == b"+QUEUED\r\n"   # i5 purged here
+        elif how == "pinned_watch":
+            assert w.cmd("WATCH", "zz").raw == b"+OK\r\n"
+            assert w.cmd("MULTI").raw == b"+OK\r\n"
+            assert w.cmd("SET", "i5", ATTR_NEW).raw == b"+QUEUED\r\n"
+        else:  # a plain write, sent (and purged) before the lookup, run after it
+            hs = relay.hold_request(cmd_matcher("SET", "i5", ATTR_NEW))
+            w.send_cmd("SET", "i5", ATTR_NEW)
+            hs.wait()
+        h = relay.hold_reply(cmd_matcher(*lookup))
+        r.send_cmd(*lookup)                # dentry hit, i5 miss: forwarded
+        h.wait()                           # ran on Redis (read the old i5), reply held
+        if how == "plain_set":
+            hs.release()
+            assert w.read_frame().raw == b"+OK\r\n"
+        else:
+            assert b"OK" in w.cmd("EXEC").raw   # ran after the lookup; reply delivered
+        h.release()
+        assert ATTR_OLD in r.read_frame().raw   # what Redis answered the lookup
+        assert x.cmd("GET", "i5").value == ATTR_NEW, "stale after the write's reply"
+    finally:
+        relay.release_tracking()
