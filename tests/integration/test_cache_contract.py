@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cachehelpers import (MODES, RELAY_ARGS, confirm_cached, direct_read,  # noqa: F401
+from cachehelpers import (MODES, RELAY_ARGS, cmd_matcher, confirm_cached, direct_read,  # noqa: F401
                           make_tracked, relay, relay_settle, settle, start_cached, tracked_key,
                           value_of, wait_stat, wait_tracking_active, warm)
 from helpers import Err, encode, wait_until
@@ -1309,3 +1309,33 @@ def test_c10_expiry_becomes_visible(proxy_factory, upstream):
                what="the expired key to vanish through the proxy")
     print("expired key gone through the proxy after %.3fs (ttl 0.3s)" % (time.monotonic() - t0))
     assert time.monotonic() - t0 < 2.3
+
+
+@pytest.mark.xfail(strict=True, reason="a write through a tunnel is purged when sent only: its "
+                   "reply is not matched, so a read that Redis ran before it can fill the old "
+                   "value until Redis's invalidation arrives (known gap of C1)")
+def test_c1_tunnel_write_then_racing_fill(relay, proxy_factory, upstream):
+    """A tunnelled client's write, then a GET that Redis runs before it:
+    after the write's reply, the old value must not be served."""
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
+    base_relay, base_keys = relay.invalidation_count(), st["invalidation_keys"]
+    with upstream.raw(auth=True) as d:
+        d.cmd("SET", "i7", "old")
+    relay_settle(relay, st, base_relay, base_keys, ["i7"])
+    t, r, x = p.raw(auth=True), p.raw(auth=True), p.raw(auth=True)
+    assert t.cmd("CLIENT", "REPLY", "ON").raw == b"+OK\r\n"   # t is a tunnel from now on
+    relay.hold_tracking()
+    try:
+        hs = relay.hold_request(cmd_matcher("SET", "i7", "new"))
+        t.send_cmd("SET", "i7", "new")     # purged when sent, held before Redis
+        hs.wait()
+        h = relay.hold_reply(cmd_matcher("GET", "i7"))
+        r.send_cmd("GET", "i7")            # a fill begun after the purge; runs first on Redis
+        h.wait()
+        hs.release()
+        assert t.read_frame().raw == b"+OK\r\n"   # the write's reply delivered
+        h.release()
+        assert r.read_frame().value == b"old"
+        assert x.cmd("GET", "i7").value == b"new", "stale after the tunnel write's reply"
+    finally:
+        relay.release_tracking()
