@@ -734,6 +734,24 @@ static void test_req_big_bulk(void) {
     free(in.p);
 }
 
+/* Feeds in one more byte per call, ignoring need, until the framer stops
+ * asking; *len is how many bytes the last call saw. */
+static int req_bytewise(resp_req_parser *p, const str *in, size_t *len) {
+    int rc = RESP_AGAIN;
+    for (*len = 1; *len <= in->len; ++*len)
+        if ((rc = resp_req_parse(p, in->p, *len)) != RESP_AGAIN)
+            break;
+    return rc;
+}
+
+static int reply_bytewise(resp_reply_parser *p, const str *in, size_t *len) {
+    int rc = RESP_AGAIN;
+    for (*len = 1; *len <= in->len; ++*len)
+        if ((rc = resp_reply_parse(p, in->p, *len)) != RESP_AGAIN)
+            break;
+    return rc;
+}
+
 /* A framer that rescanned would be quadratic here: a million calls, each
  * with one more byte, ignoring need. */
 static void test_req_linear_time(void) {
@@ -750,11 +768,7 @@ static void test_req_linear_time(void) {
     str_cat(&in, "\r\n");
     resp_req_init(&p, NULL);
     t0 = now_sec();
-    for (len = 1; len <= in.len; len++) {
-        rc = resp_req_parse(&p, in.p, len);
-        if (rc != RESP_AGAIN)
-            break;
-    }
+    rc = req_bytewise(&p, &in, &len);
     CHECK_EQ_INT(rc, RESP_OK);
     CHECK_EQ_INT(len, in.len);
     CHECK_EQ_INT(p.argv[0].len, n);
@@ -770,11 +784,7 @@ static void test_req_linear_time(void) {
         str_add(&in, "y", 1);
     str_cat(&in, "\r\n");
     resp_req_init(&p, &lim);
-    for (len = 1; len <= in.len; len++) {
-        rc = resp_req_parse(&p, in.p, len);
-        if (rc != RESP_AGAIN)
-            break;
-    }
+    rc = req_bytewise(&p, &in, &len);
     CHECK_EQ_INT(rc, RESP_OK);
     CHECK_EQ_INT(p.argc, 2);
     CHECK_EQ_INT(p.argv[1].len, 2 * n);
@@ -786,11 +796,7 @@ static void test_req_linear_time(void) {
         str_add(&in, "1", 1);
     str_cat(&in, "\r\n");
     resp_req_init(&p, &lim);
-    for (len = 1; len <= in.len; len++) {
-        rc = resp_req_parse(&p, in.p, len);
-        if (rc != RESP_AGAIN)
-            break;
-    }
+    rc = req_bytewise(&p, &in, &len);
     CHECK_EQ_INT(rc, RESP_ERR);
     CHECK(strcmp(p.err, "Protocol error: invalid bulk length") == 0);
     resp_req_deinit(&p);
@@ -1141,11 +1147,7 @@ static void test_reply_big_bulk(void) {
     /* a million calls, one more byte each, ignoring need */
     t0 = now_sec();
     resp_reply_init(&p, NULL);
-    for (len = 1; len <= in.len; len++) {
-        rc = resp_reply_parse(&p, in.p, len);
-        if (rc != RESP_AGAIN)
-            break;
-    }
+    rc = reply_bytewise(&p, &in, &len);
     CHECK_EQ_INT(rc, RESP_OK);
     CHECK_EQ_INT(p.frame_len, 1048596);
     resp_reply_deinit(&p);
@@ -1159,11 +1161,7 @@ static void test_reply_big_bulk(void) {
         str_add(&in, "z", 1);
     str_cat(&in, "\r\n");
     resp_reply_init(&p, &lim);
-    for (len = 1; len <= in.len; len++) {
-        rc = resp_reply_parse(&p, in.p, len);
-        if (rc != RESP_AGAIN)
-            break;
-    }
+    rc = reply_bytewise(&p, &in, &len);
     CHECK_EQ_INT(rc, RESP_OK);
     CHECK_EQ_INT(p.payload_len, 2 * n);
     resp_reply_deinit(&p);
@@ -1181,11 +1179,7 @@ static void test_reply_big_bulk(void) {
     str_cat(&in, "\r\n:1\r\n");
     t0 = now_sec();
     resp_reply_init(&p, &lim);
-    for (len = 1; len <= in.len; len++) {
-        rc = resp_reply_parse(&p, in.p, len);
-        if (rc != RESP_AGAIN)
-            break;
-    }
+    rc = reply_bytewise(&p, &in, &len);
     CHECK_EQ_INT(rc, RESP_OK);
     CHECK_EQ_INT(p.frame_len, in.len);
     resp_reply_deinit(&p);
