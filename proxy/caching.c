@@ -932,7 +932,8 @@ void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
 
 /* Purges r's keys (aux) again, unless they were purged when sent
  * (PX_AUX_PREPURGED) and the cache began no entry since: a fill of any of
- * them would have begun one (C3), so none can be cached. */
+ * them would have begun one (C3), so none can be cached; the one fill that
+ * begins its entry at the reply (a lookup's inode) checks change_seq. */
 static void purge_again(struct px_caching *pc, px_req *r) {
     uint64_t made = cache_get_stats(pc->cache)->placeholders_made;
     if ((r->aux_flags & PX_AUX_PREPURGED) && made == r->purge_mark) {
