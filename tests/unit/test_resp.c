@@ -1165,7 +1165,6 @@ static void test_reply_big_bulk(void) {
     CHECK_EQ_INT(rc, RESP_OK);
     CHECK_EQ_INT(p.payload_len, 2 * n);
     resp_reply_deinit(&p);
-
     CHECK(now_sec() - t0 < 20.0);
 
     /* a 4 MB status line as an array's first element (as a script's reply
