@@ -17,12 +17,18 @@
  * that another prefix covers are dropped (Redis refuses overlapping ones);
  * an empty prefix means every key.
  *
- * Fewer prefixes cost Redis less: for every key a command writes, it
- * compares the key with each prefix (trackingRememberKeyToBroadcast). So a
- * rule set may name a coarser prefix to track by (cache_rules_track_by),
- * where the keys it adds never change or do not exist: JuiceFS has no key
- * but the inodes' that begins with "i", and "i" replaces i1 ... i9 (a
- * JuiceFS batch unlink writes about 1,000 keys per transaction).
+ * Fewer prefixes cost Redis less: for every key any command writes, Redis
+ * walks the whole prefix table (trackingRememberKeyToBroadcast), whatever
+ * the key. So a rule set may name a coarser prefix to track by
+ * (cache_rules_track_by, cache-track-prefix), trading that walk for
+ * invalidations of keys that are never cached. The JuiceFS profile tracks
+ * by "i" and "d", as JuiceFS's own client-side cache does: "d" also covers
+ * delfiles and the dir* statistics, which then cost Redis an invalidation
+ * message each when written alone (a ZREM delfiles per file deleted in the
+ * background, a dir-stat flush a second per mount), while i1 ... i9 and
+ * d1 ... d9 would cost every write of every key: 1.35x Redis's
+ * instructions per batch-unlink transaction against 1.15x with the two
+ * (bench/tracking_cost.sh).
  *
  * Pure: no I/O, no globals.
  */
@@ -72,7 +78,8 @@ int cache_rules_add(cache_rules *r, const char *command, const char *pattern, co
                     char *err, size_t errlen);
 
 /* Tracks by key_prefix + prefix (not empty) instead of every derived prefix
- * that begins with it. Returns 0, or -1 with a reason in err. */
+ * that begins with it (one that covers none is left out). Returns 0, or -1
+ * with a reason in err. */
 int cache_rules_track_by(cache_rules *r, const char *prefix, const char *key_prefix, char *err, size_t errlen);
 
 /* Derives the tracking prefixes (see above). Returns 0, or -1 on OOM or too

@@ -259,16 +259,19 @@ int px_caching_init(px_server *srv) {
     srv->caching = pc;
     cache_rules_init(&pc->rules);
     if (cfg->profile == PX_PROFILE_JUICEFS) {
-        /* tracked by i, d1 ... d9: JuiceFS has no key but the inodes' that
-         * begins with i, while dirUsedSpace, delfiles and others that change
-         * all the time begin with d (cache/rules.h) */
+        /* tracked by i and d, not i1 ... i9 and d1 ... d9: Redis walks
+         * every prefix for every key written (cache/rules.h) */
         if (add_rule_line(srv, "GET i[1-9]*", err, sizeof err) != 0 ||
             add_rule_line(srv, "HGET d[1-9]*", err, sizeof err) != 0 ||
-            cache_rules_track_by(&pc->rules, "i", cfg->key_prefix, err, sizeof err) != 0)
+            cache_rules_track_by(&pc->rules, "i", cfg->key_prefix, err, sizeof err) != 0 ||
+            cache_rules_track_by(&pc->rules, "d", cfg->key_prefix, err, sizeof err) != 0)
             goto bad;
     }
     for (int i = 0; i < cfg->ncache_rules; i++)
         if (add_rule_line(srv, cfg->cache_rules[i], err, sizeof err) != 0) goto bad;
+    for (int i = 0; i < cfg->ntrack_prefixes; i++)
+        if (cache_rules_track_by(&pc->rules, cfg->track_prefixes[i], cfg->key_prefix, err, sizeof err) != 0)
+            goto bad;
     if (pc->rules.nrules == 0) {
         px_notice("cache off: no cache rules (profile none and no cache-rule)");
         px_caching_deinit(srv);

@@ -178,6 +178,10 @@ static const px_directive px_directives[] = {
     {.name = "cache-rule", .type = PX_CT_APPEND, PX_FIELD(cache_rules),
      .off2 = offsetof(px_config, ncache_rules), .min = 2, .max = PX_MAX_RULES, .def = "",
      .arg = "<GET|HGET> <pattern>", .help = "Cache this read of keys matching the glob pattern (repeatable)"},
+    {.name = "cache-track-prefix", .type = PX_CT_APPEND, PX_FIELD(track_prefixes),
+     .off2 = offsetof(px_config, ntrack_prefixes), .min = 1, .max = PX_MAX_RULES, .def = "",
+     .arg = "<prefix>",
+     .help = "Have Redis track by this prefix instead of the narrower ones the rules imply (repeatable)"},
     {.name = "cache-readonly-script", .type = PX_CT_APPEND, PX_FIELD(readonly_scripts),
      .off2 = offsetof(px_config, nreadonly_scripts), .min = 1, .max = PX_MAX_SCRIPTS, .def = "",
      .arg = "<sha1>", .help = "EVALSHA of this script writes nothing: no cache flush (repeatable)"},
@@ -480,6 +484,11 @@ static int set_append(const px_directive *d, px_config *c, int argc, char **argv
         }
         if (argv[1][0] == '\0' || strchr(argv[1], ' ') != NULL) {
             seterr(err, errlen, "%s: the pattern must be one word, not empty", d->name);
+            return -1;
+        }
+    } else if (strcmp(d->name, "cache-track-prefix") == 0) {
+        if (argv[0][0] == '\0' || strchr(argv[0], ' ') != NULL) {
+            seterr(err, errlen, "%s: the prefix must be one word, not empty", d->name);
             return -1;
         }
     } else if (!is_hex40(argv[0])) {

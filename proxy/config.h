@@ -91,6 +91,8 @@ typedef struct px_config {
     char key_prefix[64];           /* put before every rule pattern ("{1}") */
     char cache_rules[PX_MAX_RULES][PX_RULE_LEN]; /* "COMMAND PATTERN", one per cache-rule line */
     int ncache_rules;
+    char track_prefixes[PX_MAX_RULES][PX_RULE_LEN]; /* cache-track-prefix lines: coarser tracking prefixes */
+    int ntrack_prefixes;
     char readonly_scripts[PX_MAX_SCRIPTS][41];   /* SHA1s of scripts that write nothing */
     int nreadonly_scripts;
     char lookup_scripts[PX_MAX_SCRIPTS][41];     /* SHA1s of lookup scripts answered from the cache */

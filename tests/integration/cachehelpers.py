@@ -1080,9 +1080,9 @@ def settle(st, write, n=1, timeout=3.0):
 
 
 def tracked_key(k):
-    """Is k under the juicefs profile's tracking prefixes (i, d1..d9)?"""
+    """Is k under the juicefs profile's tracking prefixes (i, d)?"""
     k = k.encode() if isinstance(k, str) else bytes(k)
-    return k[:1] == b"i" or (len(k) >= 2 and k[:1] == b"d" and k[1:2] in b"123456789")
+    return k[:1] in (b"i", b"d")
 
 
 def relay_settle(relay, st, base_relay, base_keys, keys, timeout=3.0):

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from cachehelpers import (MODES, SIDECACHE_FIELDS, Stats, make_tracked, parse_sidecache_section,
-                          start_cached, warm)
+                          start_cached, wait_stat, warm)
 from helpers import wait_until
 
 pytestmark = pytest.mark.proxy_only
@@ -177,6 +177,59 @@ def test_key_prefix_directive(proxy_factory, upstream):
     d.set("{1}i5", "p2")
     wait_until(lambda: c.cmd("GET", "{1}i5").value == b"p2", timeout=2.0, interval=0.005,
                what="invalidation of a prefixed key")
+
+
+def _invalidated_keys(st, d, writes, then_key):
+    """Sends `writes` directly to Redis, then a SET of `then_key` (tracked):
+    once that invalidation is counted, every one Redis sent before it is
+    (one connection, in order). Returns how many keys were counted besides
+    then_key's."""
+    before = st.get()["invalidation_keys"]
+    for w in writes:
+        d.execute_command(*w)
+    d.set(then_key, "v")
+    after = wait_stat(st, "invalidation_keys", before + 1, what="the last write's invalidation")
+    return after["invalidation_keys"] - before - 1
+
+
+def test_juicefs_profile_tracks_by_i_and_d(proxy_factory, upstream):
+    """The juicefs profile has Redis track by i and d (two prefixes, as
+    JuiceFS's own client-side cache; cache/rules.h): a write of a d key that
+    is never cached (dirUsedSpace, delfiles) is sent to the proxy, a write
+    of any other JuiceFS key is not."""
+    p, st = start_cached(proxy_factory, mode="bcast")
+    d = upstream.client()
+    assert _invalidated_keys(st, d, [("HINCRBY", "dirUsedSpace", "1", "5")], "i1") == 1
+    assert _invalidated_keys(st, d, [("ZADD", "delfiles", "1", "2:0")], "i1") == 1
+    others = [("INCRBY", "usedSpace", "4096"), ("INCR", "nextinode"), ("RPUSH", "c1_0", "s"),
+              ("HINCRBY", "sliceRef", "k1_4", "1"), ("SET", "setting", "{}")]
+    assert _invalidated_keys(st, d, others, "d1") == 0
+
+
+@pytest.mark.parametrize("track", [False, True], ids=["derived", "cache-track-prefix"])
+def test_cache_track_prefix_directive(track, proxy_factory, upstream):
+    """The rule GET user:[0-9]* is tracked by user:0 ... user:9; with
+    --cache-track-prefix user: by user:, so a write of user:x is sent to the
+    proxy too. Either way a cached key is invalidated."""
+    args = ("--profile", "none", "--cache-rule", "GET", "user:[0-9]*")
+    if track:
+        args += ("--cache-track-prefix", "user:")
+    p, st = start_cached(proxy_factory, args=args, mode="bcast")
+    d = upstream.client()
+    d.set("user:1", "a")
+    c = p.raw(auth=True)
+    assert warm(c, st, ("GET", "user:1")) == [b"a"]
+    assert _invalidated_keys(st, d, [("SET", "user:x", "1"), ("SET", "other", "1")], "user:2") == int(track)
+    d.set("user:1", "b")
+    wait_until(lambda: c.cmd("GET", "user:1").value == b"b", timeout=2.0, interval=0.005,
+               what="invalidation of a cached key")
+
+
+def test_cache_track_prefix_must_not_be_empty(proxy_factory):
+    """An empty tracking prefix would be every key: refused at start-up."""
+    with pytest.raises(RuntimeError) as e:
+        proxy_factory(args=("--cache-track-prefix", ""))
+    assert "cache-track-prefix: the prefix must be one word, not empty" in str(e.value)
 
 
 def test_cache_ttl_directive(proxy_factory, upstream):

@@ -349,6 +349,25 @@ static void test_string(void) {
     px_config_deinit(&c);
 }
 
+/* cache-track-prefix: repeatable, one word, not empty (empty would be every
+ * key, which the rules alone decide) */
+static void test_cache_track_prefix(void) {
+    px_config c;
+    char err[256];
+    px_config_init(&c);
+    CHECK_EQ_INT(c.ntrack_prefixes, 0);
+    CHECK_EQ_INT(set1(&c, "cache-track-prefix", "user:", err, sizeof(err)), 0);
+    CHECK_EQ_INT(set1(&c, "cache-track-prefix", "d", err, sizeof(err)), 0);
+    CHECK_EQ_INT(c.ntrack_prefixes, 2);
+    CHECK_STR(c.track_prefixes[0], "user:");
+    CHECK_STR(c.track_prefixes[1], "d");
+    CHECK_EQ_INT(set1(&c, "cache-track-prefix", "", err, sizeof(err)), -1);
+    CHECK_STR(err, "cache-track-prefix: the prefix must be one word, not empty");
+    CHECK_EQ_INT(set1(&c, "cache-track-prefix", "a b", err, sizeof(err)), -1);
+    CHECK_EQ_INT(c.ntrack_prefixes, 2);
+    px_config_deinit(&c);
+}
+
 static void test_octal(void) {
     static const struct { const char *in; int want; } ok[] = {
         {"0", 0}, {"700", 0700}, {"0700", 0700}, {"0777", 0777}, {"777", 0777},
@@ -1154,6 +1173,7 @@ int main(void) {
     RUN(test_bool);
     RUN(test_enum);
     RUN(test_string);
+    RUN(test_cache_track_prefix);
     RUN(test_octal);
     RUN(test_argument_counts_and_unknown);
     RUN(test_bind_list);

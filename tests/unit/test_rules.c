@@ -41,20 +41,23 @@ static int tracked(const cache_rules *r, const char *key) {
     return 0;
 }
 
-/* The juicefs profile's rules, with key_prefix, and "i" to track by when
- * track_i. */
-static void juicefs_rules(cache_rules *r, const char *key_prefix, int track_i) {
+/* The juicefs profile's rules, with key_prefix, tracked by the prefixes
+ * the rules imply (TRACK_DERIVED), by "i" and those of the d rule
+ * (TRACK_I), or by "i" and "d", as the profile is (TRACK_I_D). */
+enum { TRACK_DERIVED, TRACK_I, TRACK_I_D };
+static void juicefs_rules(cache_rules *r, const char *key_prefix, int track) {
     char err[256];
     cache_rules_init(r);
     CHECK_EQ_INT(cache_rules_add(r, "GET", "i[1-9]*", key_prefix, err, sizeof err), 0);
     CHECK_EQ_INT(cache_rules_add(r, "HGET", "d[1-9]*", key_prefix, err, sizeof err), 0);
-    if (track_i) CHECK_EQ_INT(cache_rules_track_by(r, "i", key_prefix, err, sizeof err), 0);
+    if (track != TRACK_DERIVED) CHECK_EQ_INT(cache_rules_track_by(r, "i", key_prefix, err, sizeof err), 0);
+    if (track == TRACK_I_D) CHECK_EQ_INT(cache_rules_track_by(r, "d", key_prefix, err, sizeof err), 0);
     CHECK_EQ_INT(cache_rules_derive_prefixes(r, err, sizeof err), 0);
 }
 
 static void test_leading_class_is_expanded(void) {
     cache_rules r;
-    juicefs_rules(&r, "", 0);
+    juicefs_rules(&r, "", TRACK_DERIVED);
     CHECK(strcmp(prefix_list(&r), "d1,d2,d3,d4,d5,d6,d7,d8,d9,i1,i2,i3,i4,i5,i6,i7,i8,i9") == 0);
     CHECK(!tracked(&r, "dirUsedSpace") && !tracked(&r, "delfiles") && !tracked(&r, "i0"));
     cache_rules_deinit(&r);
@@ -62,10 +65,9 @@ static void test_leading_class_is_expanded(void) {
 
 static void test_track_by_replaces_what_it_covers(void) {
     cache_rules r;
-    juicefs_rules(&r, "", 1);
+    juicefs_rules(&r, "", TRACK_I);
     CHECK(strcmp(prefix_list(&r), "d1,d2,d3,d4,d5,d6,d7,d8,d9,i") == 0);
-    /* every key a rule caches is still tracked; d keys that change all the
-     * time still are not */
+    /* every key a rule caches is still tracked; other d keys still are not */
     const char *cached[] = {"i1", "i9", "i123456", "d1", "d42", "d9x"};
     for (size_t k = 0; k < sizeof cached / sizeof *cached; k++) {
         int kind = cached[k][0] == 'i' ? CACHE_KIND_GET : CACHE_KIND_HGET;
@@ -78,11 +80,35 @@ static void test_track_by_replaces_what_it_covers(void) {
     cache_rules_deinit(&r);
 }
 
+/* The profile's two prefixes cover every key its rules cache, and keys of
+ * JuiceFS's that begin with d and are never cached; no other. */
+static void test_juicefs_profile_tracks_by_i_and_d(void) {
+    cache_rules r;
+    juicefs_rules(&r, "", TRACK_I_D);
+    CHECK(strcmp(prefix_list(&r), "d,i") == 0);
+    const char *cached[] = {"i1", "i9", "i123456", "d1", "d42", "d9x"};
+    for (size_t k = 0; k < sizeof cached / sizeof *cached; k++) {
+        int kind = cached[k][0] == 'i' ? CACHE_KIND_GET : CACHE_KIND_HGET;
+        CHECK(cache_rules_match(&r, kind, cached[k], strlen(cached[k])));
+        CHECK(tracked(&r, cached[k]));
+    }
+    CHECK(tracked(&r, "dirUsedSpace") && tracked(&r, "delfiles"));
+    const char *others[] = {"usedSpace", "totalInodes", "nextinode", "c1_0", "sliceRef", "setting", "x1"};
+    for (size_t k = 0; k < sizeof others / sizeof *others; k++) CHECK(!tracked(&r, others[k]));
+    /* what is cached does not change */
+    CHECK(!cache_rules_match(&r, CACHE_KIND_HGET, "delfiles", 8) && !cache_rules_match(&r, CACHE_KIND_GET, "i0", 2));
+    cache_rules_deinit(&r);
+}
+
 static void test_track_by_takes_the_key_prefix(void) {
     cache_rules r;
-    juicefs_rules(&r, "{vol}", 1);
+    juicefs_rules(&r, "{vol}", TRACK_I);
     CHECK(strcmp(prefix_list(&r), "{vol}d1,{vol}d2,{vol}d3,{vol}d4,{vol}d5,{vol}d6,{vol}d7,{vol}d8,{vol}d9,{vol}i") == 0);
     CHECK(tracked(&r, "{vol}i77") && !tracked(&r, "i77") && !tracked(&r, "{vol}dirUsedSpace"));
+    cache_rules_deinit(&r);
+    juicefs_rules(&r, "{vol}", TRACK_I_D);
+    CHECK(strcmp(prefix_list(&r), "{vol}d,{vol}i") == 0);
+    CHECK(tracked(&r, "{vol}d77") && tracked(&r, "{vol}dirUsedSpace") && !tracked(&r, "d77"));
     cache_rules_deinit(&r);
 }
 
@@ -206,6 +232,7 @@ static void test_simple_shapes_match_as_the_glob(void) {
 int main(void) {
     RUN(test_leading_class_is_expanded);
     RUN(test_track_by_replaces_what_it_covers);
+    RUN(test_juicefs_profile_tracks_by_i_and_d);
     RUN(test_track_by_takes_the_key_prefix);
     RUN(test_track_by_that_covers_nothing_is_left_out);
     RUN(test_a_rule_for_every_key_tracks_all);
