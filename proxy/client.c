@@ -491,7 +491,6 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
 }
 
 static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len) {
-    int release = (r->aux_flags & PX_AUX_HOLD_END) != 0;
     c->inflight--;
     if (c->inflight == 0) c->inflight_on = NULL;
     if (c->state == PX_CLIENT_CLOSED) {
@@ -512,7 +511,6 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
         if (early_add(c, r, data, len) != 0) return;
         r->done = 1;
     }
-    if (release) px_io_hold(&c->io, 0);
     if (c->state == PX_CLIENT_CLOSED) return;
     if (c->inflight == 0) c->blocking = 0;
     maybe_unpin(c);
@@ -658,6 +656,10 @@ static int run_extend(px_client *c, const char *frame) {
     return 1;
 }
 
+/* Queued commands of a transaction on the client's own connection wait to
+ * be written until this many bytes of them are parsed (forward_pinned). */
+#define TXN_EAGER_BYTES 16384
+
 /* Records what a forwarded command does to the transaction state. */
 static void track_txn(px_client *c, int id) {
     switch (id) {
@@ -689,6 +691,10 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
     track_txn(c, id);
     if (queued && run_extend(c, frame)) {
         px_caching_on_send(c, c->pinned, NULL, 0, 1);
+        /* a long transaction starts reaching Redis while the proxy parses
+         * the rest of it: Redis queues what it has meanwhile (it reads
+         * 16 KB at a time itself) */
+        px_io_write_early(&c->pinned->io, TXN_EAGER_BYTES);
         return;
     }
     int watch = id == CMD_WATCH && !c->in_multi;
@@ -707,15 +713,10 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
          * proxy, sending on without waiting for that reply, took as queued */
         px_io_write_early(&c->pinned->io, 1);
         px_caching_txn_close(c, r);
+        /* The +OK and +QUEUED replies before EXEC's go on to the client
+         * as Redis sends them, in pieces as it reads the block: the client
+         * reads them while Redis runs the transaction, not after it. */
         if (id == CMD_EXEC) txn_acl_exec(c, r);
-        /* Sent with its MULTI and commands in one go, the client waits for
-         * nothing but EXEC's reply: the replies before it (+OK, +QUEUED …,
-         * which Redis sends as it reads the block, in several pieces) go
-         * out with it, in one write that wakes the client once. */
-        if (id == CMD_EXEC && c->slots_head != r) {
-            r->aux_flags |= PX_AUX_HOLD_END;
-            px_io_hold(&c->io, 1);
-        }
     }
     if (watch) watch_send(c, c->pinned, r);
     /* a queued command's reply is +QUEUED or an error, with nothing to

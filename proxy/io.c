@@ -84,7 +84,7 @@ static int io_write_now(px_io *io) {
 }
 
 static void io_queue_flush(px_io *io) {
-    if (io->flush_queued || io->closed || io->connecting || io->held) return;
+    if (io->flush_queued || io->closed || io->connecting) return;
     io->flush_queued = 1;
     io->next_flush = io->srv->flush_list;
     io->srv->flush_list = io;
@@ -97,14 +97,8 @@ void px_io_flush_all(px_server *srv) {
         srv->flush_list = io->next_flush;
         io->next_flush = NULL;
         io->flush_queued = 0;
-        if (!io->closed && !io->want_write && !io->held) io_write_now(io);
+        if (!io->closed && !io->want_write) io_write_now(io);
     }
-}
-
-void px_io_hold(px_io *io, int on) {
-    if (io->held == on) return;
-    io->held = on;
-    if (!on && !io->want_write && evbuffer_get_length(io->out) > 0) io_queue_flush(io);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -61,7 +61,6 @@ typedef struct px_io {
     int want_write;       /* write event armed */
     int flush_queued;     /* on srv's flush list */
     int closed;
-    int held;             /* px_io_hold: the iteration's flush skips it */
     const char *ref;      /* px_io_write_ref: ref_len bytes not yet in out */
     size_t ref_len;
     struct px_io *next_flush;
@@ -122,10 +121,6 @@ void px_io_settle(px_server *srv);
 void px_io_write_early(px_io *io, size_t min_pending);
 /* Moves all of buf to the output (buf is left empty). */
 void px_io_write_buffer(px_io *io, struct evbuffer *buf);
-/* Holds the output back from the iteration's flushes (on = 1) until
- * released (on = 0, which queues it). Only an optimisation: bytes held may
- * still leave with a write the socket was already waiting for. */
-void px_io_hold(px_io *io, int on);
 /* Bytes not yet written to the socket. */
 size_t px_io_pending(const px_io *io);
 

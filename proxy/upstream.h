@@ -92,8 +92,6 @@ enum px_aux_flag {
     PX_AUX_MULTI_OPEN = 1 << 16, /* that MULTI opened transaction fill_token
                                     (px_client.txn_seq): refused, it did not */
     PX_AUX_CTL_DISCARD = 1 << 17, /* a PX_REQ_TXN_CTL that is a DISCARD */
-    PX_AUX_HOLD_END = 1 << 18,    /* the EXEC whose reply ends the hold on its
-                                     client's output (client.c, forward_pinned) */
 };
 
 typedef struct px_req {

@@ -137,3 +137,22 @@ def test_multi_exec_pipelined_in_one_write(proxy, upstream):
     assert [f.raw for f in fr] == [b"+OK\r\n", b"+QUEUED\r\n", b"+QUEUED\r\n", b"+QUEUED\r\n",
                                    b"*3\r\n+OK\r\n:2\r\n:3\r\n", b"$1\r\n3\r\n"]
     assert upstream.client().get("m") == b"3"
+
+
+@pytest.mark.parametrize("target", ["proxy", "ref"])
+def test_queued_replies_arrive_while_exec_runs(request, target):
+    """A WATCH transaction longer than Redis reads at once (16 KB), sent in
+    one write: Redis sends the +OK and +QUEUED replies of what it read first
+    before it runs EXEC (here held up by a DEBUG SLEEP queued at its end),
+    and the proxy passes them on as they come, not with EXEC's reply."""
+    ep = request.getfixturevalue(target)
+    n = 2000
+    cmds = ([("WATCH", "q"), ("MULTI",)] + [("SET", "q", "v" * 30)] * n
+            + [("DEBUG", "SLEEP", "2"), ("EXEC",)])
+    with ep.raw(auth=True) as c:
+        c.send(b"".join(encode(*x) for x in cmds))
+        first = c.read_frames(2 + n // 2, timeout=1.2)
+        assert [f.raw for f in first] == [b"+OK\r\n"] * 2 + [b"+QUEUED\r\n"] * (n // 2)
+        rest = c.read_frames(n // 2 + 2, timeout=10.0)
+        assert [f.raw for f in rest[:-1]] == [b"+QUEUED\r\n"] * (n // 2 + 1)
+        assert rest[-1].raw.startswith(b"*%d\r\n+OK\r\n" % (n + 1))
