@@ -63,17 +63,22 @@ static void test_leading_class_is_expanded(void) {
     cache_rules_deinit(&r);
 }
 
+/* Keys the JuiceFS rules cache are cached, and tracked. */
+static void check_cached_keys_tracked(const cache_rules *r) {
+    const char *cached[] = {"i1", "i9", "i123456", "d1", "d42", "d9x"};
+    for (size_t k = 0; k < sizeof cached / sizeof *cached; k++) {
+        int kind = cached[k][0] == 'i' ? CACHE_KIND_GET : CACHE_KIND_HGET;
+        CHECK(cache_rules_match(r, kind, cached[k], strlen(cached[k])));
+        CHECK(tracked(r, cached[k]));
+    }
+}
+
 static void test_track_by_replaces_what_it_covers(void) {
     cache_rules r;
     juicefs_rules(&r, "", TRACK_I);
     CHECK(strcmp(prefix_list(&r), "d1,d2,d3,d4,d5,d6,d7,d8,d9,i") == 0);
     /* every key a rule caches is still tracked; other d keys still are not */
-    const char *cached[] = {"i1", "i9", "i123456", "d1", "d42", "d9x"};
-    for (size_t k = 0; k < sizeof cached / sizeof *cached; k++) {
-        int kind = cached[k][0] == 'i' ? CACHE_KIND_GET : CACHE_KIND_HGET;
-        CHECK(cache_rules_match(&r, kind, cached[k], strlen(cached[k])));
-        CHECK(tracked(&r, cached[k]));
-    }
+    check_cached_keys_tracked(&r);
     CHECK(!tracked(&r, "dirUsedSpace") && !tracked(&r, "delfiles") && !tracked(&r, "usedSpace"));
     /* what is cached does not change */
     CHECK(!cache_rules_match(&r, CACHE_KIND_GET, "i0", 2) && !cache_rules_match(&r, CACHE_KIND_GET, "ix", 2));
@@ -86,12 +91,7 @@ static void test_juicefs_profile_tracks_by_i_and_d(void) {
     cache_rules r;
     juicefs_rules(&r, "", TRACK_I_D);
     CHECK(strcmp(prefix_list(&r), "d,i") == 0);
-    const char *cached[] = {"i1", "i9", "i123456", "d1", "d42", "d9x"};
-    for (size_t k = 0; k < sizeof cached / sizeof *cached; k++) {
-        int kind = cached[k][0] == 'i' ? CACHE_KIND_GET : CACHE_KIND_HGET;
-        CHECK(cache_rules_match(&r, kind, cached[k], strlen(cached[k])));
-        CHECK(tracked(&r, cached[k]));
-    }
+    check_cached_keys_tracked(&r);
     CHECK(tracked(&r, "dirUsedSpace") && tracked(&r, "delfiles"));
     const char *others[] = {"usedSpace", "totalInodes", "nextinode", "c1_0", "sliceRef", "setting", "x1"};
     for (size_t k = 0; k < sizeof others / sizeof *others; k++) CHECK(!tracked(&r, others[k]));
