@@ -117,9 +117,17 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
  * SIGHUP: the configuration is read again from the same command line (and
  * the file it names). What can change at run time is applied: log level,
  * cache size, value limit and ttl, client limits and timeout. The rest
- * (addresses, upstream, rules, modes) needs a restart, and a change to it
+ * (addresses, upstream, rules and tracking prefixes, modes) needs a restart, and a change to it
  * is logged and ignored. A configuration that does not load changes nothing.
  */
+/* Do two lists of cache-rule or cache-track-prefix lines differ? */
+static int lines_differ(const char (*a)[PX_RULE_LEN], int na, const char (*b)[PX_RULE_LEN], int nb) {
+    if (na != nb) return 1;
+    for (int i = 0; i < na; i++)
+        if (strcmp(a[i], b[i]) != 0) return 1;
+    return 0;
+}
+
 static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
     px_server *srv = arg;
     px_config *fresh = malloc(sizeof *fresh);
@@ -134,7 +142,9 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
     px_config *cfg = srv->cfg;
     if (strcmp(fresh->upstream, cfg->upstream) != 0 || fresh->port != cfg->port ||
         strcmp(fresh->unixsocket, cfg->unixsocket) != 0 || fresh->profile != cfg->profile ||
-        fresh->ncache_rules != cfg->ncache_rules || fresh->tracking_mode != cfg->tracking_mode ||
+        lines_differ(fresh->cache_rules, fresh->ncache_rules, cfg->cache_rules, cfg->ncache_rules) ||
+        lines_differ(fresh->track_prefixes, fresh->ntrack_prefixes, cfg->track_prefixes, cfg->ntrack_prefixes) ||
+        fresh->tracking_mode != cfg->tracking_mode ||
         (fresh->cache_max_memory == 0) != (cfg->cache_max_memory == 0))
         px_warning("reload: upstream, listeners, rules, tracking mode and turning the cache on or off "
                    "need a restart; those changes are ignored");

@@ -58,3 +58,33 @@ def test_sighup_reloads_cache_size_and_loglevel(tmp_path, upstream):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, proc.stderr.read().decode(errors="replace")
+
+
+@pytest.mark.proxy_only
+@pytest.mark.parametrize("change", ["cache-rule GET other:*\n", "cache-track-prefix i\n"],
+                         ids=["rule-pattern", "track-prefix"])
+def test_sighup_reports_a_rule_change_it_ignores(tmp_path, upstream, change):
+    """A reload that changes a rule's pattern (the same number of rules) or
+    adds a tracking prefix says that it needs a restart, and keeps the
+    rules it started with."""
+    port = free_port()
+    conf = tmp_path / "sidecache.conf"
+    log = tmp_path / "sidecache.log"
+    base = "upstream redis://127.0.0.1:%d\nport %d\nlogfile %s\nprofile none\n" % (upstream.port, port, log)
+    conf.write_text(base + "cache-rule GET user:*\n")
+    proc = subprocess.Popen([sidecache_bin(), str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: port_accepts(port))
+        wait_for(lambda: info_section(port).get("tracking_state") == "active")
+        conf.write_text(base + ("cache-rule GET user:*\n" if "track" in change else "") + change)
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reloaded" in log.read_text())
+        assert "need a restart" in log.read_text()
+        r = redis.Redis(port=port)
+        upstream.client().set("user:1", "u")
+        for _ in range(3):
+            assert r.get("user:1") == b"u"
+        assert info_section(port)["cache_hits"] >= 1  # user:* still cached
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode(errors="replace")
