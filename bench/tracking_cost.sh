@@ -55,20 +55,13 @@ find_redis_benchmark
 find_sidecache
 build_batchunlink
 if [ "$INSTRUCTIONS" = 1 ]; then
-  # callgrind starts slowly: wait_ready's 10 s may not do
-  REDIS_SERVER_REAL=$REDIS_SERVER
-  REDIS_SERVER=$work/redis-under-callgrind
+  # start_redis runs $REDIS_SERVER: this wrapper, Redis under callgrind
   printf '#!/bin/sh\nexec valgrind --tool=callgrind --callgrind-out-file=%s/redis.cg.%%p %s "$@"\n' \
-    "$work" "$REDIS_SERVER_REAL" >"$REDIS_SERVER"
-  chmod +x "$REDIS_SERVER"
-  free_port; rport=$fport
-  start redis "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$work" --daemonize no --protected-mode no
-  for _ in $(seq 60); do [ "$(rcli "$rport" PING 2>/dev/null)" = PONG ] && break; sleep 0.5; done
-  wait_ready redis "$rport"
-else
-  start_redis redis
+    "$work" "$REDIS_SERVER" >"$work/redis-under-callgrind"
+  chmod +x "$work/redis-under-callgrind"
+  REDIS_SERVER=$work/redis-under-callgrind
 fi
+start_redis redis
 redis_pid=$(pid_of redis)
 
 # Redis's work so far: CPU ns, or instructions since the last zeroing

@@ -693,7 +693,9 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
         px_caching_on_send(c, c->pinned, NULL, 0, 1);
         /* a long transaction starts reaching Redis while the proxy parses
          * the rest of it: Redis queues what it has meanwhile (it reads
-         * 16 KB at a time itself) */
+         * 16 KB at a time itself), and its +QUEUED replies go on to the
+         * client as they come, so that the client reads them while Redis
+         * runs the transaction, not after it */
         px_io_write_early(&c->pinned->io, TXN_EAGER_BYTES);
         return;
     }
@@ -713,9 +715,6 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
          * proxy, sending on without waiting for that reply, took as queued */
         px_io_write_early(&c->pinned->io, 1);
         px_caching_txn_close(c, r);
-        /* The +OK and +QUEUED replies before EXEC's go on to the client
-         * as Redis sends them, in pieces as it reads the block: the client
-         * reads them while Redis runs the transaction, not after it. */
         if (id == CMD_EXEC) txn_acl_exec(c, r);
     }
     if (watch) watch_send(c, c->pinned, r);

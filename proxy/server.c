@@ -113,13 +113,6 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
     if (srv->nclients == 0) event_base_loopexit(srv->base, NULL);
 }
 
-/*
- * SIGHUP: the configuration is read again from the same command line (and
- * the file it names). What can change at run time is applied: log level,
- * cache size, value limit and ttl, client limits and timeout. The rest
- * (addresses, upstream, rules and tracking prefixes, modes) needs a restart, and a change to it
- * is logged and ignored. A configuration that does not load changes nothing.
- */
 /* Do two lists of cache-rule or cache-track-prefix lines differ? */
 static int lines_differ(const char (*a)[PX_RULE_LEN], int na, const char (*b)[PX_RULE_LEN], int nb) {
     if (na != nb) return 1;
@@ -128,6 +121,14 @@ static int lines_differ(const char (*a)[PX_RULE_LEN], int na, const char (*b)[PX
     return 0;
 }
 
+/*
+ * SIGHUP: the configuration is read again from the same command line (and
+ * the file it names). What can change at run time is applied: log level,
+ * cache size, value limit and ttl, client limits and timeout. The rest
+ * (addresses, upstream, rules and tracking prefixes, modes) needs a
+ * restart, and a change to it is logged and ignored. A configuration that
+ * does not load changes nothing.
+ */
 static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
     px_server *srv = arg;
     px_config *fresh = malloc(sizeof *fresh);
@@ -146,7 +147,7 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
         lines_differ(fresh->track_prefixes, fresh->ntrack_prefixes, cfg->track_prefixes, cfg->ntrack_prefixes) ||
         fresh->tracking_mode != cfg->tracking_mode ||
         (fresh->cache_max_memory == 0) != (cfg->cache_max_memory == 0))
-        px_warning("reload: upstream, listeners, rules, tracking mode and turning the cache on or off "
+        px_warning("reload: upstream, listeners, rules, tracking prefixes, tracking mode and turning the cache on or off "
                    "need a restart; those changes are ignored");
     cfg->loglevel = fresh->loglevel;
     px_log_set_level(cfg->loglevel);
