@@ -39,7 +39,6 @@
 #define PX_MAX_IDLE_PINNED 32
 #define PX_POOL_IDLE_FREE_MS 60000
 #define PX_MAX_FREE_REQS 4096
-#define PX_UP_EARLY_WRITE PX_IO_READ_CHUNK /* px_upstream_extend */
 
 static uint64_t next_upstream_id;
 
@@ -460,13 +459,6 @@ void px_upstream_extend(px_upstream *u, px_req *r, const char *data, size_t len,
         px_io_write_ref(&u->io, data, len);
     else
         px_io_write(&u->io, data, len);
-    /* A run longer than one read's worth starts reaching Redis before the
-     * end of the loop iteration. Not sooner: a socket write wakes its reader
-     * on the writer's CPU, where it waits until the writer sleeps, so an
-     * early write in the middle of a read's commands only costs a syscall
-     * (a 250-entry batch unlink, 43 KB: 16 KB writes took 4.5% more of the
-     * proxy's CPU, and 1.3% more time, than one write). */
-    px_io_write_early(&u->io, PX_UP_EARLY_WRITE);
 }
 
 void px_upstream_send_raw(px_upstream *u, const char *data, size_t len) {

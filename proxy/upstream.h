@@ -209,7 +209,8 @@ void px_upstream_send_ref(px_upstream *u, px_req *r, const char *frame, size_t l
 
 /* Appends one more request whose reply belongs to r, which must be the
  * last request sent on u (a run: see px_req.replies_left). by_ref: data is
- * a frame of the client's input, as for px_upstream_send_ref. */
+ * a frame of the client's input, as for px_upstream_send_ref. It leaves with the
+ * loop's flush, or when the caller writes early (px_io_write_early). */
 void px_upstream_extend(px_upstream *u, px_req *r, const char *data, size_t len, int by_ref);
 
 /* Appends raw bytes with no reply expected to be matched (tunnels only). */
