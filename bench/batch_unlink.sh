@@ -25,8 +25,9 @@
 # verification fails the script.
 #
 # Prints a markdown table (median seconds of REPEAT runs, ratio
-# sidecache/direct, goal <= 1.05) and writes it with a CSV to $RESULTS_DIR
-# (batch-unlink-<time>.md/.csv).
+# sidecache/direct, goal <= 1.05; beside it the median and quartiles of the
+# per-repetition ratios, which show how far the machine's noise reaches) and
+# writes it with a CSV to $RESULTS_DIR (batch-unlink-<time>.md/.csv).
 #
 # Environment (all optional):
 #   FILES         files in the directory                    (100000)
@@ -39,11 +40,23 @@
 #   BASELINE_BIN  another sidecache build, run as a third target in every
 #                 repetition (after the same FLUSHALL and populate); a second
 #                 table compares the two builds: sidecache/baseline
+#   UNIX          1: sidecache also listens on a unix socket, and the client
+#                 reaching it there is one more target (unix): the per-node
+#                 daemon of docs/DEPLOY.md, where JuiceFS's meta URL is
+#                 unix:///run/sidecache/sidecache.sock; a table compares
+#                 unix/direct with sidecache/direct
 #   RELAY         1: bench/relay.c (a relay that forwards bytes and does
 #                 nothing else) in front of toxiproxy is one more target: what
 #                 the extra hop alone costs, the floor for a proxy that
 #                 forwards every round trip; a table compares relay/direct
 #                 with sidecache/direct and sidecache/relay
+#   FUSED         1: one more target (fused), the same relay reached by a
+#                 client that sends each WATCH in one write with the read
+#                 after it and no UNWATCH (batchunlink --fused-watch): the 4
+#                 round trips sidecache forwards, with nothing done to them
+#                 on the way and none of the 3 it answers itself; what
+#                 sidecache costs over it is its own work and those 3 local
+#                 round trips
 #   BATCHUNLINK_STEPS  set: log each unlink run's mean time per step
 #   TOXIC_STREAM, CALIBRATE, RTT_SAMPLES (see latency.sh)
 #   RESULTS_DIR, SIDECACHE_BIN, SIDECACHE_ARGS, REDIS_SERVER, TOXIPROXY_BIN,
@@ -70,9 +83,15 @@ build_batchunlink
 
 start_redis redis
 start_toxiproxy "$rport"
-start_sidecache sidecache "$toxport"
+ssock=""
+if [ "${UNIX:-0}" = 1 ]; then
+  ssock=$work/sidecache.sock
+  start_sidecache sidecache "$toxport" --unixsocket "$ssock"
+else
+  start_sidecache sidecache "$toxport"
+fi
 rlport=""
-if [ "${RELAY:-0}" = 1 ]; then
+if [ "${RELAY:-0}" = 1 ] || [ "${FUSED:-0}" = 1 ]; then
   RELAY_BIN=${RELAY_BIN:-$(build_c relay)} || exit 1
   free_port; rlport=$fport
   start relay "$RELAY_BIN" --port "$rlport" --upstream-port "$toxport"
@@ -86,6 +105,11 @@ if [ -n "${BASELINE_BIN:-}" ]; then
   bport=$sport SIDECACHE_BIN=$main_bin sport=$main_port
 fi
 log "$(versions_line); toxiproxy on :$toxport → redis :$rport; sidecache :$sport → :$toxport"
+
+# the targets after direct and sidecache, in the order they run
+extra="${ssock:+ unix}${bport:+ baseline}"
+[ "${RELAY:-0}" = 1 ] && extra+=" relay"
+[ "${FUSED:-0}" = 1 ] && extra+=" fused"
 
 bu() { "$BATCHUNLINK_BIN" --files "$FILES" --batch "$BATCH" "$@"; }
 
@@ -115,33 +139,43 @@ for L in $LATENCIES; do
   for rep in $(seq "$REPEAT"); do
     for v in $VARIANTS; do
       # alternate which target goes first, so that drift favours neither
-      order="direct sidecache${bport:+ baseline}${rlport:+ relay}"
-      [ $((rep % 2)) = 0 ] && order="${rlport:+relay }${bport:+baseline }sidecache direct"
+      order="direct sidecache$extra"
+      [ $((rep % 2)) = 0 ] && order="$(echo "$order" | tr ' ' '\n' | tac | tr '\n' ' ')"
       for t in $order; do
-        case $t in direct) p=$toxport ;; sidecache) p=$sport ;; baseline) p=$bport ;; relay) p=$rlport ;; esac
+        # at: how batchunlink reaches the target
+        case $t in
+          direct) at="-p $toxport" ;; sidecache) at="-p $sport" ;; unix) at="-s $ssock" ;;
+          baseline) at="-p $bport" ;; relay | fused) at="-p $rlport" ;;
+        esac
+        how=""
+        [ "$t" = fused ] && [ "$v" = unlink ] && how="--fused-watch"
         fresh
         if [ "$v" = unlink ]; then
           bu -p "$rport" --populate --quiet || die "populate failed"
-          if [ "$PREWARM" = 1 ]; then bu -p "$p" --prewarm --quiet || die "prewarm through $t failed"; fi
+          # shellcheck disable=SC2086 # $at is two words on purpose
+          if [ "$PREWARM" = 1 ]; then bu $at --prewarm --quiet || die "prewarm through $t failed"; fi
         fi
         out=$work/run-$L-$v-$t-$rep.csv
         log "L=$L $v $t (run $rep/$REPEAT, $FILES files)"
         rc=0
-        fg "$BATCHUNLINK_BIN" -p "$p" --"$v" --files "$FILES" --batch "$BATCH" --label "$t" --no-header \
+        # shellcheck disable=SC2086
+        fg "$BATCHUNLINK_BIN" $at $how --"$v" --files "$FILES" --batch "$BATCH" --label "$t" --no-header \
           >"$out" 2>"$out.err" || rc=$?
         [ "$rc" = 0 ] || { cat "$out.err" >&2; die "$v through $t failed (exit $rc)"; }
         # BATCHUNLINK_STEPS=1: batchunlink's per-step means, in the log
         [ -z "${BATCHUNLINK_STEPS:-}" ] || grep 'step' "$out.err" | sed "s/^batchunlink: /  $t /" >&2
         check="--verify-empty"
         [ "$v" = writes ] && check="--verify-full"
-        for vp in "$rport" "$p"; do
-          bu -p "$vp" "$check" --quiet || die "$v through $t: verification on :$vp failed"
+        for vp in "-p $rport" "$at"; do
+          # shellcheck disable=SC2086
+          bu $vp "$check" --quiet || die "$v through $t: verification on $vp failed"
         done
         # label,mode,files,batches,round_trips,commands,conflicts,seconds,batch_p50_us,batch_p99_us,batch_max_us
         IFS=, read -r _ _ _ _ nrt _ conf s b50 b99 _ <"$out"
         [ "$conf" = 0 ] || log "note: $conf WATCH conflicts"
         k="$L,$v,$t"
-        secs_l[$k]+=" $s"; bp50_l[$k]+=" $b50"; bp99_l[$k]+=" $b99"; rts[$v]=$nrt
+        secs_l[$k]+=" $s"; bp50_l[$k]+=" $b50"; bp99_l[$k]+=" $b99"
+        [ "$t" = direct ] && rts[$v]=$nrt # the round trips of the table are direct's
         check_alive
       done
     done
@@ -156,24 +190,24 @@ over=0
   echo "$(versions_line); $FILES files in d1, batches of $BATCH; toxiproxy latency_us toxic on $TOXIC_STREAM" \
     "(GET round trip with no toxic: p50 $toxi_base_rtt µs); median of $REPEAT run(s); prewarm $PREWARM." \
     "unlink: JuiceFS doBatchUnlink transactions (7 round trips per batch direct, 4 through sidecache, which answers the two WATCHes ahead and the final UNWATCH); writes: SET + HSET pipelines (1 round trip per batch)."
-  echo "Goal: sidecache/direct <= $GOAL."
+  echo "Goal: sidecache/direct <= $GOAL (the ratio of the medians). Per repetition: the median of sidecache/direct in each repetition, where the two ran back to back, and in brackets the quartiles of those ratios (with fewer than 5 repetitions, their range)."
   echo
-  echo "| latency µs | toxic µs | GET RTT p50 µs | variant | round trips | direct s | sidecache s | sidecache/direct | goal | batch p50 ms direct | batch p50 ms sidecache | batch p99 ms direct | batch p99 ms sidecache |"
-  echo "|--:|--:|--:|---|--:|--:|--:|--:|---|--:|--:|--:|--:|"
+  echo "| latency µs | toxic µs | GET RTT p50 µs | variant | round trips | direct s | sidecache s | sidecache/direct | per repetition | goal | batch p50 ms direct | batch p50 ms sidecache | batch p99 ms direct | batch p99 ms sidecache |"
+  echo "|--:|--:|--:|---|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|"
 } >"$md"
-echo "latency_us,toxic_us,rtt_p50_us,variant,files,batch,round_trips,direct_s,sidecache_s,ratio,goal,direct_batch_p50_us,sidecache_batch_p50_us,direct_batch_p99_us,sidecache_batch_p99_us,direct_runs_s,sidecache_runs_s" >"$csv"
+echo "latency_us,toxic_us,rtt_p50_us,variant,files,batch,round_trips,direct_s,sidecache_s,ratio,goal,direct_batch_p50_us,sidecache_batch_p50_us,direct_batch_p99_us,sidecache_batch_p99_us,direct_runs_s,sidecache_runs_s,paired_median,paired_p25,paired_p75" >"$csv"
 runs() { local a; read -ra a <<<"$1"; (IFS=';'; echo "${a[*]}"); } # the seconds of each run, ;-separated
 # side_table TARGET: the medians of direct, TARGET and sidecache, and their ratios
 side_table() {
   local t=$1 L v d b s
-  echo "| latency µs | variant | direct s | $t s | sidecache s | $t/direct | sidecache/direct | sidecache/$t |"
-  echo "|--:|---|--:|--:|--:|--:|--:|--:|"
+  echo "| latency µs | variant | direct s | $t s | sidecache s | $t/direct | sidecache/direct | sidecache/$t | sidecache/$t per repetition |"
+  echo "|--:|---|--:|--:|--:|--:|--:|--:|--:|"
   for L in $LATENCIES; do
     for v in $VARIANTS; do
       # shellcheck disable=SC2086 # word lists on purpose
       d=$(median ${secs_l[$L,$v,direct]}) b=$(median ${secs_l[$L,$v,$t]}) s=$(median ${secs_l[$L,$v,sidecache]})
-      awk -v L="$L" -v v="$v" -v d="$d" -v b="$b" -v s="$s" \
-        'BEGIN { printf "| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", L, v, d, b, s, b / d, s / d, s / b }'
+      awk -v L="$L" -v v="$v" -v d="$d" -v b="$b" -v s="$s" -v p="$(paired "${secs_l[$L,$v,$t]}" "${secs_l[$L,$v,sidecache]}")" \
+        'BEGIN { printf "| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %s |\n", L, v, d, b, s, b / d, s / d, s / b, p }'
     done
   done
 }
@@ -193,8 +227,8 @@ for L in $LATENCIES; do
     r=$(awk -v a="${m[sidecache]}" -v b="${m[direct]}" 'BEGIN { if (b > 0) printf "%.3f", a / b }')
     verdict="≤ $GOAL ok"
     if awk -v r="$r" -v g="$GOAL" 'BEGIN { exit !(r > g) }'; then verdict="**over $GOAL**"; over=$((over + 1)); fi
-    echo "| $L | ${toxic_of[$L]} | ${rtt_of[$L]} | $v | ${rts[$v]} | $(printf '%.3f' "${m[direct]}") | $(printf '%.3f' "${m[sidecache]}") | $r | $verdict | $(ms "${m50[direct]}") | $(ms "${m50[sidecache]}") | $(ms "${m99[direct]}") | $(ms "${m99[sidecache]}") |" >>"$md"
-    echo "$L,${toxic_of[$L]},${rtt_of[$L]},$v,$FILES,$BATCH,${rts[$v]},${m[direct]},${m[sidecache]},$r,$GOAL,${m50[direct]},${m50[sidecache]},${m99[direct]},${m99[sidecache]},$(runs "${secs_l[$L,$v,direct]}"),$(runs "${secs_l[$L,$v,sidecache]}")" >>"$csv"
+    echo "| $L | ${toxic_of[$L]} | ${rtt_of[$L]} | $v | ${rts[$v]} | $(printf '%.3f' "${m[direct]}") | $(printf '%.3f' "${m[sidecache]}") | $r | $(paired "${secs_l[$L,$v,direct]}" "${secs_l[$L,$v,sidecache]}") | $verdict | $(ms "${m50[direct]}") | $(ms "${m50[sidecache]}") | $(ms "${m99[direct]}") | $(ms "${m99[sidecache]}") |" >>"$md"
+    echo "$L,${toxic_of[$L]},${rtt_of[$L]},$v,$FILES,$BATCH,${rts[$v]},${m[direct]},${m[sidecache]},$r,$GOAL,${m50[direct]},${m50[sidecache]},${m99[direct]},${m99[sidecache]},$(runs "${secs_l[$L,$v,direct]}"),$(runs "${secs_l[$L,$v,sidecache]}"),$(paired "${secs_l[$L,$v,direct]}" "${secs_l[$L,$v,sidecache]}" csv)" >>"$csv"
   done
 done
 {
@@ -206,11 +240,23 @@ done
     echo
     side_table baseline
   fi
-  if [ -n "$rlport" ]; then
+  if [ -n "$ssock" ]; then
+    echo
+    echo "The same sidecache reached on its unix socket (the per-node daemon of docs/DEPLOY.md), run as another target in the same repetitions:"
+    echo
+    side_table unix
+  fi
+  if [ "${RELAY:-0}" = 1 ]; then
     echo
     echo "A relay that only forwards bytes (bench/relay.c), run as another target in the same repetitions:"
     echo
     side_table relay
+  fi
+  if [ "${FUSED:-0}" = 1 ]; then
+    echo
+    echo "The same relay, reached by a client that sends each WATCH with the read after it and no UNWATCH (batchunlink --fused-watch: 4 round trips a batch, as through sidecache, but none answered on the way; the writes variant is sent as to relay), run as another target in the same repetitions:"
+    echo
+    side_table fused
   fi
 } >>"$md"
 cat "$md"

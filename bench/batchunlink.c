@@ -20,6 +20,11 @@
  *     DEL i<ino>, INCRBY usedSpace -4096, DECR totalInodes; SET i<P>; EXEC
  *                               (the whole block in one write)
  *   UNWATCH
+ * --fused-watch: each WATCH is sent with the read after it (one write, one
+ * round trip) and UNWATCH is left out: the 4 round trips a batch that
+ * sidecache's watch-ahead leaves to Redis, without the 3 it answers itself
+ * (through bench/relay.c: what those 4 cost through a hop that does nothing
+ * else).
  * A nil EXEC (a WATCH conflict) restarts the batch after JuiceFS's back-off
  * (a random 0 .. n^2-1 ms after the n-th conflict; at most 50 attempts).
  *
@@ -65,15 +70,18 @@
 static struct {
     const char *host;
     int port;
+    const char *socket; /* -s: a unix socket instead of host:port */
     uint32_t files, batch;
     uint64_t parent;
     int value_size;
     const char *label;
     int header, quiet;
+    int fused_watch; /* --fused-watch: each WATCH goes with the read after it, no UNWATCH */
 } cfg = {.host = "127.0.0.1", .port = 6379, .files = 100000, .batch = 250, .parent = 1, .value_size = 72,
          .label = "-", .header = 1};
 
 static redisContext *rc;
+static char target[128]; /* host:port or the socket path, for messages */
 static uint64_t commands_sent, round_trips;
 static char first_error[512];
 static long errors;
@@ -183,7 +191,7 @@ static void cmd_append(cmd *c) {
 static redisReply *get_reply(void) {
     redisReply *r;
     if (redisGetReply(rc, (void **)&r) != REDIS_OK) {
-        fprintf(stderr, "batchunlink: %s:%d: %s\n", cfg.host, cfg.port, rc->errstr);
+        fprintf(stderr, "batchunlink: %s: %s\n", target, rc->errstr);
         exit(1);
     }
     return r;
@@ -285,8 +293,7 @@ static int do_populate(void) {
         free_replies(rs, q);
     }
     if (!cfg.quiet)
-        fprintf(stderr, "batchunlink: populated d%" PRIu64 " with %u files on %s:%d\n", cfg.parent, cfg.files, cfg.host,
-                cfg.port);
+        fprintf(stderr, "batchunlink: populated d%" PRIu64 " with %u files on %s\n", cfg.parent, cfg.files, target);
     return errors ? 3 : 0;
 }
 
@@ -310,6 +317,17 @@ static void print_steps(void) {
                 step_n[i] ? (double)step_ns[i] / (double)step_n[i] / 1000.0 : 0.0);
 }
 
+/* The WATCH just queued: its round trip, timed as step `step`, returning 0;
+ * with --fused-watch it stays queued and goes with the read after it in one
+ * write, returning 1: that read's exchange gets the WATCH's reply first. */
+static int watch_step(int step) {
+    if (cfg.fused_watch) return 1;
+    redisReply **rs = timed_exchange(1, step);
+    expect_status(step_names[step], rs[0], "OK");
+    free_replies(rs, 1);
+    return 0;
+}
+
 static int do_unlink(void) {
     uint32_t nb = (cfg.files + cfg.batch - 1) / cfg.batch;
     uint64_t *bt = calloc(nb + 1, sizeof *bt);
@@ -328,14 +346,13 @@ static int do_unlink(void) {
             /* WATCH i<P> d<P> */
             cmd_begin(&c); cmd_str(&c, "WATCH"); cmd_fmt(&c, "i%" PRIu64, cfg.parent); cmd_fmt(&c, "d%" PRIu64, cfg.parent);
             cmd_append(&c);
-            rs = timed_exchange(1, 0);
-            expect_status("WATCH i d", rs[0], "OK");
-            free_replies(rs, 1);
+            int w = watch_step(0); /* the WATCH's reply when it comes with the GET's */
             /* GET i<P> */
             cmd_begin(&c); cmd_str(&c, "GET"); cmd_fmt(&c, "i%" PRIu64, cfg.parent); cmd_append(&c);
-            rs = timed_exchange(1, 1);
-            if (rs[0]->type != REDIS_REPLY_STRING) fail("GET i%" PRIu64 ": the directory's attribute is missing", cfg.parent);
-            free_replies(rs, 1);
+            rs = timed_exchange(1 + w, 1);
+            if (w) expect_status("WATCH i d", rs[0], "OK");
+            if (rs[w]->type != REDIS_REPLY_STRING) fail("GET i%" PRIu64 ": the directory's attribute is missing", cfg.parent);
+            free_replies(rs, 1 + w);
             /* HMGET d<P> names... */
             cmd_begin(&c); cmd_str(&c, "HMGET"); cmd_fmt(&c, "d%" PRIu64, cfg.parent);
             for (uint32_t k = 0; k < n; k++) cmd_fmt(&c, "f%u", j0 + k);
@@ -357,20 +374,19 @@ static int do_unlink(void) {
             cmd_begin(&c); cmd_str(&c, "WATCH");
             for (uint32_t k = 0; k < ni; k++) cmd_fmt(&c, "i%" PRIu64, inos[k]);
             cmd_append(&c);
-            rs = timed_exchange(1, 3);
-            expect_status("WATCH inodes", rs[0], "OK");
-            free_replies(rs, 1);
+            w = watch_step(3);
             cmd_begin(&c); cmd_str(&c, "MGET");
             for (uint32_t k = 0; k < ni; k++) cmd_fmt(&c, "i%" PRIu64, inos[k]);
             cmd_append(&c);
-            rs = timed_exchange(1, 4);
-            if (rs[0]->type != REDIS_REPLY_ARRAY || rs[0]->elements != ni) {
+            rs = timed_exchange(1 + w, 4);
+            if (w) expect_status("WATCH inodes", rs[0], "OK");
+            if (rs[w]->type != REDIS_REPLY_ARRAY || rs[w]->elements != ni) {
                 fail("MGET: not an array of %u", ni);
             } else {
                 for (uint32_t k = 0; k < ni; k++)
-                    if (rs[0]->element[k]->type != REDIS_REPLY_STRING) fail("MGET i%" PRIu64 ": missing", inos[k]);
+                    if (rs[w]->element[k]->type != REDIS_REPLY_STRING) fail("MGET i%" PRIu64 ": missing", inos[k]);
             }
-            free_replies(rs, 1);
+            free_replies(rs, 1 + w);
             if (errors) break;
             /* MULTI ... EXEC, one write */
             char now[32];
@@ -412,11 +428,14 @@ static int do_unlink(void) {
                 expect_status("SET i<parent>", ex->element[1 + 4 * ni], "OK");
             }
             free_replies(rs, q);
-            /* UNWATCH (go-redis Tx.Close) */
-            cmd_begin(&c); cmd_str(&c, "UNWATCH"); cmd_append(&c);
-            rs = timed_exchange(1, 6);
-            expect_status("UNWATCH", rs[0], "OK");
-            free_replies(rs, 1);
+            /* UNWATCH (go-redis Tx.Close); after EXEC Redis watches
+             * nothing anyway, so --fused-watch leaves it out */
+            if (!cfg.fused_watch) {
+                cmd_begin(&c); cmd_str(&c, "UNWATCH"); cmd_append(&c);
+                rs = timed_exchange(1, 6);
+                expect_status("UNWATCH", rs[0], "OK");
+                free_replies(rs, 1);
+            }
             if (!conflict || errors) break;
             conflicts++;
             if (attempt >= 50) {
@@ -532,14 +551,14 @@ static int do_verify(int full) {
         if (int_reply("EXISTS i%" PRIu64, cfg.parent) != 1) fail("the directory's attribute i%" PRIu64 " is gone", cfg.parent);
     }
     if (!cfg.quiet || errors)
-        fprintf(stderr, "batchunlink: %s:%d: d%" PRIu64 " %s: %s\n", cfg.host, cfg.port, cfg.parent,
+        fprintf(stderr, "batchunlink: %s: d%" PRIu64 " %s: %s\n", target, cfg.parent,
                 full ? "full" : "empty", errors ? first_error : "verified");
     return errors ? 3 : 0;
 }
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: batchunlink [-h HOST] [-p PORT] MODE [options]\n"
+            "usage: batchunlink [-h HOST] [-p PORT | -s SOCKET] MODE [options]\n"
             "modes (one):\n"
             "  --populate       create the directory and its files (on Redis itself)\n"
             "  --unlink         time JuiceFS's batch unlink of every file (through the target)\n"
@@ -555,24 +574,28 @@ static void usage(FILE *f) {
             "  --label TEXT     first CSV column (-)\n"
             "  --no-header      no CSV header\n"
             "  --seed N         random seed (back-off)\n"
-            "  --quiet          nothing on stderr but errors\n");
+            "  --quiet          nothing on stderr but errors\n"
+            "  --fused-watch    --unlink sends each WATCH with the read after it, and no UNWATCH\n"
+            "                   (4 round trips a batch, as sidecache's watch-ahead makes them)\n");
 }
 
 int main(int argc, char **argv) {
     enum { O_POPULATE = 256, O_UNLINK, O_WRITES, O_PREWARM, O_VEMPTY, O_VFULL, O_FILES, O_BATCH, O_PARENT, O_VALSZ,
-           O_LABEL, O_NOHEADER, O_SEED, O_QUIET, O_HELP };
+           O_LABEL, O_NOHEADER, O_SEED, O_QUIET, O_FUSED, O_HELP };
     static const struct option lopts[] = {
         {"populate", 0, 0, O_POPULATE}, {"unlink", 0, 0, O_UNLINK},   {"writes", 0, 0, O_WRITES},
         {"prewarm", 0, 0, O_PREWARM},   {"verify-empty", 0, 0, O_VEMPTY}, {"verify-full", 0, 0, O_VFULL},
         {"files", 1, 0, O_FILES},       {"batch", 1, 0, O_BATCH},     {"parent", 1, 0, O_PARENT},
         {"value-size", 1, 0, O_VALSZ},  {"label", 1, 0, O_LABEL},     {"no-header", 0, 0, O_NOHEADER},
-        {"seed", 1, 0, O_SEED},         {"quiet", 0, 0, O_QUIET},     {"help", 0, 0, O_HELP},
+        {"seed", 1, 0, O_SEED},         {"quiet", 0, 0, O_QUIET},     {"fused-watch", 0, 0, O_FUSED},
+        {"help", 0, 0, O_HELP},
         {0, 0, 0, 0}};
     int opt, mode = 0;
-    while ((opt = getopt_long(argc, argv, "h:p:", lopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "h:p:s:", lopts, NULL)) != -1) {
         switch (opt) {
         case 'h': cfg.host = optarg; break;
         case 'p': cfg.port = atoi(optarg); break;
+        case 's': cfg.socket = optarg; break;
         case O_POPULATE: case O_UNLINK: case O_WRITES: case O_PREWARM: case O_VEMPTY: case O_VFULL:
             if (mode) {
                 fprintf(stderr, "batchunlink: one mode at a time\n");
@@ -588,6 +611,7 @@ int main(int argc, char **argv) {
         case O_NOHEADER: cfg.header = 0; break;
         case O_SEED: rng_state = seed_state(strtoull(optarg, NULL, 10)); break;
         case O_QUIET: cfg.quiet = 1; break;
+        case O_FUSED: cfg.fused_watch = 1; break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 1;
         }
@@ -598,9 +622,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     struct timeval tv = {30, 0};
-    rc = redisConnectWithTimeout(cfg.host, cfg.port, tv);
+    if (cfg.socket != NULL) {
+        snprintf(target, sizeof target, "%s", cfg.socket);
+        rc = redisConnectUnixWithTimeout(cfg.socket, tv);
+    } else {
+        snprintf(target, sizeof target, "%s:%d", cfg.host, cfg.port);
+        rc = redisConnectWithTimeout(cfg.host, cfg.port, tv);
+    }
     if (rc == NULL || rc->err) {
-        fprintf(stderr, "batchunlink: cannot connect to %s:%d: %s\n", cfg.host, cfg.port, rc ? rc->errstr : "oom");
+        fprintf(stderr, "batchunlink: cannot connect to %s: %s\n", target, rc ? rc->errstr : "oom");
         return 1;
     }
     redisSetTimeout(rc, tv);

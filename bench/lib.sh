@@ -249,11 +249,13 @@ wait_ready() {
   exit 1
 }
 
-start_redis() { # NAME: sets $rport
+start_redis() { # NAME [ARGS...]: sets $rport
+  local name=$1
+  shift
   free_port; rport=$fport
-  start "$1" "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$work" --daemonize no --protected-mode no
-  wait_ready "$1" "$rport"
+  start "$name" "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$work" --daemonize no --protected-mode no "$@"
+  wait_ready "$name" "$rport"
 }
 
 # start_sidecache NAME UPSTREAM_PORT [ARGS...]: sets $sport; waits until the
@@ -324,6 +326,25 @@ fmt0() { # a number without decimals, or n/a
 median() { # median of the numbers given as arguments, or empty
   [ $# -gt 0 ] || return 0
   printf '%s\n' "$@" | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# paired "A1 A2 …" "B1 B2 …" [csv]: the ratios B1/A1, B2/A2, … of runs made
+# in pairs (back to back, so that the machine's drift between pairs
+# cancels): their median and quartiles, "median (p25–p75)", or with csv
+# "median,p25,p75". The quartiles are order statistics (with fewer than 5
+# pairs, the smallest and largest ratio).
+paired() {
+  local a b i
+  read -ra a <<<"$1"; read -ra b <<<"$2"
+  for i in "${!a[@]}"; do awk -v x="${a[$i]}" -v y="${b[$i]}" 'BEGIN { printf "%.6f\n", y / x }'; done | sort -g |
+    awk -v csv="${3:-}" '
+      { r[NR] = $1 }
+      END {
+        n = NR; k = int((n - 1) / 4)
+        m = (n % 2) ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2
+        if (csv) printf "%.3f,%.3f,%.3f", m, r[1 + k], r[n - k]
+        else printf "%.3f (%.3f–%.3f)", m, r[1 + k], r[n - k]
+      }'
 }
 
 versions_line() {

@@ -9,8 +9,12 @@
 #      them; the lookup script's HGET and GET count too). A driver that
 #      sends something else than it reports fails here.
 #   3. batchunlink on the same redis-server: populate, unlink, verify-empty;
-#      writes, verify-full (small directory).
-#   4. relay (batch_unlink.sh RELAY=1) in front of it: batchunlink's unlink
+#      writes, verify-full (small directory); then on Redis's unix socket
+#      (-s) an unlink with --fused-watch, which must take 4 round trips a
+#      batch where the plain unlink takes 7, verified over TCP.
+#   4. paired (lib.sh), the per-repetition ratios of batch_unlink.sh, on
+#      numbers whose answer is known.
+#   5. relay (batch_unlink.sh RELAY=1) in front of it: batchunlink's unlink
 #      and writes through the relay, verified on Redis; a 4 MB value set and
 #      read back through it (more than its buffer and the sockets' hold).
 #
@@ -31,7 +35,7 @@ log "loadgen --selftest"
 "$LOADGEN_BIN" --selftest >"$work/selftest.out" || { cat "$work/selftest.out"; die "loadgen --selftest failed"; }
 tail -n 1 "$work/selftest.out"
 
-start_redis redis
+start_redis redis --unixsocket "$work/redis.sock"
 keys=2000
 "$LOADGEN_BIN" -p "$rport" --populate --keys "$keys" --quiet || die "populate failed"
 all="get=1,hget=1,set=1,hset=1,mget=1,evalsha=1,multi=1,getattr=1,lookup=1,lookupkv=1,readdir=1,create=1,unlink=1"
@@ -67,6 +71,24 @@ unlink_and_writes "$rport" "on Redis"
 if "$BATCHUNLINK_BIN" -p "$rport" --verify-empty --files 1000 --quiet 2>/dev/null; then
   die "batchunlink --verify-empty passed on a full directory"
 fi
+log "batchunlink on a unix socket, --fused-watch"
+rcli "$rport" FLUSHALL >/dev/null
+"$BATCHUNLINK_BIN" -s "$work/redis.sock" --populate --files 1000 --quiet || die "batchunlink -s --populate failed"
+# label,mode,files,batches,round_trips,...: 4 batches, 4 round trips each
+fused=$("$BATCHUNLINK_BIN" -s "$work/redis.sock" --unlink --fused-watch --files 1000 --no-header) ||
+  die "batchunlink -s --unlink --fused-watch failed"
+[ "$(echo "$fused" | cut -d, -f4,5)" = "4,16" ] || die "--fused-watch: '$fused', not 4 batches of 4 round trips"
+"$BATCHUNLINK_BIN" -p "$rport" --verify-empty --files 1000 --quiet || die "unlink --fused-watch: --verify-empty failed"
+rcli "$rport" FLUSHALL >/dev/null
+"$BATCHUNLINK_BIN" -p "$rport" --populate --files 1000 --quiet || die "batchunlink --populate failed"
+plain=$("$BATCHUNLINK_BIN" -p "$rport" --unlink --files 1000 --no-header) || die "batchunlink --unlink failed"
+[ "$(echo "$plain" | cut -d, -f4,5)" = "4,28" ] || die "--unlink: '$plain', not 4 batches of 7 round trips"
+
+log "paired: per-repetition ratios"
+[ "$(paired "1 2 4" "1.1 2 4.4")" = "1.100 (1.000–1.100)" ] || die "paired of 3: '$(paired "1 2 4" "1.1 2 4.4")'"
+[ "$(paired "1 1 1 1 1 1" "0.9 1.3 1 1.1 1.2 0.8" csv)" = "1.050,0.900,1.200" ] ||
+  die "paired of 6: '$(paired "1 1 1 1 1 1" "0.9 1.3 1 1.1 1.2 0.8" csv)'"
+
 log "relay: batchunlink and a 4 MB value through it"
 free_port; rlport=$fport
 start relay "$RELAY_BIN" --port "$rlport" --upstream-port "$rport"
