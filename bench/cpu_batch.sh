@@ -18,8 +18,11 @@
 # unlink. Every unlink is verified on Redis and through the target.
 #
 # Prints a markdown table of medians per batch (wall ms; CPU µs of Redis,
-# hop, client and all three; hop user/system split) and total CPU / direct,
-# and writes it with a CSV to $RESULTS_DIR (cpu-batch-<time>.md/.csv).
+# hop, client and all three; hop user/system split), total CPU / direct, and
+# the median and quartiles of that ratio within each repetition (the
+# machine's speed drifts between repetitions: the same work took from 1× to
+# 1.7× the CPU time in one run), and writes it with a CSV to $RESULTS_DIR
+# (cpu-batch-<time>.md/.csv).
 #
 # Environment (all optional): FILES (100000), BATCH (250), REPEAT (5),
 # TARGETS ("direct relay nocache sidecache"), RESULTS_DIR, SIDECACHE_BIN,
@@ -123,19 +126,22 @@ base=$(median ${total_l[direct]:-})
   echo
   echo "$(versions_line); $FILES files, batches of $BATCH (a JuiceFS doBatchUnlink transaction each), no latency, no toxiproxy; median of $REPEAT run(s) per target. CPU per batch: Redis and the hop from schedstat (all threads), the hop's user/system split from clock ticks, the client's from getrusage."
   echo
-  echo "| target | wall ms/batch | Redis CPU µs | hop CPU µs | hop user µs | hop system µs | client CPU µs | total CPU µs | total / direct |"
-  echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|"
+  echo "| target | wall ms/batch | Redis CPU µs | hop CPU µs | hop user µs | hop system µs | client CPU µs | total CPU µs | total / direct | per repetition |"
+  echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
 } >"$md"
-echo "target,wall_ms_per_batch,redis_us,hop_us,hop_user_us,hop_sys_us,client_us,total_us,total_ratio,runs_total_us" >"$csv"
+echo "target,wall_ms_per_batch,redis_us,hop_us,hop_user_us,hop_sys_us,client_us,total_us,total_ratio,paired_median,paired_p25,paired_p75,runs_total_us" >"$csv"
 for t in $TARGETS; do
   # shellcheck disable=SC2086
   w=$(median ${wall_l[$t]}) r=$(median ${redis_l[$t]}) h=$(median ${hop_l[$t]}) hu=$(median ${hopu_l[$t]})
   # shellcheck disable=SC2086
   hs=$(median ${hops_l[$t]}) c=$(median ${client_l[$t]}) tot=$(median ${total_l[$t]})
-  rt=$(ratio "$tot" "$base" 3)
-  awk -v t="$t" -v w="$w" -v r="$r" -v h="$h" -v hu="$hu" -v hs="$hs" -v c="$c" -v tot="$tot" -v rt="${rt:-n/a}" \
-    'BEGIN { printf "| %s | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %s |\n", t, w, r, h, hu, hs, c, tot, rt }' >>"$md"
-  echo "$t,$w,$r,$h,$hu,$hs,$c,$tot,${rt:-},$(echo ${total_l[$t]} | tr " " ";")" >>"$csv"
+  rt=$(ratio "$tot" "$base" 3) pr=n/a prc=,,
+  if [ -n "${total_l[direct]:-}" ]; then
+    pr=$(paired "${total_l[direct]}" "${total_l[$t]}") prc=$(paired "${total_l[direct]}" "${total_l[$t]}" csv)
+  fi
+  awk -v t="$t" -v w="$w" -v r="$r" -v h="$h" -v hu="$hu" -v hs="$hs" -v c="$c" -v tot="$tot" -v rt="${rt:-n/a}" -v pr="$pr" \
+    'BEGIN { printf "| %s | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s |\n", t, w, r, h, hu, hs, c, tot, rt, pr }' >>"$md"
+  echo "$t,$w,$r,$h,$hu,$hs,$c,$tot,${rt:-},$prc,$(echo ${total_l[$t]} | tr " " ";")" >>"$csv"
 done
 cat "$md"
 echo
