@@ -63,8 +63,6 @@ done
 redis_pid=$(pid_of redis)
 log "$(versions_line); redis :$rport; targets: $TARGETS"
 
-# cpu_ns PID: CPU time of all its threads so far, ns
-cpu_ns() { cat "/proc/$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f", s }'; }
 # ticks PID: "user system" clock ticks of the process so far
 ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12, $13 }'; }
 hz=$(getconf CLK_TCK)

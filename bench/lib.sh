@@ -302,6 +302,9 @@ info_field() { # PORT FIELD: one field of the proxy's INFO sidecache section, or
   rcli "$1" INFO sidecache 2>/dev/null | tr -d '\r' | sed -n "s/^$2://p" | head -n1
 }
 
+cpu_ns() { # PID: the CPU time of all its threads so far, ns (schedstat)
+  cat "/proc/$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f", s }'
+}
 vmrss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 
 # fg CMD...: runs CMD in the background with BENCH_TIMEOUT and waits for it,

@@ -65,9 +65,8 @@ start_redis redis
 redis_pid=$(pid_of redis)
 
 # Redis's work so far: CPU ns, or instructions since the last zeroing
-cpu_ns() { cat "/proc/$redis_pid"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f", s }'; }
 work_begin() {
-  if [ "$INSTRUCTIONS" = 1 ]; then callgrind_control -z "$redis_pid" >/dev/null; echo 0; else cpu_ns; fi
+  if [ "$INSTRUCTIONS" = 1 ]; then callgrind_control -z "$redis_pid" >/dev/null; echo 0; else cpu_ns "$redis_pid"; fi
 }
 work_end() {
   if [ "$INSTRUCTIONS" = 1 ]; then
@@ -75,7 +74,7 @@ work_end() {
     # shellcheck disable=SC2012 # names we made: redis.cg.<pid>.<n>
     awk '/^summary:/ { print $2; exit }' "$(ls -t "$work"/redis.cg."$redis_pid".* | head -n1)"
   else
-    cpu_ns
+    cpu_ns "$redis_pid"
   fi
 }
 
