@@ -57,7 +57,9 @@
 #                 on the way and none of the 3 it answers itself; what
 #                 sidecache costs over it is its own work and those 3 local
 #                 round trips
-#   BATCHUNLINK_STEPS  set: log each unlink run's mean time per step
+#   BATCHUNLINK_STEPS  set: log each unlink run's mean time per step, and
+#                 add a table of them (median over the repetitions, per
+#                 target): where a target adds time or saves it
 #   TOXIC_STREAM, CALIBRATE, RTT_SAMPLES (see latency.sh)
 #   RESULTS_DIR, SIDECACHE_BIN, SIDECACHE_ARGS, REDIS_SERVER, TOXIPROXY_BIN,
 #   LOADGEN_BIN, BATCHUNLINK_BIN, BENCH_TIMEOUT
@@ -132,7 +134,7 @@ mkdir -p "$RESULTS_DIR"
 stamp=$(date +%Y%m%d-%H%M%S)
 md="$RESULTS_DIR/batch-unlink-$stamp.md"
 csv="$RESULTS_DIR/batch-unlink-$stamp.csv"
-declare -A secs_l bp50_l bp99_l rts toxic_of rtt_of
+declare -A secs_l bp50_l bp99_l rts toxic_of rtt_of step_l
 for L in $LATENCIES; do
   toxi_calibrate "$L"
   toxic_of[$L]=$toxic_us; rtt_of[$L]=$rtt_us
@@ -163,7 +165,13 @@ for L in $LATENCIES; do
           >"$out" 2>"$out.err" || rc=$?
         [ "$rc" = 0 ] || { cat "$out.err" >&2; die "$v through $t failed (exit $rc)"; }
         # BATCHUNLINK_STEPS=1: batchunlink's per-step means, in the log
-        [ -z "${BATCHUNLINK_STEPS:-}" ] || grep 'step' "$out.err" | sed "s/^batchunlink: /  $t /" >&2
+        if [ -n "${BATCHUNLINK_STEPS:-}" ] && [ "$v" = unlink ]; then
+          grep 'step' "$out.err" | sed "s/^batchunlink: /  $t /" >&2
+          i=0
+          while read -r mean; do
+            step_l[$L,$t,$i]+=" $mean"; i=$((i + 1))
+          done < <(awk '/ step / { print $(NF - 1) }' "$out.err")
+        fi
         check="--verify-empty"
         [ "$v" = writes ] && check="--verify-full"
         for vp in "-p $rport" "$at"; do
@@ -239,6 +247,34 @@ done
     echo "Baseline build $BASELINE_BIN, run as a third target in the same repetitions:"
     echo
     side_table baseline
+  fi
+  if [ -n "${BATCHUNLINK_STEPS:-}" ] && [[ " $VARIANTS " == *" unlink "* ]]; then
+    step_names=("WATCH i d" "GET i" "HMGET" "WATCH inodes" "MGET" "MULTI..EXEC" "UNWATCH")
+    echo
+    echo "Mean µs per step of the unlink (BATCHUNLINK_STEPS; median over the repetitions; a step a client of that target does not make is 0):"
+    echo
+    echo "| latency µs | step | $(echo direct sidecache $extra | sed 's/ \+/ | /g') |"
+    echo "|--:|---|$(for _ in direct sidecache $extra; do printf -- '--:|'; done)"
+    for L in $LATENCIES; do
+      for i in "${!step_names[@]}" sum; do
+        label="sum of the steps"
+        [ "$i" = sum ] || label=${step_names[$i]}
+        row="| $L | $label |"
+        for t in direct sidecache $extra; do
+          if [ "$i" = sum ]; then
+            # the sum of each repetition's step means, then their median
+            sums=$(for j in 0 1 2 3 4 5 6; do echo "${step_l[$L,$t,$j]}"; done |
+              awk '{ for (k = 1; k <= NF; k++) s[k] += $k; if (NF > n) n = NF } END { for (k = 1; k <= n; k++) printf "%s ", s[k] }')
+            # shellcheck disable=SC2086
+            row+=" $(median $sums | awk '{ printf "%.0f", $1 }') |"
+          else
+            # shellcheck disable=SC2086
+            row+=" $(median ${step_l[$L,$t,$i]} | awk '{ printf "%.0f", $1 }') |"
+          fi
+        done
+        echo "$row"
+      done
+    done
   fi
   if [ -n "$ssock" ]; then
     echo
