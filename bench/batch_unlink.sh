@@ -130,10 +130,7 @@ fresh() {
   die "the proxy's cache is not empty 2 s after FLUSHALL"
 }
 
-mkdir -p "$RESULTS_DIR"
-stamp=$(date +%Y%m%d-%H%M%S)
-md="$RESULTS_DIR/batch-unlink-$stamp.md"
-csv="$RESULTS_DIR/batch-unlink-$stamp.csv"
+report_files batch-unlink
 declare -A secs_l bp50_l bp99_l rts toxic_of rtt_of step_l
 for L in $LATENCIES; do
   toxi_calibrate "$L"

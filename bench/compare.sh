@@ -142,10 +142,7 @@ for k in "${!rps_l[@]}"; do
   p99[$k]=$(median ${p99_l[$k]})
 done
 
-mkdir -p "$RESULTS_DIR"
-stamp=$(date +%Y%m%d-%H%M%S)
-md="$RESULTS_DIR/compare-$stamp.md"
-csv="$RESULTS_DIR/compare-$stamp.csv"
+report_files compare
 {
   echo "# sidecache compare ($stamp)"
   echo

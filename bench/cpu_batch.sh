@@ -113,10 +113,7 @@ for rep in $(seq "$REPEAT"); do
   done
 done
 
-mkdir -p "$RESULTS_DIR"
-stamp=$(date +%Y%m%d-%H%M%S)
-md="$RESULTS_DIR/cpu-batch-$stamp.md"
-csv="$RESULTS_DIR/cpu-batch-$stamp.csv"
+report_files cpu-batch
 # shellcheck disable=SC2086 # word lists on purpose
 base=$(median ${total_l[direct]:-})
 {

@@ -184,10 +184,7 @@ if [ "$MEM_ENTRIES" -gt 0 ]; then
   stop sidecache-mem
 fi
 
-mkdir -p "$RESULTS_DIR"
-stamp=$(date +%Y%m%d-%H%M%S)
-md="$RESULTS_DIR/hits-$stamp.md"
-csv="$RESULTS_DIR/hits-$stamp.csv"
+report_files hits
 {
   echo "# sidecache cache hits ($stamp)"
   echo

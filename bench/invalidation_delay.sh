@@ -47,10 +47,7 @@ start_sidecache sidecache "$rport"
 log "$(versions_line)"
 "$LOADGEN_BIN" -p "$rport" --populate --keys 10000 --quiet || die "loadgen --populate failed"
 
-mkdir -p "$RESULTS_DIR"
-stamp=$(date +%Y%m%d-%H%M%S)
-md="$RESULTS_DIR/invalidation-delay-$stamp.md"
-csv="$RESULTS_DIR/invalidation-delay-$stamp.csv"
+report_files invalidation-delay
 echo "load_clients,metric,count,mean,p50,p90,p99,max" >"$csv"
 rows=()
 failed=0

@@ -78,10 +78,7 @@ fresh_data() {
     || die "prewarm through :$1 failed"
 }
 
-mkdir -p "$RESULTS_DIR"
-stamp=$(date +%Y%m%d-%H%M%S)
-md="$RESULTS_DIR/latency-$stamp.md"
-csv="$RESULTS_DIR/latency-$stamp.csv"
+report_files latency
 opscsv="$RESULTS_DIR/latency-$stamp-ops.csv"
 echo "label,op,count,errors,conflicts,ops_per_s,mean_us,p50_us,p99_us,p999_us,max_us" >"$opscsv"
 echo "mix,latency_us,toxic_us,rtt_p50_us,clients,direct_ops,sidecache_ops,speedup,eff_direct,eff_sidecache,direct_p50_us,sidecache_p50_us,direct_p99_us,sidecache_p99_us,sidecache_hit_ratio,direct_errors,sidecache_errors" >"$csv"

@@ -350,6 +350,15 @@ paired() {
       }'
 }
 
+# report_files NAME: where a new report goes: sets $stamp (now), $md and
+# $csv ($RESULTS_DIR/NAME-<stamp>.md and .csv), and makes $RESULTS_DIR
+report_files() {
+  mkdir -p "$RESULTS_DIR"
+  stamp=$(date +%Y%m%d-%H%M%S)
+  md="$RESULTS_DIR/$1-$stamp.md"
+  csv="$RESULTS_DIR/$1-$stamp.csv"
+}
+
 versions_line() {
   local redis_ver sc_rev
   redis_ver=$("$REDIS_SERVER" --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')

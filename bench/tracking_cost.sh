@@ -117,10 +117,7 @@ for rep in $(seq "$REPEAT"); do
   done
 done
 
-mkdir -p "$RESULTS_DIR"
-stamp=$(date +%Y%m%d-%H%M%S)
-md="$RESULTS_DIR/tracking-cost-$stamp.md"
-csv="$RESULTS_DIR/tracking-cost-$stamp.csv"
+report_files tracking-cost
 # shellcheck disable=SC2086 # word lists on purpose
 base_us=$(median ${us_l[none]:-}) base_s=$(median ${secs_l[none]:-}) base_set=$(median ${set_l[none]:-})
 {

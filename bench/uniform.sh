@@ -71,10 +71,7 @@ warm() {
   fg "$LOADGEN_BIN" -p "$1" -c 4 -P 64 -n "$K" --dist seq --mix get --keys "$K" --quiet --no-header >/dev/null
 }
 
-mkdir -p "$RESULTS_DIR"
-stamp=$(date +%Y%m%d-%H%M%S)
-md="$RESULTS_DIR/uniform-$stamp.md"
-csv="$RESULTS_DIR/uniform-$stamp.csv"
+report_files uniform
 echo "keys,clients,target,cache_max_memory,ops_per_s,p50_us,p99_us,hit_ratio,errors" >"$csv"
 declare -A ops p99 hitr cachemem wsbytes
 failed=0
