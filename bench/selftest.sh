@@ -11,7 +11,8 @@
 #   3. batchunlink on the same redis-server: populate, unlink, verify-empty;
 #      writes, verify-full (small directory); then on Redis's unix socket
 #      (-s) an unlink with --fused-watch, which must take 4 round trips a
-#      batch where the plain unlink takes 7, verified over TCP.
+#      batch where the plain unlink takes 7 (and, with BATCHUNLINK_CPU=1,
+#      prints its CPU time), verified over TCP.
 #   4. paired (lib.sh), the per-repetition ratios of batch_unlink.sh, on
 #      numbers whose answer is known.
 #   5. relay (batch_unlink.sh RELAY=1) in front of it: batchunlink's unlink
@@ -81,8 +82,11 @@ fused=$("$BATCHUNLINK_BIN" -s "$work/redis.sock" --unlink --fused-watch --files 
 "$BATCHUNLINK_BIN" -p "$rport" --verify-empty --files 1000 --quiet || die "unlink --fused-watch: --verify-empty failed"
 rcli "$rport" FLUSHALL >/dev/null
 "$BATCHUNLINK_BIN" -p "$rport" --populate --files 1000 --quiet || die "batchunlink --populate failed"
-plain=$("$BATCHUNLINK_BIN" -p "$rport" --unlink --files 1000 --no-header) || die "batchunlink --unlink failed"
+plain=$(BATCHUNLINK_CPU=1 "$BATCHUNLINK_BIN" -p "$rport" --unlink --files 1000 --no-header 2>"$work/cpu.err") ||
+  die "batchunlink --unlink failed"
 [ "$(echo "$plain" | cut -d, -f4,5)" = "4,28" ] || die "--unlink: '$plain', not 4 batches of 7 round trips"
+grep -Eq '^batchunlink: cpu user_us [0-9]+ sys_us [0-9]+$' "$work/cpu.err" ||
+  die "BATCHUNLINK_CPU=1: no cpu line in '$(cat "$work/cpu.err")'"
 
 log "paired: per-repetition ratios"
 [ "$(paired "1 2 4" "1.1 2 4.4")" = "1.100 (1.000–1.100)" ] || die "paired of 3: '$(paired "1 2 4" "1.1 2 4.4")'"
