@@ -94,10 +94,7 @@ else
 fi
 rlport=""
 if [ "${RELAY:-0}" = 1 ] || [ "${FUSED:-0}" = 1 ]; then
-  RELAY_BIN=${RELAY_BIN:-$(build_c relay)} || exit 1
-  free_port; rlport=$fport
-  start relay "$RELAY_BIN" --port "$rlport" --upstream-port "$toxport"
-  wait_ready relay "$rlport"
+  start_relay relay "$toxport"
 fi
 bport=""
 if [ -n "${BASELINE_BIN:-}" ]; then
@@ -115,20 +112,6 @@ extra="${ssock:+ unix}${bport:+ baseline}"
 
 bu() { "$BATCHUNLINK_BIN" --files "$FILES" --batch "$BATCH" "$@"; }
 
-# fresh PORT: an empty Redis, seen as flushed by the proxy (its cache empty)
-fresh() {
-  rcli "$rport" FLUSHALL >/dev/null
-  local pp ok
-  for _ in $(seq 100); do
-    ok=1
-    for pp in $sport $bport; do
-      [ "$(info_field "$pp" cache_entries)" = 0 ] && [ "$(info_field "$pp" tracking_state)" = active ] || ok=0
-    done
-    [ "$ok" = 1 ] && return 0
-    sleep 0.02
-  done
-  die "the proxy's cache is not empty 2 s after FLUSHALL"
-}
 
 report_files batch-unlink
 declare -A secs_l bp50_l bp99_l rts toxic_of rtt_of step_l
@@ -148,7 +131,8 @@ for L in $LATENCIES; do
         esac
         how=""
         [ "$t" = fused ] && [ "$v" = unlink ] && how="--fused-watch"
-        fresh
+        # shellcheck disable=SC2086 # empty or one port each
+        flush_redis "$rport" $sport $bport
         if [ "$v" = unlink ]; then
           bu -p "$rport" --populate --quiet || die "populate failed"
           # shellcheck disable=SC2086 # $at is two words on purpose
@@ -201,7 +185,6 @@ over=0
   echo "|--:|--:|--:|---|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|"
 } >"$md"
 echo "latency_us,toxic_us,rtt_p50_us,variant,files,batch,round_trips,direct_s,sidecache_s,ratio,goal,direct_batch_p50_us,sidecache_batch_p50_us,direct_batch_p99_us,sidecache_batch_p99_us,direct_runs_s,sidecache_runs_s,paired_median,paired_p25,paired_p75" >"$csv"
-runs() { local a; read -ra a <<<"$1"; (IFS=';'; echo "${a[*]}"); } # the seconds of each run, ;-separated
 # side_table TARGET: the medians of direct, TARGET and sidecache, and their ratios
 side_table() {
   local t=$1 L v d b s

@@ -44,17 +44,12 @@ done
 find_redis
 find_sidecache
 build_batchunlink
-RELAY_BIN=${RELAY_BIN:-$(build_c relay)} || exit 1
-
 start_redis redis
 declare -A port_of pid_of_t
 port_of[direct]=$rport
 for t in $TARGETS; do
   case $t in
-    relay)
-      free_port; port_of[relay]=$fport
-      start relay "$RELAY_BIN" --port "$fport" --upstream-port "$rport"
-      wait_ready relay "$fport" ;;
+    relay) start_relay relay "$rport"; port_of[relay]=$rlport ;;
     nocache) start_sidecache nocache "$rport" --cache-max-memory 0; port_of[nocache]=$sport ;;
     sidecache) start_sidecache sidecache "$rport"; port_of[sidecache]=$sport ;;
   esac
@@ -67,24 +62,14 @@ log "$(versions_line); redis :$rport; targets: $TARGETS"
 ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12, $13 }'; }
 hz=$(getconf CLK_TCK)
 
-# fresh: Redis empty, and the caching proxy's cache too
-fresh() {
-  rcli "$rport" FLUSHALL >/dev/null
-  [ -n "${port_of[sidecache]:-}" ] || return 0
-  for _ in $(seq 100); do
-    [ "$(info_field "${port_of[sidecache]}" cache_entries)" = 0 ] && return 0
-    sleep 0.02
-  done
-  die "the proxy's cache is not empty 2 s after FLUSHALL"
-}
-
 declare -A wall_l redis_l hop_l client_l total_l hopu_l hops_l
 for rep in $(seq "$REPEAT"); do
   order=$TARGETS
   [ $((rep % 2)) = 0 ] && order=$(echo "$TARGETS" | tr ' ' '\n' | tac | tr '\n' ' ')
   for t in $order; do
     p=${port_of[$t]} hp=${pid_of_t[$t]:-}
-    fresh
+    # shellcheck disable=SC2086 # empty or one port
+    flush_redis "$rport" ${port_of[sidecache]:-}
     "$BATCHUNLINK_BIN" -p "$rport" --populate --files "$FILES" --quiet || die "populate failed"
     "$BATCHUNLINK_BIN" -p "$p" --prewarm --files "$FILES" --quiet || die "prewarm through $t failed"
     log "$t (run $rep/$REPEAT, $FILES files)"
@@ -136,7 +121,7 @@ for t in $TARGETS; do
   fi
   awk -v t="$t" -v w="$w" -v r="$r" -v h="$h" -v hu="$hu" -v hs="$hs" -v c="$c" -v tot="$tot" -v rt="${rt:-n/a}" -v pr="$pr" \
     'BEGIN { printf "| %s | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s |\n", t, w, r, h, hu, hs, c, tot, rt, pr }' >>"$md"
-  echo "$t,$w,$r,$h,$hu,$hs,$c,$tot,${rt:-},$prc,$(echo ${total_l[$t]} | tr " " ";")" >>"$csv"
+  echo "$t,$w,$r,$h,$hu,$hs,$c,$tot,${rt:-},$prc,$(runs "${total_l[$t]}")" >>"$csv"
 done
 cat "$md"
 echo

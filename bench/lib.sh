@@ -258,6 +258,15 @@ start_redis() { # NAME [ARGS...]: sets $rport
   wait_ready "$name" "$rport"
 }
 
+# start_relay NAME UPSTREAM_PORT: bench/relay.c (built if needed) in front of
+# 127.0.0.1:UPSTREAM_PORT; sets $rlport
+start_relay() {
+  RELAY_BIN=${RELAY_BIN:-$(build_c relay)} || exit 1
+  free_port; rlport=$fport
+  start "$1" "$RELAY_BIN" --port "$rlport" --upstream-port "$2"
+  wait_ready "$1" "$rlport"
+}
+
 # start_sidecache NAME UPSTREAM_PORT [ARGS...]: sets $sport; waits until the
 # cache is on (tracking_state:active) when caching is enabled.
 start_sidecache() {
@@ -302,6 +311,23 @@ info_field() { # PORT FIELD: one field of the proxy's INFO sidecache section, or
   rcli "$1" INFO sidecache 2>/dev/null | tr -d '\r' | sed -n "s/^$2://p" | head -n1
 }
 
+# flush_redis REDIS_PORT [PROXY_PORT...]: FLUSHALL, then waits until each
+# caching proxy has seen it (its cache empty, its tracking active again)
+flush_redis() {
+  local r=$1 pp ok
+  shift
+  rcli "$r" FLUSHALL >/dev/null
+  for _ in $(seq 100); do
+    ok=1
+    for pp in "$@"; do
+      [ "$(info_field "$pp" cache_entries)" = 0 ] && [ "$(info_field "$pp" tracking_state)" = active ] || ok=0
+    done
+    [ "$ok" = 1 ] && return 0
+    sleep 0.02
+  done
+  die "the proxy's cache is not empty 2 s after FLUSHALL"
+}
+
 cpu_ns() { # PID: the CPU time of all its threads so far, ns (schedstat)
   cat "/proc/$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f", s }'
 }
@@ -330,6 +356,8 @@ median() { # median of the numbers given as arguments, or empty
   [ $# -gt 0 ] || return 0
   printf '%s\n' "$@" | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
+
+runs() { local a; read -ra a <<<"$1"; (IFS=';'; echo "${a[*]}"); } # "1 2 3" -> 1;2;3 (a CSV cell)
 
 # paired "A1 A2 …" "B1 B2 …" [csv]: the ratios B1/A1, B2/A2, … of runs made
 # in pairs (back to back, so that the machine's drift between pairs

@@ -30,7 +30,6 @@ SELFTEST_OPS=${SELFTEST_OPS:-5000}
 find_redis
 build_loadgen
 build_batchunlink
-RELAY_BIN=${RELAY_BIN:-$(build_c relay)} || exit 1
 
 log "loadgen --selftest"
 "$LOADGEN_BIN" --selftest >"$work/selftest.out" || { cat "$work/selftest.out"; die "loadgen --selftest failed"; }
@@ -94,9 +93,7 @@ log "paired: per-repetition ratios"
   die "paired of 6: '$(paired "1 1 1 1 1 1" "0.9 1.3 1 1.1 1.2 0.8" csv)'"
 
 log "relay: batchunlink and a 4 MB value through it"
-free_port; rlport=$fport
-start relay "$RELAY_BIN" --port "$rlport" --upstream-port "$rport"
-wait_ready relay "$rlport"
+start_relay relay "$rport"
 unlink_and_writes "$rlport" "through the relay"
 head -c 3000000 /dev/urandom | base64 -w0 >"$work/big"
 rcli "$rlport" -x SET big <"$work/big" >/dev/null
