@@ -862,9 +862,13 @@ static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t
         size_t vl = 0, start = at;
         int k = next_element(data, len, &at, &v, &vl);
         if (merge) resp_buf_append(out, data + start, at - start);
-        if (token)
-            cache_fill_complete(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.p, it.n, "", 0, v, vl, k == 2,
-                                now);
+        if (token == 0) continue;
+        /* MGET reads a key of another type as nil, where GET answers
+         * WRONGTYPE: only a value is a GET's answer (C7) */
+        if (k == 2)
+            cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.p, it.n, "", 0);
+        else
+            cache_fill_complete(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.p, it.n, "", 0, v, vl, 0, now);
     }
     if (h.nmiss < h.n && !ok && len > 0 && data[0] != '-' && data[0] != '!') {
         /* not what Redis sends for an MGET: the client must not get an
