@@ -539,6 +539,20 @@ miss:
     return 0;
 }
 
+int cache_peek(const cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
+               const char *field, size_t flen, int64_t now_ms, const char **val, size_t *vlen,
+               int *is_nil) {
+    struct probe p;
+    const struct entry *e;
+    if (c->index == NULL || probe_entry(c, &p, part, db, kind, key, klen, field, flen) != 0) return 0;
+    e = entry_find(c, &p);
+    if (e == NULL || e->state == ST_PENDING || group_dying(e->owner) || entry_expired(c, e, now_ms)) return 0;
+    *is_nil = e->state == ST_NIL;
+    *val = *is_nil ? NULL : (const char *)e->id + e->hh.keylen;
+    *vlen = *is_nil ? 0 : e->vlen;
+    return 1;
+}
+
 /*
  * Places a placeholder, or shares the one in place. An entry that is valid
  * (not expired) means no fill is needed: returns 0 and leaves it. An

@@ -124,6 +124,12 @@ int cache_get(cache *c, uint32_t part, int db, int kind, const char *key, size_t
               const char *field, size_t flen, int64_t now_ms, const char **val, size_t *vlen,
               int *is_nil);
 
+/* cache_get without its effects: no statistics, no LRU move, nothing
+ * dropped (an expired entry, or one of a purged group, is just a miss). */
+int cache_peek(const cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
+               const char *field, size_t flen, int64_t now_ms, const char **val, size_t *vlen,
+               int *is_nil);
+
 /*
  * Begins a fill for a miss that is about to be sent to Redis. Returns its
  * token (> 0), or 0 when the reply must not fill (no memory for the

@@ -57,7 +57,7 @@ struct px_caching {
                                 had requests in flight (neither hit nor miss) */
     px_lookup *lookup;       /* lookup scripts answered here */
     uint64_t script_hits, script_misses;
-    uint64_t mget_hits, mget_partial, mget_keys_cached;
+    uint64_t mget_hits, mget_partial, mget_keys_cached, mget_resent;
     resp_buf plan;           /* an MGET's plan, from px_caching_try_hit to
                                 px_caching_on_send of the same request */
     resp_buf plan_req;       /* ... and the MGET of its keys not cached */
@@ -427,18 +427,22 @@ static int read_kind(struct px_caching *pc, const resp_arg *a, int argc, int *sc
 }
 
 /* The plan of an MGET (pc->plan, then the request's aux): a header, then
- * per key either its cached value (tag 0: u8 nil, u32 length, bytes) or
- * where its reply comes from (tag 1: u32 length, key, u64 fill token). */
+ * per key either its cached value (tag 0: u8 nil, u32 length, bytes, then
+ * u32 length, key) or where its reply comes from (tag 1: u32 length, key,
+ * u64 fill token). */
 typedef struct mget_hdr {
     uint32_t n, nmiss, part, db, proto;
+    uint64_t seq;      /* change_seq when the cached values were taken */
 } mget_hdr;
 
 /* One key's place in a plan. */
 typedef struct plan_item {
     int cached;        /* 1: value (or nil) below; 0: from the reply */
     int nil;
-    const char *p;     /* the cached value, or the key */
-    uint32_t n;
+    const char *val;   /* the cached value */
+    uint32_t vlen;
+    const char *key;
+    uint32_t klen;
     char *token;       /* from the reply: where its fill token is (8 bytes) */
 } plan_item;
 
@@ -450,16 +454,21 @@ static int plan_next(char *plan, size_t len, size_t *at, plan_item *it) {
     it->cached = q[0] == 0;
     if (it->cached) {
         it->nil = q[1];
-        memcpy(&it->n, q + 2, 4);
-        it->p = q + 6;
+        memcpy(&it->vlen, q + 2, 4);
+        it->val = q + 6;
+        q += 6 + it->vlen;
+        memcpy(&it->klen, q, 4);
+        it->key = q + 4;
         it->token = NULL;
-        *at += 6 + it->n;
+        *at += 6 + it->vlen + 4 + it->klen;
     } else {
         it->nil = 0;
-        memcpy(&it->n, q + 1, 4);
-        it->p = q + 5;
-        it->token = q + 5 + it->n;
-        *at += 5 + it->n + 8;
+        it->val = NULL;
+        it->vlen = 0;
+        memcpy(&it->klen, q + 1, 4);
+        it->key = q + 5;
+        it->token = q + 5 + it->klen;
+        *at += 5 + it->klen + 8;
     }
     return 1;
 }
@@ -469,8 +478,10 @@ static void plan_enc_cached(resp_buf *b, const plan_item *it, int proto) {
     if (it->nil)
         resp_enc_null(b, proto);
     else
-        resp_enc_bulk(b, it->p, it->n);
+        resp_enc_bulk(b, it->val, it->vlen);
 }
+
+static uint64_t change_seq(struct px_caching *pc);
 
 static int hit_write(px_client *c, resp_buf *b) {
     px_io_write(&c->io, b->data, b->len);
@@ -484,7 +495,7 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
     const resp_arg *a = c->rq.argv;
     int argc = c->rq.argc, fail = 0;
     resp_buf *plan = &pc->plan, *req = &pc->plan_req;
-    mget_hdr h = {(uint32_t)(argc - 1), 0, part, (uint32_t)c->db, (uint32_t)c->proto};
+    mget_hdr h = {(uint32_t)(argc - 1), 0, part, (uint32_t)c->db, (uint32_t)c->proto, change_seq(pc)};
     int64_t now = px_now_ms();
     resp_buf_reset(plan);
     fail |= resp_buf_append(plan, &h, sizeof h);
@@ -495,10 +506,12 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
         if (!busy && cache_get(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len, "", 0, now, &v, &vlen,
                                &nil)) {
             uint8_t tag[2] = {0, (uint8_t)nil};
-            uint32_t n = nil ? 0 : (uint32_t)vlen;
+            uint32_t n = nil ? 0 : (uint32_t)vlen, klen = (uint32_t)a[i].len;
             fail |= resp_buf_append(plan, tag, 2);
             fail |= resp_buf_append(plan, &n, 4);
             if (n) fail |= resp_buf_append(plan, v, n);
+            fail |= resp_buf_append(plan, &klen, 4);
+            fail |= resp_buf_append(plan, a[i].ptr, klen);
         } else {
             uint8_t tag = 1;
             uint32_t klen = (uint32_t)a[i].len;
@@ -536,7 +549,7 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
     resp_enc_bulk(req, "MGET", 4);
     plan_item it;
     for (size_t at = sizeof h; plan_next(plan->data, plan->len, &at, &it);)
-        if (!it.cached) resp_enc_bulk(req, it.p, it.n);
+        if (!it.cached) resp_enc_bulk(req, it.key, it.klen);
     return 0;
 }
 
@@ -646,7 +659,7 @@ static void mget_send(struct px_caching *pc, px_client *c, px_upstream *u, px_re
     plan_item it;
     for (size_t at = sizeof h; may_fill && plan_next(plan->data, plan->len, &at, &it);) {
         if (it.cached) continue;
-        uint64_t token = cache_fill_begin(pc->cache, h.part, (int)h.db, CACHE_KIND_GET, it.p, it.n, "", 0, now);
+        uint64_t token = cache_fill_begin(pc->cache, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0, now);
         memcpy(it.token, &token, 8);
         if (token) pc->fills_begun++, u->filled = 1;
     }
@@ -655,7 +668,9 @@ static void mget_send(struct px_caching *pc, px_client *c, px_upstream *u, px_re
     r->aux_len = plan->len;
     r->aux_flags |= PX_AUX_MGET;
     resp_buf_init(plan);
-    (void)c;
+    /* a merge may have to be sent again whole: nothing of the client's
+     * may reach Redis after it meanwhile (client.c) */
+    if (h.nmiss < h.n) c->mget_merge = r;
 }
 
 /* A lookup script's dentry identity, then dkey and name (request aux). */
@@ -823,9 +838,28 @@ static int next_element(const char *d, size_t len, size_t *at, const char **val,
     return k;
 }
 
+/* Are the plan's cached values still what the cache holds? (Checked only
+ * when something was invalidated or flushed since they were taken.) */
+static int plan_still_cached(struct px_caching *pc, const mget_hdr *h, char *plan, size_t plen, int64_t now) {
+    plan_item it;
+    for (size_t at = sizeof *h; plan_next(plan, plen, &at, &it);) {
+        const char *v;
+        size_t vl;
+        int nil;
+        if (!it.cached) continue;
+        if (!cache_peek(pc->cache, h->part, (int)h->db, CACHE_KIND_GET, it.key, it.klen, "", 0, now, &v, &vl, &nil) ||
+            nil != it.nil || vl != it.vlen || (vl > 0 && memcmp(v, it.val, vl) != 0))
+            return 0;
+    }
+    return 1;
+}
+
 /* An MGET's reply: fills its keys, and merges it with the plan's cached
  * values into *out (returns 1), unless nothing was cached (returns 0: the
- * reply is the client's as it is). */
+ * reply is the client's as it is). When a cached value was invalidated, or
+ * the cache flushed, while the rest was read, the merge could show what
+ * Redis never held (C4, C5, C10): *out is then the MGET of every key, to be
+ * sent again in its place (returns PX_CACHING_RESEND). */
 static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t len, resp_buf *out) {
     mget_hdr h;
     char *plan = r->aux;
@@ -845,6 +879,8 @@ static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t
     }
     int merge = ok && h.nmiss < h.n;
     int64_t now = px_now_ms();
+    int resend = merge && h.seq != change_seq(pc) && !plan_still_cached(pc, &h, plan, plen, now);
+    if (resend) merge = 0;
     if (merge) resp_enc_array(out, h.n);
     plan_item it;
     for (size_t pp = sizeof h; plan_next(plan, plen, &pp, &it);) {
@@ -855,7 +891,7 @@ static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t
         uint64_t token;
         memcpy(&token, it.token, 8);
         if (!ok) {
-            if (token) cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.p, it.n, "", 0);
+            if (token) cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0);
             continue;
         }
         const char *v = NULL;
@@ -866,9 +902,24 @@ static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t
         /* MGET reads a key of another type as nil, where GET answers
          * WRONGTYPE: only a value is a GET's answer (C7) */
         if (k == 2)
-            cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.p, it.n, "", 0);
+            cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0);
         else
-            cache_fill_complete(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.p, it.n, "", 0, v, vl, 0, now);
+            cache_fill_complete(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0, v, vl,
+                                0, now);
+    }
+    if (resend) {
+        /* the fills above stand (their tokens guard them); the client gets
+         * what Redis answers for all its keys, read now */
+        resp_buf_reset(out);
+        resp_enc_array(out, (long long)h.n + 1);
+        resp_enc_bulk(out, "MGET", 4);
+        for (size_t pp = sizeof h; plan_next(plan, plen, &pp, &it);) resp_enc_bulk(out, it.key, it.klen);
+        free(r->aux);
+        r->aux = NULL;
+        r->aux_len = 0;
+        r->aux_flags &= ~(unsigned)PX_AUX_MGET;
+        pc->mget_resent++;
+        return PX_CACHING_RESEND;
     }
     if (h.nmiss < h.n && !ok && len > 0 && data[0] != '-' && data[0] != '!') {
         /* not what Redis sends for an MGET: the client must not get an
@@ -1047,6 +1098,7 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_mget_hits = pc->mget_hits;
     s->cache_mget_partial = pc->mget_partial;
     s->cache_mget_keys_cached = pc->mget_keys_cached;
+    s->cache_mget_resent = pc->mget_resent;
     s->cache_fills = st->fills;
     s->cache_fills_rejected = st->fills_rejected;
     s->cache_fills_too_big = st->fills_too_big;

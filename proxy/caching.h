@@ -84,7 +84,10 @@ void px_caching_on_send(struct px_client *c, struct px_upstream *u, struct px_re
 /* The reply to r arrived: fill or invalidate before it is relayed. Also
  * looks for replies that mean Redis changed role (C6). Returns 1 when the
  * client must get *out instead of data (an MGET merged with the values
- * that were cached), 0 to relay data as it is. */
+ * that were cached), 0 to relay data as it is, or PX_CACHING_RESEND when
+ * *out is a request to send again as r, whose reply the client gets (an
+ * MGET whose cached values were invalidated while the rest was read). */
+enum { PX_CACHING_RESEND = 2 };
 int px_caching_on_reply(struct px_client *c, struct px_req *r, const char *data, size_t len, resp_buf *out);
 
 /* Any reply with nothing else to learn (a command queued in MULTI): only

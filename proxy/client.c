@@ -476,11 +476,20 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     /* The cache learns from every reply, also one its client no longer
      * waits for: a write that happened must invalidate all the same. */
     if (c->srv->caching != NULL) {
-        if (px_caching_on_reply(c, r, data, len, &rewritten)) {
+        int k = px_caching_on_reply(c, r, data, len, &rewritten);
+        if (k == PX_CACHING_RESEND && c->state != PX_CLIENT_CLOSED) {
+            /* r keeps its slot; its connection answered this reply, so it
+             * is alive, and nothing of the client's went there since */
+            px_upstream_send(r->up, r, rewritten.data, rewritten.len);
+            resp_buf_deinit(&rewritten);
+            return;
+        }
+        if (k == 1) {
             data = rewritten.data;
             len = rewritten.len;
         }
     }
+    if (c->mget_merge == r) c->mget_merge = NULL;
     if ((r->aux_flags & PX_AUX_INFO) && c->state != PX_CLIENT_CLOSED && info_with_section(c, data, len, &rewritten) == 0) {
         data = rewritten.data;
         len = rewritten.len;
@@ -1216,8 +1225,9 @@ static int client_dispatch(px_client *c, const char *frame) {
         return DISPATCH_DONE;
     }
 
-    /* a write batch's outcome decides what is sent next (proxy/batch.h) */
-    if (c->batch_wait) return DISPATCH_WAIT;
+    /* a write batch's outcome decides what is sent next (proxy/batch.h),
+     * and a merged MGET's whether it goes again */
+    if (c->batch_wait || c->mget_merge != NULL) return DISPATCH_WAIT;
     const resp_cmd_info *info = resp_cmd_lookup(a[0].ptr, a[0].len);
     int id = info ? info->id : CMD_OTHER;
     int act = classify(c, info);

@@ -95,6 +95,9 @@ typedef struct px_client {
     int batch_count;
     px_upstream *batch_up;
     int batch_wait;            /* a batch's EXEC is in flight: nothing else goes */
+    px_req *mget_merge;        /* an MGET partly answered from the cache is in
+                                  flight: nothing else goes (it may be sent
+                                  again whole, proxy/caching.h) */
 
     /* in flight */
     px_req *slots_head, *slots_tail;

@@ -44,6 +44,7 @@ struct px_server;
     X(cache_mget_hits, counter, "MGETs answered from the cache entirely")                                  \
     X(cache_mget_partial, counter, "MGETs with some keys from the cache, the rest from Redis")             \
     X(cache_mget_keys_cached, counter, "MGET keys answered from the cache")                                \
+    X(cache_mget_resent, counter, "MGETs sent again whole: a value taken from the cache changed meanwhile")\
     X(cache_fills, counter, "Replies stored in the cache")                                                 \
     X(cache_fills_rejected, counter, "Replies not stored: invalidated while in flight, or no memory")      \
     X(cache_fills_too_big, counter, "Replies not stored: above cache-max-value")                           \

@@ -431,6 +431,7 @@ void px_upstream_unpin(px_upstream *u, int clean) {
 }
 
 static void up_link(px_upstream *u, px_req *r) {
+    r->up = u;
     r->pending = 1;
     r->replies_left = 1;
     r->sent_us = px_loop_now_us(u->srv);

@@ -98,6 +98,7 @@ typedef struct px_req {
     struct px_req *next_up;     /* FIFO of the upstream connection */
     struct px_req *next_slot;   /* FIFO of the client's reply slots */
     struct px_client *client;   /* NULL for PX_REQ_DISCARD */
+    struct px_upstream *up;     /* the connection it was last sent on */
     struct evbuffer *early;     /* reply that arrived before its turn */
     int kind;
     int done;                   /* reply present (in early) */

@@ -8,8 +8,9 @@ import time
 import pytest
 
 from cachehelpers import (MODES, SIDECACHE_FIELDS, Stats, make_tracked, parse_sidecache_section,
-                          start_cached, wait_stat, warm)
-from helpers import wait_until
+                          start_cached, wait_stat, wait_tracking_active, warm)
+from faulthelpers import toxiproxy, toxiproxy_bin  # noqa: F401 (fixtures)
+from helpers import HOST, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -327,6 +328,40 @@ def test_mget_wrong_type_key(proxy_factory, upstream, ref):
     # MGET's nil for a hash is not GET's answer (WRONGTYPE): it fills nothing
     for _ in range(2):
         assert c.cmd("GET", "i9921").raw == want.cmd("GET", "i9921").raw
+
+
+@pytest.mark.parametrize("change", ["write", "flushall"])
+def test_mget_merge_sees_change_made_meanwhile(change, toxiproxy, proxy_factory, upstream):
+    """A partly cached MGET whose cached key changes on Redis while the rest
+    is read answers what Redis holds after the change: never the value taken
+    from the cache before it merged with one read after it (a pair Redis
+    never held), nor a value of a cache the FLUSHALL emptied. The data path
+    delays requests by 300 ms (toxiproxy); the invalidation connection goes
+    to Redis directly, so the change's invalidation arrives first."""
+    data = toxiproxy.create("data", upstream.port)
+    p = proxy_factory(upstream_url=data.url, args=("--tracking-upstream", "redis://%s:%d" % (HOST, upstream.port)))
+    st = Stats(p)
+    wait_tracking_active(p, stats=st)
+    d = upstream.raw(auth=True)
+    d.cmd("SET", "i9401", "old")
+    d.cmd("SET", "i9402", "old")
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    warm(c, st, ("GET", "i9401"))  # cached; i9402 is not
+    data.toxic("latency", stream="upstream", latency=300)
+    base = st.get()
+    c.send_cmd("MGET", "i9401", "i9402")  # MGET i9402 on its way
+    time.sleep(0.1)
+    if change == "write":
+        d.raw_cmds([("MULTI",), ("SET", "i9401", "new"), ("SET", "i9402", "new"), ("EXEC",)])
+        want = [b"new", b"new"]
+    else:
+        d.cmd("FLUSHALL")
+        want = [None, None]
+    assert c.read_frame(timeout=5).value == want
+    assert st.get()["cache_mget_resent"] - base["cache_mget_resent"] == 1
+    data.clear()
+    assert c.cmd("MGET", "i9401", "i9402").value == want
 
 
 @pytest.mark.parametrize("writer", ["proxy", "redis"])

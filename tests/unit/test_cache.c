@@ -73,6 +73,7 @@ static void t_fail_reset(void) {
 #define cache_set_config ck_cache_set_config
 #define cache_get_stats ck_cache_get_stats
 #define cache_get ck_cache_get
+#define cache_peek ck_cache_peek
 #define cache_fill_begin ck_cache_fill_begin
 #define cache_fill_complete ck_cache_fill_complete
 #define cache_fill_abort ck_cache_fill_abort
@@ -86,6 +87,7 @@ static void t_fail_reset(void) {
 #undef cache_set_config
 #undef cache_get_stats
 #undef cache_get
+#undef cache_peek
 #undef cache_fill_begin
 #undef cache_fill_complete
 #undef cache_fill_abort
@@ -227,6 +229,31 @@ static void test_hget_hit_miss(void) {
     CHECK_EQ_INT(get(c, 1, 0, H, "d1", "nam"), 0);
     CHECK_EQ_INT(get(c, 1, 0, G, "d1", ""), 0);
     CHECK_EQ_INT(st(c)->hits, 1);
+    cache_free(c);
+}
+
+/* cache_peek sees what cache_get would (values, nils; placeholders,
+ * other partitions and purged keys miss) and counts nothing. */
+static void test_peek(void) {
+    cache *c = mk(MB, 64 * 1024, 0);
+    const char *v;
+    size_t vl;
+    int nil;
+    CHECK_EQ_INT(put(c, 1, 0, G, "i1", "", "attr-1", 0), 1);
+    CHECK_EQ_INT(put(c, 1, 0, G, "i2", "", NULL, 0), 1);
+    uint64_t t = begin(c, 1, 0, G, "i3", "", 0);
+    CHECK(t > 0);
+    CHECK_EQ_INT(cache_peek(c, 1, 0, G, "i1", 2, "", 0, 0, &v, &vl, &nil), 1);
+    CHECK_EQ_INT(nil, 0);
+    CHECK_MEM(v, vl, "attr-1");
+    CHECK_EQ_INT(cache_peek(c, 1, 0, G, "i2", 2, "", 0, 0, &v, &vl, &nil), 1);
+    CHECK_EQ_INT(nil, 1);
+    CHECK_EQ_INT(cache_peek(c, 1, 0, G, "i3", 2, "", 0, 0, &v, &vl, &nil), 0); /* a placeholder */
+    CHECK_EQ_INT(cache_peek(c, 2, 0, G, "i1", 2, "", 0, 0, &v, &vl, &nil), 0); /* another partition */
+    CHECK_EQ_INT(st(c)->hits, 0);
+    CHECK_EQ_INT(st(c)->misses, 0);
+    cache_invalidate_key(c, "i1", 2);
+    CHECK_EQ_INT(cache_peek(c, 1, 0, G, "i1", 2, "", 0, 0, &v, &vl, &nil), 0);
     cache_free(c);
 }
 
@@ -1434,6 +1461,7 @@ static void test_overhead_per_entry(void) {
 int main(void) {
     RUN(test_get_hit_miss);
     RUN(test_hget_hit_miss);
+    RUN(test_peek);
     RUN(test_binary_value);
     RUN(test_nil_entries);
     RUN(test_partitions_and_dbs_are_separate);
