@@ -28,14 +28,21 @@ static const resp_cmd_info cmd_table[] = {
     {"PING", CMD_PING, CMDF_LOCAL},
     {"PSUBSCRIBE", CMD_PSUBSCRIBE, CMDF_STREAM},
     {"PSYNC", CMD_PSYNC, CMDF_STREAM},
+    /* an UNSUBSCRIBE family command answers once per channel named, even
+     * where nothing was subscribed: never one reply on a shared FIFO */
+    {"PUNSUBSCRIBE", CMD_PUNSUBSCRIBE, CMDF_STREAM},
     {"QUIT", CMD_QUIT, CMDF_LOCAL},
     {"READONLY", CMD_READONLY, CMDF_STICKY},
     {"READWRITE", CMD_READWRITE, CMDF_STICKY},
+    /* a replica's: REPLCONF ACK is never answered */
+    {"REPLCONF", CMD_REPLCONF, CMDF_STREAM},
     {"RESET", CMD_RESET, CMDF_LOCAL},
     {"SELECT", CMD_SELECT, CMDF_LOCAL},
     {"SSUBSCRIBE", CMD_SSUBSCRIBE, CMDF_STREAM},
     {"SUBSCRIBE", CMD_SUBSCRIBE, CMDF_STREAM},
+    {"SUNSUBSCRIBE", CMD_SUNSUBSCRIBE, CMDF_STREAM},
     {"SYNC", CMD_SYNC, CMDF_STREAM},
+    {"UNSUBSCRIBE", CMD_UNSUBSCRIBE, CMDF_STREAM},
     {"UNWATCH", CMD_UNWATCH, CMDF_TXN},
     {"WAIT", CMD_WAIT, CMDF_BLOCKING},
     {"WAITAOF", CMD_WAITAOF, CMDF_BLOCKING},

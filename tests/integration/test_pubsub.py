@@ -147,3 +147,34 @@ def test_subscribe_inside_a_pipeline(proxy, ref, protocol):
 
     got = assert_same_runs(scenario, proxy, ref)
     assert got[-2][1] == b"$1\r\n1\r\n" and got[-1][1] == b"+PONG\r\n"
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+@pytest.mark.parametrize("cmd", [("UNSUBSCRIBE", "x", "y"), ("PUNSUBSCRIBE", "x*", "y*"),
+                                 ("SUNSUBSCRIBE", "x", "y"), ("UNSUBSCRIBE",), ("REPLCONF", "ACK", "0")])
+def test_unsubscribe_unsubscribed_keeps_other_clients_replies(proxy_factory, upstream, ref, cmd, protocol):
+    """A client that is not subscribed sends an UNSUBSCRIBE family command
+    (Redis answers once per channel named, as a push in RESP3) or REPLCONF
+    ACK (never answered), while another client's GET follows it on the
+    proxy's one shared connection: the first gets what Redis sends it,
+    byte for byte, and the GET its own value (before, one reply too many or
+    too few on the shared connection shifted every later reply: the GET got
+    the UNSUBSCRIBE's second reply, or hung)."""
+    p = proxy_factory(args=("--upstream-connections", "1"))
+    for ep in (upstream, ref):
+        ep.raw(auth=True).cmd("SET", "secret", "s3cr3t")
+    want = []
+    for target in (ref, p):
+        a = target.raw(protocol=protocol) if protocol == 3 else target.raw()
+        b = target.raw()
+        a.send_cmd(*cmd)
+        b.send_cmd("GET", "secret")
+        assert b.read_frame(timeout=5).value == b"s3cr3t"
+        n = max(len(cmd) - 1, 1) if cmd[0] != "REPLCONF" else 0
+        got = [f.raw for f in a.read_frames(n, timeout=5)]
+        a.expect_silence()
+        got.append(a.cmd("PING").raw)
+        if target is ref:
+            want = got
+        else:
+            assert got == want
