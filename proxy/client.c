@@ -1261,6 +1261,9 @@ static int client_dispatch(px_client *c, const char *frame) {
             return DISPATCH_DONE;
         }
         if (act == ACT_STATE || act == ACT_STICKY || act == ACT_LOCAL) c->mode = PX_MODE_STICKY;
+        /* a blocking command (not queued in MULTI, where it does not
+         * block) may wait for ever: upstream-timeout must not cut it */
+        if (act == ACT_BLOCK && !c->in_multi) c->blocking = 1;
         forward_pinned(c, id, frame);
         return DISPATCH_DONE;
     }

@@ -142,3 +142,20 @@ def test_blocked_client_disconnect_does_not_consume_items(proxy, upstream):
     r.rpush("gone", "keep")
     time.sleep(0.2)
     assert upstream.client().lrange("gone", 0, -1) == [b"keep"]
+
+
+@pytest.mark.proxy_only
+@pytest.mark.parametrize("session", ["shared", "sticky"])
+def test_blocking_command_outlives_upstream_timeout(proxy_factory, upstream, session):
+    """BLPOP 0 waits as long as it takes, as on Redis: upstream-timeout
+    (here 1 s) is for connections that stopped answering, not for a blocked
+    command, also on a session pinned for good (after CLIENT ID), where it
+    used to be cut off with an upstream-timeout error."""
+    p = proxy_factory(args=("--upstream-timeout", "1"))
+    c = p.raw()
+    if session == "sticky":
+        assert c.cmd("CLIENT", "ID").type == ":"
+    c.send_cmd("BLPOP", "blq", 0)
+    c.expect_silence(timeout=4.5)  # the check runs once a second: 3 s would do
+    upstream.raw(auth=True).cmd("RPUSH", "blq", "v")
+    assert c.read_frame(timeout=5).raw == b"*2\r\n$3\r\nblq\r\n$1\r\nv\r\n"
