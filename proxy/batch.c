@@ -106,7 +106,7 @@ int px_batch_add(px_client *c, px_upstream *u, const char *data, size_t len) {
         return -1;
     }
     r->pending = 1; /* awaited: kept if the client closes before the reply */
-    px_client_take_slot(c, r, u);
+    px_client_take_slot(c, r, u, len);
     c->batch_up = u;
     c->batch_count++;
     /* invalidated now, and again when its own reply is handed out (C1) */

@@ -63,6 +63,7 @@ static void queue_reap(px_client *c) {
 /* output and slots */
 
 static void check_output_limit(px_client *c);
+static void slot_pop(px_client *c, px_req *r);
 
 static void client_write(px_client *c, const void *data, size_t len) {
     if (c->io.closed) return;
@@ -83,8 +84,7 @@ static void check_output_limit(px_client *c) {
 static void client_flush_slots(px_client *c) {
     px_req *r;
     while ((r = c->slots_head) != NULL && r->done) {
-        c->slots_head = r->next_slot;
-        if (c->slots_head == NULL) c->slots_tail = NULL;
+        slot_pop(c, r);
         if (r->early != NULL && !c->io.closed) {
             px_io_write_buffer(&c->io, r->early);
             check_output_limit(c);
@@ -100,12 +100,21 @@ static void client_flush_slots(px_client *c) {
 }
 
 static void slot_append(px_client *c, px_req *r) {
+    c->nslots++;
     r->next_slot = NULL;
     if (c->slots_tail != NULL)
         c->slots_tail->next_slot = r;
     else
         c->slots_head = r;
     c->slots_tail = r;
+}
+
+/* Takes r, the head, off the slot list. */
+static void slot_pop(px_client *c, px_req *r) {
+    c->slots_head = r->next_slot;
+    if (c->slots_head == NULL) c->slots_tail = NULL;
+    c->nslots--;
+    c->inflight_bytes -= r->req_bytes;
 }
 
 /* A reply made here: written now if nothing is ahead of it, else queued. */
@@ -165,6 +174,10 @@ static void pause_input(px_client *c) {
 
 static void resume_input(px_client *c) {
     if (c->state != PX_CLIENT_ACTIVE) return;
+    if (c->backlogged) {
+        if (c->nslots >= PX_CLIENT_MAX_SLOTS / 2 || c->inflight_bytes >= PX_CLIENT_MAX_INFLIGHT_BYTES / 2) return;
+        c->backlogged = 0;
+    }
     if (c->input_paused) {
         c->input_paused = 0;
         px_io_resume_read(&c->io);
@@ -422,8 +435,10 @@ static int info_with_section(px_client *c, const char *data, size_t len, resp_bu
     return 0;
 }
 
-void px_client_take_slot(px_client *c, px_req *r, px_upstream *u) {
+void px_client_take_slot(px_client *c, px_req *r, px_upstream *u, size_t len) {
     slot_append(c, r);
+    r->req_bytes = len;
+    c->inflight_bytes += len;
     c->inflight++;
     c->inflight_on = u;
 }
@@ -511,8 +526,7 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
     if (r->kind != PX_REQ_CLIENT) apply_state_change(c, r, !resp_frame_is_error(data, len));
 
     if (r == c->slots_head) {
-        c->slots_head = r->next_slot;
-        if (c->slots_head == NULL) c->slots_tail = NULL;
+        slot_pop(c, r);
         px_req_release(c->srv, r);
         client_write(c, data, len);
         client_flush_slots(c);
@@ -603,7 +617,7 @@ static px_req *forward_to(px_client *c, px_upstream *u, int kind, const char *da
         client_close(c, "out of memory");
         return NULL;
     }
-    px_client_take_slot(c, r, u);
+    px_client_take_slot(c, r, u, len);
     if (by_ref)
         px_upstream_send_ref(u, r, data, len);
     else
@@ -886,7 +900,7 @@ static int txn_local_check(px_client *c, px_upstream *u, const char *data, size_
     r->aux_flags |= PX_AUX_TXN_CHECK;
     d->aux_flags |= PX_AUX_CTL_DISCARD;
     px_upstream_send(u, m, multi_cmd, sizeof multi_cmd - 1);
-    px_client_take_slot(c, r, u);
+    px_client_take_slot(c, r, u, len);
     px_upstream_send(u, r, data, len);
     px_upstream_send(u, d, discard_cmd, sizeof discard_cmd - 1);
     c->txn_checks++;
@@ -1388,6 +1402,12 @@ static void client_process_input(px_client *c) {
             pause_input(c);
             return;
         }
+        /* but what it holds in flight is bounded (PX_CLIENT_MAX_SLOTS) */
+        if (c->nslots >= PX_CLIENT_MAX_SLOTS || c->inflight_bytes >= PX_CLIENT_MAX_INFLIGHT_BYTES) {
+            c->backlogged = 1;
+            pause_input(c);
+            return;
+        }
         size_t len;
         const char *data = px_io_input(&c->io, &len);
         if (len == 0) break;
@@ -1526,6 +1546,8 @@ void px_client_close(px_client *c, const char *why) {
         r = next;
     }
     c->slots_head = c->slots_tail = NULL;
+    c->nslots = 0;
+    c->inflight_bytes = 0;
     /* The client's own connection closes with it: an unfinished WATCH or
      * MULTI dies on Redis with nothing executed, a blocked command stops. */
     if (c->pinned != NULL) {

@@ -34,6 +34,14 @@
 #include "proxy/server.h"
 #include "proxy/upstream.h"
 
+/* A client's input pauses while it holds this many reply slots, or slots
+ * of requests of this many bytes, and resumes once half are answered: what
+ * it pipelines behind a blocked command (BLPOP 0, then PINGs) or towards a
+ * Redis that stopped reading waits in the kernel's socket buffers, not in
+ * the proxy's memory (a transaction's queued commands, one slot, and a
+ * single request of any size still go). */
+#define PX_CLIENT_MAX_SLOTS 16384
+#define PX_CLIENT_MAX_INFLIGHT_BYTES (64u << 20)
 
 enum px_client_state {
     PX_CLIENT_ACTIVE,   /* reading and answering */
@@ -101,6 +109,10 @@ typedef struct px_client {
 
     /* in flight */
     px_req *slots_head, *slots_tail;
+    size_t nslots;             /* reply slots held */
+    size_t inflight_bytes;     /* bytes of the requests holding them */
+    int backlogged;            /* input paused: too many slots or bytes held,
+                                  until half of them are answered */
     int inflight;              /* requests awaiting an upstream reply */
     px_upstream *inflight_on;  /* the connection they were sent on */
     int barrier;               /* a state change awaits its reply: read nothing */
@@ -126,9 +138,9 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len);
  * in order; px_client_on_reply brings the last. */
 void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t len);
 
-/* A request record takes the client's next reply slot, awaited from u
- * (for proxy/batch.c). */
-void px_client_take_slot(px_client *c, px_req *r, px_upstream *u);
+/* A request record of len bytes takes the client's next reply slot,
+ * awaited from u (for proxy/batch.c). */
+void px_client_take_slot(px_client *c, px_req *r, px_upstream *u, size_t len);
 
 /* Tunnel bytes from the client's own connection. */
 void px_client_on_tunnel_data(px_client *c, const char *data, size_t len);

@@ -117,6 +117,7 @@ typedef struct px_req {
      * px_upstream_extend: their +QUEUED replies only need relaying). All
      * but the last reach px_client_on_reply_part. */
     uint32_t replies_left;
+    size_t req_bytes;           /* counted in its client's inflight_bytes */
     int run;                    /* a run that may still grow (client.c) */
 } px_req;
 

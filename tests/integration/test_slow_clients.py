@@ -16,6 +16,7 @@ Counters come from the proxy's /metrics (a connection for INFO would take
 a client slot).
 """
 import os
+import signal
 import socket
 import threading
 import time
@@ -379,3 +380,65 @@ def test_slow_reader_of_large_replies_is_disconnected(upstream, proxy_factory, r
              ", ".join("%.1f" % mb(n) for n in received), mb(base.get("VmRSS", 0)),
              mb(rs.peak), mb(rs.hwm), pinger.worst * 1000, pinger.n))
     assert rs.hwm < 200 * MB, "proxy peak RSS %.1f MB (limit 200 MB)" % mb(rs.hwm)
+
+
+def test_pipeline_behind_blocked_command_is_bounded(proxy_factory, upstream):
+    """A client pipelines 300,000 PINGs behind a BLPOP 0. Redis would keep
+    them in its query buffer; the proxy stops reading the client once it
+    holds 16,384 reply slots (PX_CLIENT_MAX_SLOTS), so what the client sends
+    waits in the socket buffers, and the proxy's memory stays bounded (each
+    queued PING used to hold about 1.3 KB: ~400 MB here). Once the BLPOP is
+    answered, every reply arrives, in order."""
+    n = 300000
+    p = proxy_factory()
+    c = p.raw()
+    assert c.cmd("PING").raw == b"+PONG\r\n"
+    base = proc_status(p.proc.pid)["VmRSS"]
+    # a second socket object on the same connection: its sendall blocks
+    # while the proxy does not read, without the reader's timeouts
+    sender = socket.socket(fileno=os.dup(c.sock.fileno()))
+    sender.settimeout(None)
+    t = threading.Thread(target=sender.sendall, args=(encode("BLPOP", "bq", 0) + encode("PING") * n,), daemon=True)
+    t.start()
+    time.sleep(2)  # the proxy reads what it will
+    grown = proc_status(p.proc.pid)["VmRSS"] - base
+    upstream.raw(auth=True).cmd("RPUSH", "bq", "x")
+    frames = c.read_many_fast(n + 1, timeout=60)
+    t.join(10)
+    sender.close()
+    assert frames[0].raw == b"*2\r\n$2\r\nbq\r\n$1\r\nx\r\n"
+    assert all(f.raw == b"+PONG\r\n" for f in frames[1:])
+    print("\n[pipeline behind BLPOP] proxy RSS grew %.1f MB while %d PINGs waited" % (mb(grown), n))
+    assert grown < 100 * MB, "proxy RSS grew %.1f MB" % mb(grown)
+
+
+def test_pipeline_to_stopped_redis_is_bounded(proxy_factory, upstream):
+    """Redis stops reading (SIGSTOP) while a client pipelines 3,000 SETs of
+    100 KB (300 MB; write batching off, which would hold it at one block):
+    the proxy stops reading the client once 64 MB of its requests are in
+    flight (PX_CLIENT_MAX_INFLIGHT_BYTES) instead of buffering all of them.
+    Once Redis runs again every SET is answered, in order, and stored."""
+    n, value = 3000, b"v" * 100000
+    p = proxy_factory(args=("--batch-max-commands", "0"))
+    c = p.raw()
+    assert c.cmd("PING").raw == b"+PONG\r\n"
+    assert c.cmd("SET", "warm", "1").raw == b"+OK\r\n"  # the upstream connection exists
+    base = proc_status(p.proc.pid)["VmRSS"]
+    sender = socket.socket(fileno=os.dup(c.sock.fileno()))
+    sender.settimeout(None)
+    payload = b"".join(encode("SET", "big%d" % i, value) for i in range(n))
+    upstream.proc.send_signal(signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=sender.sendall, args=(payload,), daemon=True)
+        t.start()
+        time.sleep(3)  # the proxy reads what it will
+        grown = proc_status(p.proc.pid)["VmRSS"] - base
+    finally:
+        upstream.proc.send_signal(signal.SIGCONT)
+    frames = c.read_many_fast(n, timeout=60)
+    t.join(10)
+    sender.close()
+    assert all(f.raw == b"+OK\r\n" for f in frames)
+    assert upstream.raw(auth=True).cmd("STRLEN", "big%d" % (n - 1)).value == len(value)
+    print("\n[pipeline to a stopped Redis] proxy RSS grew %.1f MB while %d MB waited" % (mb(grown), mb(len(payload))))
+    assert grown < 160 * MB, "proxy RSS grew %.1f MB" % mb(grown)
