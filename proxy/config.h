@@ -64,7 +64,8 @@ typedef struct px_config {
     int port;                      /* tcp port; 0 = no tcp listener */
     char unixsocket[108];          /* "" = no unix listener */
     int unixsocketperm;            /* octal mode, 0 = leave as created */
-    int maxclients;
+    int maxclients;                /* once running, lowered to fit the open
+                                      files limit (proxy/fdlimit.h) */
     int timeout;                   /* client idle seconds, 0 = never */
     int tcp_keepalive;             /* seconds, 0 = off */
     int tcp_nodelay;

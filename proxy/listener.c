@@ -77,11 +77,62 @@ static void on_accept_tls(struct evconnlistener *l, evutil_socket_t fd, struct s
     accept_client(arg, fd, sa, 1);
 }
 
+/*
+ * Accept errors. Out of descriptors (EMFILE, ENFILE) or of kernel memory
+ * (ENOBUFS, ENOMEM), accept() fails again at once for as long as a client
+ * waits in the backlog, and libevent, which calls back for each failure,
+ * would spin on it. So every listener stops (the shortage is the whole
+ * process's) and starts again after PX_ACCEPT_PAUSE_MS, time for clients to
+ * close and free some; the waiting clients are accepted then. Other errors
+ * (EPERM from a firewall rule, EPROTO...) concern one connection: accepting
+ * goes on. Either way the log gets one line a second at most, with the
+ * count of the errors it did not show.
+ */
+#define PX_ACCEPT_PAUSE_MS 100
+#define PX_ACCEPT_LOG_EVERY_MS 1000
+
+static int out_of_resources(int err) {
+    return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
+
+static void pause_accepting(px_server *srv) {
+    if (evtimer_pending(srv->accept_resume_ev, NULL)) return;
+    for (int i = 0; i < srv->nlisteners; i++) evconnlistener_disable(srv->listeners[i]);
+    struct timeval pause = {0, PX_ACCEPT_PAUSE_MS * 1000};
+    evtimer_add(srv->accept_resume_ev, &pause);
+}
+
+static void resume_accepting(evutil_socket_t fd, short what, void *arg) {
+    px_server *srv = arg;
+    for (int i = 0; i < srv->nlisteners; i++) evconnlistener_enable(srv->listeners[i]);
+}
+
+static void log_accept_error(px_server *srv, int err, int paused) {
+    int64_t now = px_now_ms();
+    if (now < srv->accept_log_next_ms) {
+        srv->accept_errors_unlogged++;
+        return;
+    }
+    px_warning("accept failed err=\"%s\" paused_ms=%d suppressed=%llu", strerror(err),
+               paused ? PX_ACCEPT_PAUSE_MS : 0, (unsigned long long)srv->accept_errors_unlogged);
+    srv->accept_errors_unlogged = 0;
+    srv->accept_log_next_ms = now + PX_ACCEPT_LOG_EVERY_MS;
+}
+
+static void on_accept_error(struct evconnlistener *l, void *arg) {
+    px_server *srv = arg;
+    int err = EVUTIL_SOCKET_ERROR(); /* accept()'s: libevent calls here right after it */
+    int pause = out_of_resources(err);
+    if (pause) pause_accepting(srv);
+    log_accept_error(srv, err, pause);
+}
+
 static int add_listener(px_server *srv, struct evconnlistener *l, const char *what) {
     if (l == NULL) {
         px_warning("cannot listen addr=%s err=\"%s\"", what, strerror(errno));
         return -1;
     }
+    evconnlistener_set_error_cb(l, on_accept_error);
     srv->listeners[srv->nlisteners++] = l;
     px_notice("listening addr=%s", what);
     return 0;
@@ -89,6 +140,11 @@ static int add_listener(px_server *srv, struct evconnlistener *l, const char *wh
 
 int px_listeners_open(px_server *srv) {
     px_config *cfg = srv->cfg;
+    srv->accept_resume_ev = evtimer_new(srv->base, resume_accepting, srv);
+    if (srv->accept_resume_ev == NULL) {
+        px_warning("cannot create the accept timer");
+        return -1;
+    }
     unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC;
     for (int tls = 0; tls <= 1; tls++) {
         int port = tls ? cfg->tls_port : cfg->port;
@@ -140,5 +196,7 @@ int px_listeners_open(px_server *srv) {
 void px_listeners_close(px_server *srv) {
     for (int i = 0; i < srv->nlisteners; i++) evconnlistener_free(srv->listeners[i]);
     srv->nlisteners = 0;
+    if (srv->accept_resume_ev != NULL) event_free(srv->accept_resume_ev);
+    srv->accept_resume_ev = NULL;
     if (srv->cfg->unixsocket[0] != '\0') unlink(srv->cfg->unixsocket);
 }

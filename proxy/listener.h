@@ -1,7 +1,9 @@
 /*
  * proxy/listener.h — the sockets clients connect to: TCP addresses from
  * `bind`/`port` and the `unixsocket`. Accepted sockets become px_clients;
- * past `maxclients` a client gets Redis's own error and is closed.
+ * past `maxclients` a client gets Redis's own error and is closed. Out of
+ * file descriptors, all listeners pause for a moment instead of failing
+ * accept() in a busy loop (listener.c, "Accept errors").
  */
 #ifndef SIDECACHE_PROXY_LISTENER_H
 #define SIDECACHE_PROXY_LISTENER_H

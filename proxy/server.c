@@ -19,6 +19,7 @@
 
 #include "proxy/caching.h"
 #include "proxy/client.h"
+#include "proxy/fdlimit.h"
 #include "proxy/io.h"
 #include "proxy/listener.h"
 #include "proxy/log.h"
@@ -124,10 +125,11 @@ static int lines_differ(const char (*a)[PX_RULE_LEN], int na, const char (*b)[PX
 /*
  * SIGHUP: the configuration is read again from the same command line (and
  * the file it names). What can change at run time is applied: log level,
- * cache size, value limit and ttl, client limits and timeout. The rest
- * (addresses, upstream, rules and tracking prefixes, modes) needs a
- * restart, and a change to it is logged and ignored. A configuration that
- * does not load changes nothing.
+ * cache size, value limit and ttl, client limits and timeout (maxclients
+ * fitted to the open files limit again, as at start). The rest (addresses,
+ * upstream, rules and tracking prefixes, modes) needs a restart, and a
+ * change to it is logged and ignored. A configuration that does not load
+ * changes nothing.
  */
 static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
     px_server *srv = arg;
@@ -151,7 +153,7 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
                    "need a restart; those changes are ignored");
     cfg->loglevel = fresh->loglevel;
     px_log_set_level(cfg->loglevel);
-    cfg->maxclients = fresh->maxclients;
+    cfg->maxclients = px_fdlimit_fit_clients(fresh->maxclients);
     cfg->timeout = fresh->timeout;
     cfg->client_query_buffer_limit = fresh->client_query_buffer_limit;
     cfg->client_output_buffer_limit = fresh->client_output_buffer_limit;
@@ -198,6 +200,10 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     srv.reply_limits.max_multibulk_len = 1LL << 32;
     srv.reply_limits.max_inline_len = (size_t)cfg->proto_max_bulk_len; /* long error lines from scripts */
 
+    /* Before anything opens: past this many clients, one more is refused
+     * with an error rather than left unanswered in the backlog when the
+     * process is out of descriptors (fdlimit.h). */
+    cfg->maxclients = px_fdlimit_fit_clients(cfg->maxclients);
     signal(SIGPIPE, SIG_IGN);
     srv.base = event_base_new();
     if (srv.base == NULL) {

@@ -41,6 +41,11 @@ typedef struct px_server {
 
     struct evconnlistener *listeners[PX_MAX_LISTENERS];
     int nlisteners;
+    /* accept() errors (proxy/listener.c): the timer that turns the
+     * listeners back on after a pause, and the log's pace */
+    struct event *accept_resume_ev;
+    int64_t accept_log_next_ms;     /* no accept error logged before this */
+    uint64_t accept_errors_unlogged; /* errors since the last one logged */
 
     struct px_client *clients; /* doubly linked, live clients */
     int nclients;

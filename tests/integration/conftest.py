@@ -29,8 +29,9 @@ Fixtures
   upstream, used as the reference that proxy replies are compared with
   (comparing against a separate server keeps the two runs from seeing each
   other's keys, clients and MONITOR lines).
-- proxy_factory(upstream=None, args=(), upstream_url=None) -> the proxy (a
-  ProxyProcess), or a DirectTarget in direct mode. Each proxy gets its own
+- proxy_factory(upstream=None, args=(), upstream_url=None, nofile=None) ->
+  the proxy (a ProxyProcess; nofile=(soft, hard) starts it with that
+  RLIMIT_NOFILE), or a DirectTarget in direct mode. Each proxy gets its own
   port and log file; at teardown it gets SIGTERM and must exit 0 within 5 s
   (a sanitizer report makes that fail too), and a proxy that died during the
   test (crash) fails the test with its log.
@@ -171,7 +172,7 @@ def ref(ref_factory, upstream):
 def proxy_factory(tmp_path_factory, upstream, request):
     proxies = []
 
-    def make(up=None, args=(), upstream_url=None, loglevel="notice"):
+    def make(up=None, args=(), upstream_url=None, loglevel="notice", nofile=None):
         up = up or upstream
         if TARGET == "direct":
             t = DirectTarget(up)
@@ -182,7 +183,8 @@ def proxy_factory(tmp_path_factory, upstream, request):
                         "SIDECACHE_BIN, or run with SIDECACHE_TARGET=direct)" % SIDECACHE_BIN,
                         pytrace=False)
         p = ProxyProcess(SIDECACHE_BIN, tmp_path_factory.mktemp("sidecache"), up,
-                         upstream_url=upstream_url, args=EXTRA_ARGS + tuple(args), loglevel=loglevel)
+                         upstream_url=upstream_url, args=EXTRA_ARGS + tuple(args), loglevel=loglevel,
+                         nofile=nofile)
         proxies.append(p)
         _current_procs.append(p)
         p.start()

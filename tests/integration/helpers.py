@@ -14,6 +14,7 @@ Nothing here is a pytest fixture; conftest.py builds the fixtures from it.
 import ctypes
 import os
 import random
+import resource
 import signal
 import socket
 import subprocess
@@ -558,8 +559,9 @@ class ProxyProcess(Endpoint):
     is_proxy = True
 
     def __init__(self, binary, workdir, upstream, upstream_url=None, args=(),
-                 loglevel="notice"):
+                 loglevel="notice", nofile=None):
         self.binary = binary
+        self.nofile = nofile  # RLIMIT_NOFILE (soft, hard) to start with, or None
         self.workdir = str(workdir)
         os.makedirs(self.workdir, exist_ok=True)
         self.upstream = upstream
@@ -585,7 +587,7 @@ class ProxyProcess(Endpoint):
         try:
             self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
                                          stdout=out, stderr=subprocess.STDOUT,
-                                         cwd=self.workdir, preexec_fn=_die_with_parent)
+                                         cwd=self.workdir, preexec_fn=self._preexec)
         finally:
             out.close()
         try:
@@ -594,6 +596,11 @@ class ProxyProcess(Endpoint):
             self.kill()
             raise RuntimeError("%s\nstdout/stderr:\n%s" % (e, tail(self.outpath)))
         return self
+
+    def _preexec(self):
+        _die_with_parent()
+        if self.nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, self.nofile)
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
