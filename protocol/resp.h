@@ -50,9 +50,11 @@
 
 enum { RESP_OK = 0, RESP_AGAIN = 1, RESP_ERR = -1 };
 
-/* Redis's own defaults; the proxy overrides them from its config. */
+/* Redis's own defaults (7.0: a request may have up to INT_MAX arguments;
+ * 6.2 and older allowed 1024 * 1024); the proxy overrides them from its
+ * config. */
 #define RESP_DEFAULT_MAX_BULK_LEN (512LL * 1024 * 1024)
-#define RESP_DEFAULT_MAX_MULTIBULK_LEN (1024LL * 1024)
+#define RESP_DEFAULT_MAX_MULTIBULK_LEN 2147483647LL
 #define RESP_DEFAULT_MAX_DEPTH 128
 #define RESP_DEFAULT_MAX_INLINE_LEN (64 * 1024)
 /* Redis's limits for a client that has not authenticated yet. */

@@ -153,7 +153,7 @@ static const px_directive px_directives[] = {
      PX_FIELD(proto_max_bulk_len), .min = PX_MB, .max = LLONG_MAX, .def = "512mb",
      .arg = "<bytes>", .help = "Longest bulk string accepted in a request"},
     {.name = "max-multibulk-len", .type = PX_CT_LL, PX_FIELD(max_multibulk_len), .min = 1,
-     .max = INT_MAX, .def = "1048576", .arg = "<n>",
+     .max = INT_MAX, .def = "2147483647", .arg = "<n>",
      .help = "Most arguments accepted in one request"},
     {.name = "proto-max-inline-len", .type = PX_CT_LL, .flags = PX_CF_MEMORY, PX_FIELD(proto_max_inline_len),
      .min = 64, .max = 1024 * 1024 * 1024LL, .def = "64kb", .arg = "<bytes>",

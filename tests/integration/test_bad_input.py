@@ -167,3 +167,17 @@ def test_reply_nesting_limit_directive(proxy_factory, upstream):
         assert r.raw.startswith(b"-ERR sidecache"), r
         assert c.cmd("PING").raw == b"+PONG\r\n"
         assert c.cmd("EVAL", shallow, "0").raw == b"*1\r\n*1\r\n:1\r\n"
+
+
+def test_request_with_more_than_a_million_arguments(proxy, ref):
+    """Redis 7 takes a request of up to INT_MAX arguments (6.2 stopped at
+    1,048,576): an SADD of 1,048,578 members is answered as by Redis."""
+    n = 1048578
+    req = b"*%d\r\n$4\r\nSADD\r\n$3\r\nbig\r\n" % (n + 2) + b"".join(b"$7\r\n%07d\r\n" % i for i in range(n))
+    replies = []
+    for target in (ref, proxy):
+        c = target.raw(auth=True, timeout=60)
+        c.send(req)
+        replies.append(c.read_frame(timeout=60).raw)
+        assert c.cmd("SCARD", "big").raw == b":%d\r\n" % n
+    assert replies[0] == replies[1] == b":%d\r\n" % n

@@ -126,7 +126,7 @@ static void test_defaults(void) {
     CHECK_EQ_INT(c.loglevel, PX_LOG_NOTICE);
     CHECK_STR(c.logfile, "");
     CHECK_EQ_INT(c.proto_max_bulk_len, 512LL * 1024 * 1024);
-    CHECK_EQ_INT(c.max_multibulk_len, 1048576);
+    CHECK_EQ_INT(c.max_multibulk_len, 2147483647);
     CHECK_EQ_INT(c.client_query_buffer_limit, 1024LL * 1024 * 1024);
     CHECK_EQ_INT(c.client_output_buffer_limit, 256LL * 1024 * 1024);
     CHECK_EQ_INT(px_config_check(&c, err, sizeof(err)), 0);
