@@ -1455,7 +1455,7 @@ static void test_limits_default(void) {
     resp_reply_parser r;
     resp_limits_default(&lim);
     CHECK_EQ_INT(lim.max_bulk_len, 512LL * 1024 * 1024);
-    CHECK_EQ_INT(lim.max_multibulk_len, 1024 * 1024);
+    CHECK_EQ_INT(lim.max_multibulk_len, 2147483647);
     CHECK_EQ_INT(lim.max_depth, 128);
     CHECK_EQ_INT(lim.max_inline_len, 64 * 1024);
     /* NULL limits mean the defaults */
