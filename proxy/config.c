@@ -461,7 +461,12 @@ static int set_append(const px_directive *d, px_config *c, int argc, char **argv
             return -1;
         }
         /* host:port[,host:port...] */
+        int naddr = 0;
         for (const char *p = argv[1];;) {
+            if (++naddr > PX_SENTINELS_MAX) {
+                seterr(err, errlen, "%s: at most %d sentinels", d->name, PX_SENTINELS_MAX);
+                return -1;
+            }
             const char *comma = strchr(p, ','), *end = comma ? comma : p + strlen(p);
             const char *colon = NULL;
             for (const char *q = p; q < end; q++)

@@ -20,6 +20,7 @@
 #define PX_MAX_RULES 64
 #define PX_RULE_LEN 320
 #define PX_MAX_SCRIPTS 32
+#define PX_SENTINELS_MAX 64 /* addresses in upstream-sentinel */
 
 enum px_profile { PX_PROFILE_NONE, PX_PROFILE_JUICEFS };
 enum px_tls_auth { PX_TLS_AUTH_NO, PX_TLS_AUTH_YES, PX_TLS_AUTH_OPTIONAL };

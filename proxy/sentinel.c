@@ -149,18 +149,28 @@ int px_sentinel_master(px_server *srv, struct sockaddr_storage *sa, unsigned *sa
     memcpy(name, line, (size_t)(sp - line));
     name[sp - line] = '\0';
     snprintf(why, whylen, "no sentinel");
-    for (const char *a = sp + 1; *a;) {
+    const char *addr[PX_SENTINELS_MAX];
+    size_t alen[PX_SENTINELS_MAX];
+    int n = 0;
+    for (const char *a = sp + 1; *a && n < PX_SENTINELS_MAX;) {
         const char *comma = strchr(a, ',');
-        size_t alen = comma ? (size_t)(comma - a) : strlen(a);
-        if (ask_one(a, alen, name, host, sizeof host, port, sizeof port, why, whylen) == 0) {
+        addr[n] = a;
+        alen[n++] = comma ? (size_t)(comma - a) : strlen(a);
+        if (comma == NULL) break;
+        a = comma + 1;
+    }
+    /* the one that answered last first: a sentinel that hangs before it in
+     * the list must not stall every check (PX_SENTINEL_TIMEOUT_MS each) */
+    for (int i = 0; i < n; i++) {
+        int k = (srv->sentinel_first + i) % n;
+        if (ask_one(addr[k], alen[k], name, host, sizeof host, port, sizeof port, why, whylen) == 0) {
+            srv->sentinel_first = k;
             px_upstream_addr up;
             memset(&up, 0, sizeof up);
             snprintf(up.host, sizeof up.host, "%s", host);
             up.port = atoi(port);
             return px_resolve_address(&up, sa, salen, why, whylen);
         }
-        if (comma == NULL) break;
-        a = comma + 1;
     }
     return -1;
 }

@@ -80,11 +80,12 @@ typedef struct px_server {
      * (NOAUTH), 1 yes. Learned by every credential-less connection. */
     int open_access;
 
-    struct evhttp *metrics;
+    struct evhttp *metrics;    /* /metrics, NULL when off (proxy/metrics.c) */
     struct ssl_ctx_st *tls_server_ctx, *tls_client_ctx; /* proxy/tls.h */
     struct event *sentinel_ev; /* upstream-sentinel: asks every sentinel-check-ms */
     int64_t sentinel_next_ms;  /* ... but not before this after failures */
-    int sentinel_backoff_ms;    /* /metrics, NULL when off (proxy/metrics.c) */
+    int sentinel_backoff_ms;
+    int sentinel_first;        /* the sentinel asked first: the last that answered */
     uint64_t nupstreams;       /* open upstream connections (not the invalidation one) */
     /* latency histograms (proxy/stats.h) */
     px_latency lat_hit, lat_upstream;

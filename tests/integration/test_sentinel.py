@@ -5,6 +5,7 @@ killed), empties its cache on the switch (C6), loses no acknowledged write,
 and serves nothing older than the switch.
 """
 import os
+import socket
 import time
 
 import pytest
@@ -103,3 +104,35 @@ def test_bad_sentinel_directive(proxy_factory):
     with pytest.raises(RuntimeError) as e:
         proxy_factory(args=("--upstream-sentinel", "mymaster", "127.0.0.1"))
     assert "is not host:port" in str(e.value)
+
+
+def test_hung_sentinel_first_in_list_does_not_stall(redis_factory, tmp_path_factory, proxy_factory):
+    """The first sentinel listed accepts connections and never answers; the
+    second answers. Each ask waits up to 250 ms in the event loop, so asking
+    the hung one first at every check (here every 100 ms) stalled every
+    client for 250 ms each time; once the second has answered it is asked
+    first, and the clients are not held up."""
+    master = redis_factory(name="master")
+    s = Sentinel(tmp_path_factory.mktemp("sentinel"), master.port)
+    s.start()
+    hung = socket.socket()
+    hung.bind((HOST, 0))
+    hung.listen(64)  # connects complete in the backlog; nothing is ever read or written
+    try:
+        p = proxy_factory(args=("--upstream-sentinel", "mymaster",
+                                "%s:%d,%s:%d" % (HOST, hung.getsockname()[1], HOST, s.port),
+                                "--sentinel-check-ms", "100"))
+        c = p.raw()
+        assert c.cmd("SET", "k", "v").raw == b"+OK\r\n"
+        slow, t_end = [], time.monotonic() + 2.0
+        while time.monotonic() < t_end:
+            t0 = time.monotonic()
+            assert c.cmd("GET", "k").raw == b"$1\r\nv\r\n"
+            dt = time.monotonic() - t0
+            if dt > 0.2:
+                slow.append(dt)
+            time.sleep(0.01)
+        assert len(slow) <= 1, "GETs held up over 200 ms: %s" % ["%.0f ms" % (x * 1000) for x in slow]
+    finally:
+        hung.close()
+        s.stop()
