@@ -77,7 +77,9 @@ typedef struct px_server {
     char **argv;
 
     /* Whether Redis serves clients without credentials: -1 unknown, 0 no
-     * (NOAUTH), 1 yes. Learned by every credential-less connection. */
+     * (NOAUTH), 1 yes. Learned by every credential-less connection, from
+     * the answer to its PING; an error other than NOAUTH (LOADING...) teaches
+     * nothing, and an unknown is asked again (proxy/upstream.c). */
     int open_access;
 
     struct evhttp *metrics;    /* /metrics, NULL when off (proxy/metrics.c) */

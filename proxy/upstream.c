@@ -194,7 +194,33 @@ static void up_check_timeout(px_upstream *u, int64_t now_ms, int timeout_s) {
     px_upstream_close(u, why);
 }
 
+/*
+ * While it is unknown whether Redis lets clients without credentials in
+ * (every probe so far met LOADING or the like), hits, write batches and
+ * local MULTI stay off for them. Shared connections live long, so the next
+ * handshake may be far off: ask again on one that is ready, once a second.
+ * A PING between two writes cannot fall inside a MULTI there: the blocks
+ * sidecache sends (MULTI ... EXEC) are written whole.
+ */
+static void up_probe_again(px_server *srv) {
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    for (px_pool *p = srv->pools; p != NULL; p = p->next) {
+        if (p->pass != NULL) continue; /* its handshake authenticates: no probe */
+        for (int i = 0; i < p->nshared; i++) {
+            px_upstream *u = p->shared[i];
+            if (u == NULL || u->state != PX_UP_READY) continue;
+            if (u->probe_access) return; /* one is on its way */
+            px_req *r = px_req_new(srv, NULL, PX_REQ_PROBE);
+            if (r == NULL) return;
+            u->probe_access = 1;
+            px_upstream_send(u, r, ping, sizeof ping - 1);
+            return;
+        }
+    }
+}
+
 void px_upstreams_cron(px_server *srv, int64_t now_ms) {
+    if (srv->open_access < 0) up_probe_again(srv);
     int timeout = srv->cfg->upstream_timeout;
     if (timeout <= 0) return;
     for (px_pool *p = srv->pools; p != NULL; p = p->next)
@@ -475,7 +501,8 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen) {
         u->npending--;
         r->next_up = NULL;
         r->lost = 1;
-        if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING || r->kind == PX_REQ_TXN_CTL) {
+        if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING || r->kind == PX_REQ_TXN_CTL ||
+            r->kind == PX_REQ_PROBE) {
             px_req_release(u->srv, r);
             continue;
         }
@@ -556,15 +583,35 @@ static int block_exec_refused(const char *data, size_t len) {
     return resp_frame_is_error(data, len) && !resp_frame_is_execabort(data, len);
 }
 
+static int is_noauth(const char *data, size_t len) {
+    return len >= 8 && memcmp(data, "-NOAUTH ", 8) == 0;
+}
+
+/*
+ * The answer to an access probe (a PING without credentials). Only NOAUTH
+ * says that Redis wants a password. Another error (LOADING while Redis reads
+ * its dataset after a restart, BUSY, MASTERDOWN, max clients) says nothing
+ * about it: what was known stays, and an unknown is asked again
+ * (up_probe_again). Taken for NOAUTH, it would give clients without
+ * credentials NOAUTH for PING and Redis's pre-AUTH limits, and turn hits
+ * off, until some other connection is made.
+ */
+static void up_learn_access(px_server *srv, const char *data, size_t len, int is_err) {
+    if (!is_err)
+        srv->open_access = 1;
+    else if (is_noauth(data, len))
+        srv->open_access = 0;
+}
+
 /* One whole reply frame from Redis. */
 static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     char type = u->rp.type;
     if (u->handshake_left > 0) {
         int is_err = type == '-' || type == '!';
-        if (is_err && len >= 8 && memcmp(data, "-NOAUTH ", 8) == 0) u->srv->open_access = 0;
+        if (is_err && is_noauth(data, len)) u->srv->open_access = 0;
         if (u->probe_access && u->handshake_left == 1) {
             /* the last handshake reply: the access probe, never a failure */
-            u->srv->open_access = is_err ? 0 : 1;
+            up_learn_access(u->srv, data, len, is_err);
             u->probe_access = 0;
             is_err = 0;
         }
@@ -618,6 +665,10 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_req_release(u->srv, r);
     } else if (r->kind == PX_REQ_DISCARD) {
         px_req_release(u->srv, r);
+    } else if (r->kind == PX_REQ_PROBE) {
+        px_req_release(u->srv, r);
+        u->probe_access = 0;
+        up_learn_access(u->srv, data, len, type == '-' || type == '!');
     } else if (r->kind == PX_REQ_TXN_CTL) {
         int discard = (r->aux_flags & PX_AUX_CTL_DISCARD) != 0;
         px_req_release(u->srv, r);

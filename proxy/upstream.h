@@ -54,6 +54,8 @@ enum px_req_kind {
                            a block or a check: anything but +OK and the
                            connection goes (px_pool.txn_denied,
                            discard_denied) */
+    PX_REQ_PROBE,       /* internal: PING, the access probe asked again while
+                           srv->open_access is unknown; its reply teaches it */
 };
 
 /*
@@ -165,7 +167,8 @@ typedef struct px_upstream {
     int state;
     int handshake_left;        /* handshake replies still to swallow */
     int ever_ready;            /* a handshake completed on this connection */
-    int probe_access;          /* the handshake ends with an access probe */
+    int probe_access;          /* an access probe is on its way: the handshake's
+                                  last request, or a PX_REQ_PROBE */
     px_req *head, *tail;       /* requests in flight, in order */
     int npending;
     resp_reply_parser rp;

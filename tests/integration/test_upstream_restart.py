@@ -1,12 +1,14 @@
 """Redis restarted under load: while Redis is down, commands fail fast with
 an -ERR that names the upstream (no hangs, no closed client connections);
 after Redis is back on the same port the same connections work again, and
-nothing stale is served from the cache."""
+nothing stale is served from the cache. Redis restarted with data is LOADING
+for a while: that is not taken for a password (see below)."""
 import threading
 import time
 
 import pytest
 
+from cachehelpers import Stats, wait_tracking_active
 from helpers import ConnectionClosed, Err, encode, port_accepts
 
 DOWN_FOR = 2.0           # seconds Redis stays dead
@@ -193,3 +195,131 @@ def test_proxy_starts_while_redis_is_down_and_serves_once_it_is_up(proxy_factory
             assert time.monotonic() < deadline
             time.sleep(0.1)
         assert c.cmd("GET", "k").raw == b"$1\r\nv\r\n"
+
+
+
+# ---------------------------------------------------------------------------
+# Redis restarted with data: LOADING is not a password
+#
+# A Redis that reads its dataset answers -LOADING to nearly every command,
+# the PING that probes a new upstream connection for access included. That
+# says nothing about whether Redis wants a password: once it has loaded, a
+# client without credentials must get what Redis gives it (PONG; an MSET of
+# more than 10 arguments and a bulk over 16 KB, which Redis refuses before
+# AUTH where it wants one), not NOAUTH or a protocol error, and its reads
+# must be served from the cache again.
+
+# key-load-delay (Redis 7, microseconds per key read) stretches the load to a
+# few seconds; Redis answers clients (-LOADING) every KB meanwhile.
+SLOW_LOAD = ("--key-load-delay", "1000", "--loading-process-events-interval-bytes", "1024")
+LOAD_KEYS = 4000  # about 4 s of LOADING
+
+
+def redis_loading(up):
+    with up.raw() as c:
+        info = c.call("INFO", "persistence")
+    assert not isinstance(info, Err), info
+    return b"loading:1" in bytes(info)
+
+
+def restart_loading(up):
+    """Fills up with LOAD_KEYS keys, saves them, kills it and starts it
+    again on the same port and dir: it is LOADING for a few seconds."""
+    with up.raw() as c:
+        if c.call("CONFIG", "GET", "key-load-delay") == []:
+            pytest.skip("this redis-server has no key-load-delay")
+        assert c.cmd("DEBUG", "POPULATE", LOAD_KEYS, "load").raw == b"+OK\r\n"
+        assert c.cmd("SAVE").raw == b"+OK\r\n"
+    up.kill()
+    up.restart()
+    assert redis_loading(up), "Redis loaded too fast for this test"
+
+
+def wait_loaded(up, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    with up.raw() as c:
+        while c.cmd("PING").raw != b"+PONG\r\n":
+            assert time.monotonic() < deadline, "Redis still loading after %.0fs" % timeout
+            time.sleep(0.05)
+
+
+def proxy_clients(proxy, n=4):
+    """n clients in a row: consecutive ids, so that between them they use
+    every shared connection of the pool (2 by default)."""
+    return [proxy.raw(timeout=MAX_LATENCY + 4) for _ in range(n)]
+
+
+def get_loading_through(up, clients):
+    """A GET from each client until Redis answers it -LOADING: then the
+    shared connection it uses was made, and its access probe answered,
+    while Redis was loading (a connection the proxy has not yet seen
+    closed may fail a request first)."""
+    for c in clients:
+        deadline = time.monotonic() + RECOVER_WITHIN
+        while True:
+            f = c.cmd("GET", "i1", timeout=MAX_LATENCY + 2)
+            if f.raw.startswith(b"-LOADING"):
+                break
+            assert f.raw.startswith(b"-ERR") and b"upstream" in f.raw.lower(), f
+            assert time.monotonic() < deadline, "no -LOADING through the proxy: %r" % f
+            time.sleep(0.02)
+    assert redis_loading(up), "Redis loaded too fast for this test"
+
+
+def served_as_open(proxy, up, clients):
+    """After the load: what a client without credentials gets is what Redis
+    gives it, and its reads are hits again."""
+    mset = ["MSET"] + [x for i in range(6) for x in ("m%d" % i, str(i))]  # 12 arguments
+    with up.raw() as direct:
+        for c in clients:
+            for cmd in (("PING",), mset, ("SET", "big", "x" * 20000), ("MGET", "m0", "m5")):
+                want = direct.cmd(*cmd).raw
+                assert c.cmd(*cmd).raw == want, (cmd[0], "want %r" % want[:60])
+
+    # Read on db 0's own shared connections: a new pool would probe anew.
+    st = Stats(proxy, db=0)
+    wait_tracking_active(proxy, stats=st)
+    c = clients[0]
+    assert c.cmd("SET", "i1", "v").raw == b"+OK\r\n"
+    deadline = time.monotonic() + RECOVER_WITHIN
+    while True:
+        before = st["cache_hits"]
+        for _ in range(3):
+            assert c.cmd("GET", "i1").raw == b"$1\r\nv\r\n"
+        if st["cache_hits"] > before:
+            break
+        assert time.monotonic() < deadline, "no hit for a client without credentials after the load"
+        time.sleep(0.2)
+    st.close()
+
+
+@pytest.mark.proxy_only
+@pytest.mark.timeout(60)
+def test_redis_loading_after_restart_is_not_taken_for_a_password(proxy_factory, redis_factory):
+    up = redis_factory(args=SLOW_LOAD)
+    proxy = proxy_factory(up=up)
+    clients = proxy_clients(proxy)
+    for c in clients:
+        assert c.cmd("PING").raw == b"+PONG\r\n"
+    restart_loading(up)
+    get_loading_through(up, clients)
+    wait_loaded(up)
+    served_as_open(proxy, up, clients)
+    for c in clients:
+        c.close()
+
+
+@pytest.mark.proxy_only
+@pytest.mark.timeout(60)
+def test_proxy_started_while_redis_loads_learns_access_once_loaded(proxy_factory, redis_factory):
+    """Every probe meets LOADING, so nothing is known: the proxy asks again
+    on its (long-lived) connections, and learns once Redis has loaded."""
+    up = redis_factory(args=SLOW_LOAD)
+    restart_loading(up)
+    proxy = proxy_factory(up=up)
+    clients = proxy_clients(proxy)
+    get_loading_through(up, clients)
+    wait_loaded(up)
+    served_as_open(proxy, up, clients)
+    for c in clients:
+        c.close()
