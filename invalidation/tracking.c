@@ -25,6 +25,7 @@
 
 #include "protocol/resp.h"
 #include "proxy/log.h"
+#include "proxy/sockopt.h"
 
 #define INV_BACKOFF_MIN_MS 100
 #define INV_BACKOFF_MAX_MS 2000
@@ -343,6 +344,7 @@ static void read_cb(struct bufferevent *bev, void *arg) {
 static void event_cb(struct bufferevent *bev, short what, void *arg) {
     inv_conn *t = arg;
     if (what & BEV_EVENT_CONNECTED) {
+        if (t->cfg.addr.ss_family != AF_UNIX) px_socket_keepalive(bufferevent_getfd(bev), t->cfg.tcp_keepalive);
         inv_set_state(t, INV_SETUP, NULL);
         t->stats.connects++;
         t->setup_deadline_ms = now_ms() + INV_SETUP_DEADLINE_MS;

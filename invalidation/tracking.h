@@ -75,6 +75,8 @@ typedef struct inv_config {
                                      CLIENT TRACKING ... REDIRECT <our id> send */
     int ping_ms;                  /* keep-alive period */
     int timeout_ms;               /* ping answer deadline */
+    int tcp_keepalive;            /* TCP keepalive of the socket, seconds (0: off;
+                                     proxy/sockopt.h) */
 } inv_config;
 
 typedef struct inv_conn inv_conn;

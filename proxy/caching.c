@@ -320,6 +320,7 @@ int px_caching_init(px_server *srv) {
     ic.nprefixes = pc->rules.all_keys ? 0 : pc->rules.nprefixes;
     ic.ping_ms = cfg->tracking_keepalive_ms;
     ic.timeout_ms = cfg->tracking_timeout_ms;
+    ic.tcp_keepalive = cfg->tcp_keepalive;
     inv_callbacks cb = {on_invalidate, on_flush, on_active, on_command_table, on_resolve, on_new_ssl};
     pc->inv = inv_new(srv->base, &ic, &cb, srv);
     if (pc->inv == NULL) {

@@ -20,6 +20,7 @@
 
 #include "proxy/client.h"
 #include "proxy/log.h"
+#include "proxy/sockopt.h"
 
 static void describe(const struct sockaddr *sa, char *buf, size_t n) {
     char host[INET6_ADDRSTRLEN] = "?";
@@ -55,16 +56,7 @@ static void accept_client(px_server *srv, evutil_socket_t fd, struct sockaddr *s
     if (sa->sa_family != AF_UNIX) {
         int one = 1;
         if (srv->cfg->tcp_nodelay) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        int ka = srv->cfg->tcp_keepalive;
-        if (ka > 0) {
-            setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-#ifdef TCP_KEEPIDLE
-            int intvl = ka / 3 > 0 ? ka / 3 : 1, cnt = 3;
-            setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &ka, sizeof ka);
-            setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-            setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
-#endif
-        }
+        px_socket_keepalive(fd, srv->cfg->tcp_keepalive);
     }
     px_client_new(srv, fd, addr, tls);
 }

@@ -32,6 +32,7 @@
 #include "proxy/io.h"
 #include "proxy/log.h"
 #include "proxy/sentinel.h"
+#include "proxy/sockopt.h"
 #include "proxy/tls.h"
 
 #define PX_BACKOFF_MIN_MS 100
@@ -754,6 +755,9 @@ static void up_on_event(void *arg, int what, int err) {
         int one = 1;
         if (!srv->cfg->up.is_unix && srv->cfg->tcp_nodelay)
             setsockopt(u->io.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        /* Blocked and tunnelled connections are exempt from upstream-timeout:
+         * only keepalive notices a Redis host that vanished under them. */
+        if (!srv->cfg->up.is_unix) px_socket_keepalive(u->io.fd, srv->cfg->tcp_keepalive);
         if (u->state == PX_UP_CONNECTING) {
             u->state = u->handshake_left ? PX_UP_HANDSHAKE : PX_UP_READY;
             if (u->state == PX_UP_READY) {

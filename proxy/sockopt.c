@@ -1,0 +1,20 @@
+/*
+ * proxy/sockopt.c — see sockopt.h.
+ */
+#include "proxy/sockopt.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+void px_socket_keepalive(int fd, int seconds) {
+    if (seconds <= 0) return;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+#ifdef TCP_KEEPIDLE
+    int intvl = seconds / 3 > 0 ? seconds / 3 : 1, cnt = 3;
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &seconds, sizeof seconds);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+#endif
+}
