@@ -133,6 +133,12 @@ static int lines_differ(const char (*a)[PX_RULE_LEN], int na, const char (*b)[PX
  */
 static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
     px_server *srv = arg;
+    /* standard input was read to its end at start: read again, it would
+     * give nothing, and every directive would fall back to its default */
+    if (srv->argc > 1 && strcmp(srv->argv[1], "-") == 0) {
+        px_warning("reload refused: the configuration was read from standard input (restart to change it)");
+        return;
+    }
     px_config *fresh = malloc(sizeof *fresh);
     char err[1024];
     int test_only = 0;

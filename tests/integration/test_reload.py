@@ -88,3 +88,28 @@ def test_sighup_reports_a_rule_change_it_ignores(tmp_path, upstream, change):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, proc.stderr.read().decode(errors="replace")
+
+
+@pytest.mark.proxy_only
+def test_sighup_with_configuration_from_stdin_changes_nothing(tmp_path, upstream):
+    """A configuration read from standard input ("-") cannot be read again:
+    SIGHUP is refused with a warning, where it used to reset every
+    directive to its default (cache-max-memory back to 256mb)."""
+    port = free_port()
+    log = tmp_path / "sidecache.log"
+    text = ("upstream redis://127.0.0.1:%d\nport %d\nlogfile %s\ncache-max-memory 8mb\n"
+            % (upstream.port, port, log))
+    proc = subprocess.Popen([sidecache_bin(), "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    proc.stdin.write(text.encode())
+    proc.stdin.close()
+    try:
+        wait_for(lambda: port_accepts(port))
+        wait_for(lambda: info_section(port).get("cache_max_bytes") == 8 * 1024 * 1024)
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload refused" in log.read_text())
+        assert "standard input" in log.read_text()
+        assert info_section(port)["cache_max_bytes"] == 8 * 1024 * 1024
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode(errors="replace")
