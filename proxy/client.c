@@ -911,6 +911,12 @@ static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) 
     /* EXEC and DISCARD wait for every check: EXEC's outcome depends on them,
      * and a check must not count for the next transaction */
     if ((id == CMD_EXEC || id == CMD_DISCARD) && c->txn_checks > 0) return DISPATCH_WAIT;
+    if (id == CMD_EXEC && c->rq.argc != 1) {
+        /* Redis discards the transaction, naming the arity error */
+        txn_local_end(c, 0);
+        reply_error(c, "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command");
+        return DISPATCH_DONE;
+    }
     if (id == CMD_EXEC && !c->txn_dirty) {
         if (c->pool->txn_denied != px_acl_mark(c->srv)) return txn_local_exec(c);
         /* MULTI is refused to this identity now: the block's commands would
@@ -1243,6 +1249,11 @@ static int client_dispatch(px_client *c, const char *frame) {
      * and a merged MGET's whether it goes again */
     if (c->batch_wait || c->mget_merge != NULL) return DISPATCH_WAIT;
     const resp_cmd_info *info = resp_cmd_lookup(a[0].ptr, a[0].len);
+    /* Redis refuses these with an argument (arity 1) as any command: its
+     * error, and in MULTI EXECABORT at EXEC (EXEC itself: below) */
+    if (info != NULL && c->rq.argc != 1 &&
+        (info->id == CMD_MULTI || info->id == CMD_DISCARD || info->id == CMD_UNWATCH || info->id == CMD_RESET))
+        info = NULL;
     int id = info ? info->id : CMD_OTHER;
     int act = classify(c, info);
     /* an open batch goes before anything that cannot join it (whether a

@@ -33,6 +33,11 @@ CASES = {
               ("HSET", "d5", "n", "v"), ("HGET", "d5", "n"), ("GET", "i5"), ("EXEC",),
               ("GET", "t"), ("HGET", "d5", "n")],
     "empty": [("MULTI",), ("EXEC",), ("MULTI",), ("DISCARD",)],
+    # Redis refuses these with an argument, and nothing changes (queued in
+    # MULTI: the transaction aborts at EXEC)
+    "arity_errors": [("MULTI", "x"), ("EXEC", "x"), ("DISCARD", "x"), ("UNWATCH", "x"), ("RESET", "x"),
+                     ("SET", "t", "1"), ("MULTI",), ("INCR", "t"), ("EXEC", "x"), ("DISCARD", "x"),
+                     ("MULTI", "x"), ("EXEC",), ("GET", "t")],
     "reply_types": [("HSET", "h", "a", "1", "b", "2"), ("SADD", "s", "m"), ("RPUSH", "l", "1", "2"),
                     ("MULTI",), ("HGETALL", "h"), ("ZADD", "z", "1.5", "a"),
                     ("ZSCORE", "z", "a"), ("ZINCRBY", "z", "0.25", "a"), ("SMEMBERS", "s"),
