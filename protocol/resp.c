@@ -19,7 +19,9 @@
  * The reply framer walks one value at a time (REP_LINE reads a type byte and
  * its line, REP_BULK waits for a length-prefixed payload) and keeps a stack
  * of open aggregates: remaining[i] elements still expected at level i,
- * is_attr[i] set when level i is an attribute map.
+ * uncounted[i] set when level i is not an element of its parent: an
+ * attribute map, or a push inside an aggregate (out of band: Redis does not
+ * count it in the parent's length).
  *
  * Invariants
  * ----------
@@ -31,8 +33,10 @@
  *   total work is O(bytes), whatever the split.
  * - Nothing is sized from a declared count or length. Argument arrays double
  *   as arguments are completed; the inline scratch grows to the line actually
- *   received; the reply stack grows one level per aggregate actually opened,
- *   up to max_depth.
+ *   received; the reply stack grows one level per aggregate actually opened
+ *   (at least 4 bytes each), with no limit on depth: Redis nests a reply as
+ *   deep as a script's table, and a frame refused would fail every request
+ *   queued behind it on a shared connection.
  * - A line limit is judged on the line itself (where its terminator is), not
  *   on how the bytes were split, so a frame fed whole, byte by byte or in any
  *   split gives the same result.
@@ -66,11 +70,10 @@
 #define ERR_REPLY_TYPE     "Protocol error: invalid reply type byte"
 #define ERR_STREAMED       "Protocol error: streamed RESP3 types are not supported"
 #define ERR_REPLY_LINE     "Protocol error: too big reply line"
-#define ERR_DEPTH          "Protocol error: reply nested too deep"
+#define ERR_DEPTH          "Protocol error: reply nested too deep" /* INT_MAX levels */
 #define ERR_BULK_CRLF      "Protocol error: expected CRLF after bulk payload"
 #define ERR_INT            "Protocol error: invalid integer"
 #define ERR_DOUBLE         "Protocol error: invalid double"
-#define ERR_BIGNUM         "Protocol error: invalid big number"
 #define ERR_BOOL           "Protocol error: invalid boolean"
 #define ERR_NULL           "Protocol error: invalid null"
 #define ERR_VERBATIM       "Protocol error: invalid verbatim string"
@@ -79,7 +82,6 @@
 void resp_limits_default(resp_limits *lim) {
     lim->max_bulk_len = RESP_DEFAULT_MAX_BULK_LEN;
     lim->max_multibulk_len = RESP_DEFAULT_MAX_MULTIBULK_LEN;
-    lim->max_depth = RESP_DEFAULT_MAX_DEPTH;
     lim->max_inline_len = RESP_DEFAULT_MAX_INLINE_LEN;
 }
 
@@ -815,14 +817,20 @@ void resp_reply_init(resp_reply_parser *p, const resp_limits *lim) {
 
 void resp_reply_deinit(resp_reply_parser *p) {
     free(p->remaining);
-    free(p->is_attr);
+    free(p->uncounted);
     p->remaining = NULL;
-    p->is_attr = NULL;
+    p->uncounted = NULL;
     p->stack_cap = 0;
 }
 
+/* Levels of stack a framer keeps between frames: usual replies nest a few
+ * levels; one that went far deeper gives its stack back when it ends. */
+#define REP_STACK_KEEP 256
+
 /* Forgets the frame in progress (not the result of the last RESP_OK). */
 static void rep_restart(resp_reply_parser *p) {
+    if (p->stack_cap > REP_STACK_KEEP)
+        resp_reply_deinit(p);
     p->state = REP_LINE;
     p->pos = 0;
     p->scan = 0;
@@ -887,25 +895,30 @@ static int rep_find_crlf(resp_reply_parser *p, const char *buf, size_t len,
     return RESP_AGAIN;
 }
 
-/* Opens an aggregate level expecting `elems` elements. */
-static int rep_push(resp_reply_parser *p, long long elems, int attr) {
-    if (p->depth >= p->lim.max_depth)
+/*
+ * Opens an aggregate level expecting `elems` elements; `uncounted` when the
+ * level, once closed, is no element of its parent. The stack grows with
+ * the levels actually opened, so depth is bounded only by the bytes
+ * received (and by int: 2^31 levels are 8 GB of "*1\r\n").
+ */
+static int rep_push(resp_reply_parser *p, long long elems, int uncounted) {
+    if (p->depth == INT_MAX)
         return rep_fail(p, ERR_DEPTH);
     if (p->depth == p->stack_cap) {
         size_t c1 = (size_t)p->stack_cap, c2 = c1;
         size_t want = (size_t)p->depth + 1;
         long long *rem;
-        unsigned char *attr_flags;
+        unsigned char *flags;
         if ((rem = grow_array(p->remaining, &c1, want, sizeof(*rem))) == NULL)
             return rep_fail(p, ERR_OOM);
         p->remaining = rem;
-        if ((attr_flags = grow_array(p->is_attr, &c2, want, 1)) == NULL)
+        if ((flags = grow_array(p->uncounted, &c2, want, 1)) == NULL)
             return rep_fail(p, ERR_OOM);
-        p->is_attr = attr_flags;
+        p->uncounted = flags;
         p->stack_cap = c1 > INT_MAX ? INT_MAX : (int)c1;
     }
     p->remaining[p->depth] = elems;
-    p->is_attr[p->depth] = (unsigned char)attr;
+    p->uncounted[p->depth] = (unsigned char)uncounted;
     p->depth++;
     return RESP_OK;
 }
@@ -913,9 +926,9 @@ static int rep_push(resp_reply_parser *p, long long elems, int attr) {
 /*
  * A value (not an attribute map) has just ended. Counts it against the open
  * levels, closing each level it completes; a closed aggregate is itself a
- * completed element of its parent, but a closed attribute map is not: it
- * only decorates the value that follows it. Returns 1 when the top-level
- * value is complete.
+ * completed element of its parent, but a closed uncounted level is not: an
+ * attribute map only decorates the value that follows it, and a nested
+ * push is out of band. Returns 1 when the top-level value is complete.
  */
 static int rep_value_done(resp_reply_parser *p) {
     while (p->depth > 0) {
@@ -923,7 +936,7 @@ static int rep_value_done(resp_reply_parser *p) {
         if (--p->remaining[lvl] > 0)
             return 0;
         p->depth--;
-        if (p->is_attr[lvl])
+        if (p->uncounted[lvl])
             return 0;
     }
     return 1;
@@ -965,18 +978,6 @@ static int valid_double(const char *s, size_t n) {
             return 0;
     }
     return i == n;
-}
-
-static int valid_bignum(const char *s, size_t n) {
-    size_t i = 0;
-    if (n > 0 && (s[0] == '-' || s[0] == '+'))
-        i++;
-    if (i == n)
-        return 0;
-    for (; i < n; i++)
-        if (s[i] < '0' || s[i] > '9')
-            return 0;
-    return 1;
 }
 
 static int rep_known_type(char t) {
@@ -1075,7 +1076,7 @@ int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len) {
         const char *line;
         long long ll;
         char t;
-        int top, rc;
+        int top, rc, uncounted;
 
         if (p->state == REP_BULK) {
             size_t end = p->pos + (size_t)p->bulk_len + 2;
@@ -1128,6 +1129,8 @@ int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len) {
         switch (t) {
         case '+':
         case '-':
+        case '(': /* any text: Redis passes a script's big_number string
+                     through (CR and LF made spaces): "(abc", "(" */
             break;
         case ':':
             if (!resp_string2ll(line, n, &ll))
@@ -1138,10 +1141,6 @@ int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len) {
         case ',':
             if (!valid_double(line, n))
                 return rep_fail(p, ERR_DOUBLE);
-            break;
-        case '(':
-            if (!valid_bignum(line, n))
-                return rep_fail(p, ERR_BIGNUM);
             break;
         case '#':
             if (n != 1 || (line[0] != 't' && line[0] != 'f'))
@@ -1186,6 +1185,14 @@ int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len) {
             p->state = REP_BULK;
             continue;
         default: /* '*' '%' '~' '>' '|': aggregates */
+            /* An attribute, or a push inside an aggregate, is no element
+             * of its parent. Redis writes a push wherever the reply being
+             * written is when it fires (EXEC of MULTI + DEBUG PROTOCOL
+             * push: "*1 >2 <push> $40 <reply>") and leaves it out of the
+             * parent's count; counting it would end the frame early and
+             * hand the rest to the next request on the connection, maybe
+             * another client's. */
+            uncounted = t == '|' || (t == '>' && p->depth > 0);
             if (n == 1 && line[0] == '?')
                 return rep_fail(p, ERR_STREAMED);
             if (!resp_string2ll(line, n, &ll))
@@ -1205,11 +1212,11 @@ int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len) {
                 p->payload_off = next;
             }
             if (ll == 0) {
-                if (t == '|')
-                    continue; /* an empty attribute decorates nothing */
+                if (uncounted)
+                    continue; /* an empty attribute or push: nothing */
                 break;        /* an empty aggregate is a complete value */
             }
-            if (rep_push(p, (t == '%' || t == '|') ? 2 * ll : ll, t == '|') < 0)
+            if (rep_push(p, (t == '%' || t == '|') ? 2 * ll : ll, uncounted) < 0)
                 return RESP_ERR;
             continue;
         }

@@ -36,8 +36,9 @@
  *   until the caller modifies or drains it. The only exception is inline
  *   requests, whose unquoted arguments live in the framer's own scratch.
  * - Bounded: nothing is allocated from a declared length or count; memory
- *   grows only with bytes actually received, and every length, count, depth
- *   and line is checked against resp_limits before it is trusted.
+ *   grows only with bytes actually received, and every length, count and
+ *   line is checked against resp_limits before it is trusted. Reply nesting
+ *   has no limit (see resp_reply_parse).
  * - After RESP_OK the next call starts a new frame at the buf the caller
  *   passes (normally advanced by frame_len).
  */
@@ -55,7 +56,6 @@ enum { RESP_OK = 0, RESP_AGAIN = 1, RESP_ERR = -1 };
  * config. */
 #define RESP_DEFAULT_MAX_BULK_LEN (512LL * 1024 * 1024)
 #define RESP_DEFAULT_MAX_MULTIBULK_LEN 2147483647LL
-#define RESP_DEFAULT_MAX_DEPTH 128
 #define RESP_DEFAULT_MAX_INLINE_LEN (64 * 1024)
 /* Redis's limits for a client that has not authenticated yet. */
 #define RESP_UNAUTH_MAX_MULTIBULK_LEN 10
@@ -64,7 +64,6 @@ enum { RESP_OK = 0, RESP_AGAIN = 1, RESP_ERR = -1 };
 typedef struct resp_limits {
     long long max_bulk_len;      /* largest bulk/verbatim/blob payload */
     long long max_multibulk_len; /* most elements in one request or aggregate */
-    int max_depth;               /* deepest nesting of reply aggregates */
     size_t max_inline_len;       /* longest inline request or header line */
 } resp_limits;
 
@@ -204,7 +203,8 @@ typedef struct resp_reply_parser {
     int depth;
     int top_seen;          /* top-level value (non-attribute) started */
     long long *remaining;  /* per nesting level: elements still expected */
-    unsigned char *is_attr;/* per level: 1 if the level is an attribute map */
+    unsigned char *uncounted; /* per level: 1 if no element of its parent
+                                 (attribute map, push inside an aggregate) */
     int stack_cap;
     long long bulk_len;
     char cur_type;
@@ -216,11 +216,17 @@ void resp_reply_reset(resp_reply_parser *p);
 /* Frames one whole reply (one top-level value, with any attributes before
  * it) from buf[0..len). Return values as for requests.
  * Limits: a count above max_multibulk_len ("invalid multibulk length"), a
- * length above max_bulk_len ("invalid bulk length"), more than max_depth
- * open aggregates (attribute maps included), and a line (type byte to CR)
- * longer than max_inline_len, e.g. a huge "-ERR ..." from a script, are all
- * RESP_ERR. Null is "$-1", "*-1" or "_" only; streamed "$?"/"*?" types are
- * refused. */
+ * length above max_bulk_len ("invalid bulk length"), and a line (type byte
+ * to CR) longer than max_inline_len, e.g. a huge "-ERR ..." from a script,
+ * are RESP_ERR. Nesting is not limited: Redis nests a script's table as deep
+ * as Lua lets it (about 8000 levels, then "-ERR reached lua stack limit"),
+ * a module deeper; the stack grows with the levels received (9 bytes for
+ * each 4-byte "*1\r\n") and one grown past 256 levels is freed after its
+ * frame.
+ * Like an attribute, a push ('>') inside an aggregate is part of the frame
+ * but no element of its parent: Redis leaves it out of the parent's count.
+ * A big number ('(') may hold any text: Redis passes a script's string.
+ * Null is "$-1", "*-1" or "_" only; streamed "$?"/"*?" types are refused. */
 int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len);
 
 /* A whole reply frame (data, len) at a glance: exactly +OK; an error

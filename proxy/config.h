@@ -84,7 +84,7 @@ typedef struct px_config {
     long long max_multibulk_len;   /* elements in one request */
     long long client_query_buffer_limit;  /* bytes buffered per client input */
     long long proto_max_inline_len; /* longest inline request or header line */
-    int proto_max_nesting;         /* deepest nesting of a reply from Redis */
+    int proto_max_nesting;         /* obsolete: read and checked, not used */
     int partial_command_timeout;   /* seconds a started request may take to arrive; 0 = no limit */
     long long client_output_buffer_limit; /* bytes pending per client output */
 

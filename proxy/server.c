@@ -199,10 +199,10 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     srv.req_limits.max_multibulk_len = cfg->max_multibulk_len;
     srv.req_limits.max_inline_len = (size_t)cfg->proto_max_inline_len;
     resp_limits_default(&srv.reply_limits);
-    srv.reply_limits.max_depth = cfg->proto_max_nesting;
     srv.reply_limits.max_bulk_len = cfg->proto_max_bulk_len;
     /* Redis may answer with more elements than a client may send in one
-     * request (a big LRANGE): the reply side only bounds nesting and lines. */
+     * request (a big LRANGE): the reply side bounds no count. Nor nesting
+     * (resp.h), whatever the obsolete proto-max-nesting says. */
     srv.reply_limits.max_multibulk_len = 1LL << 32;
     srv.reply_limits.max_inline_len = (size_t)cfg->proto_max_bulk_len; /* long error lines from scripts */
 
@@ -261,6 +261,8 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
         px_pool_shared(first, 0);
         px_pool_unref(first);
     }
+    if (cfg->proto_max_nesting != 128) /* set, to other than its old default */
+        px_notice("proto-max-nesting is obsolete and ignored: replies from Redis are relayed at any depth");
     px_notice("ready upstream=%s upstream_connections=%d", upstream, cfg->upstream_connections);
     event_base_dispatch(srv.base);
     px_notice("stopped");

@@ -640,7 +640,9 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     if (type == '>') {
         /* A push on a matched connection is not a reply: it belongs to the
          * owner if there is one (RESP3 pub/sub and tracking are tunnelled,
-         * so this is rare), and is dropped on shared connections. */
+         * so this is rare), and is dropped on shared connections. (One
+         * inside a reply's aggregate, as in an EXEC, is part of that
+         * reply's frame, as Redis wrote it: resp.h.) */
         if (u->owner != NULL) px_client_on_tunnel_data(u->owner, data, len);
         return;
     }

@@ -302,16 +302,9 @@ static int ref_value(const uint8_t *b, size_t len, size_t pos, int depth, const 
                 return -1;
             *end = next;
             return 1;
-        case '(': {
-            size_t i = n > 0 && (line[0] == '+' || line[0] == '-');
-            if (i == n)
-                return -1;
-            for (; i < n; i++)
-                if (line[i] < '0' || line[i] > '9')
-                    return -1;
+        case '(': /* any text (Redis passes a script's string through) */
             *end = next;
             return 1;
-        }
         case '#':
             if (n != 1 || (line[0] != 't' && line[0] != 'f'))
                 return -1;
@@ -373,14 +366,17 @@ static int ref_value(const uint8_t *b, size_t len, size_t pos, int depth, const 
             }
             if (ll < 0 || ll > lim->max_multibulk_len)
                 return -1;
-            if (ll > 0 && depth >= lim->max_depth)
-                return -1;
+            /* no depth limit: 64 KB nest 16384 levels, well within the
+             * stack this recursion has */
             p = next;
             for (long long i = 0; i < ((t == '%' || t == '|') ? 2 * ll : ll); i++)
                 if ((r = ref_value(b, len, p, depth + 1, lim, &p, NULL)) != 1)
                     return r;
-            if (t == '|') {
-                pos = p; /* an attribute decorates the value after it */
+            if (t == '|' || (t == '>' && depth > 0)) {
+                /* an attribute decorates the value after it; a push inside
+                 * an aggregate is out of band: the value after it is the
+                 * element */
+                pos = p;
                 continue;
             }
             if (tp) {

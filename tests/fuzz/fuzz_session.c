@@ -1526,7 +1526,7 @@ static void configure(px_config *cfg, unsigned flags) {
     if (flags & F_SMALL_LIMITS) {
         set1(cfg, "max-multibulk-len", "8");
         set1(cfg, "proto-max-inline-len", "64");
-        set1(cfg, "proto-max-nesting", "3");
+        set1(cfg, "proto-max-nesting", "3"); /* obsolete: accepted, no effect */
     }
     set1(cfg, "cache-max-memory", (flags & F_CACHE_MASK) == 0 ? "0" : flags & F_SMALL_CACHE ? "4kb" : "1mb");
     if (flags & F_SMALL_CACHE) set1(cfg, "cache-max-value", "16");
@@ -1551,7 +1551,6 @@ static void server_setup(px_server *srv, px_config *cfg) {
     srv->req_limits.max_multibulk_len = cfg->max_multibulk_len;
     srv->req_limits.max_inline_len = (size_t)cfg->proto_max_inline_len;
     resp_limits_default(&srv->reply_limits);
-    srv->reply_limits.max_depth = cfg->proto_max_nesting;
     srv->reply_limits.max_bulk_len = cfg->proto_max_bulk_len;
     srv->reply_limits.max_multibulk_len = 1LL << 32;
     srv->reply_limits.max_inline_len = (size_t)cfg->proto_max_bulk_len;
@@ -1700,7 +1699,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     resp_limits lim;
     resp_limits_default(&lim);
     lim.max_multibulk_len = 1LL << 32;
-    lim.max_depth = 1024;
     lim.max_inline_len = 1 << 24;
     resp_reply_init(&s->rp, &lim);
 

@@ -31,19 +31,16 @@ static inline void limits_for(int profile, resp_limits *lim) {
     case 1:
         lim->max_bulk_len = 64;
         lim->max_multibulk_len = 8;
-        lim->max_depth = 3;
         lim->max_inline_len = 32;
         break;
     case 2:
         lim->max_bulk_len = 4096;
         lim->max_multibulk_len = 100;
-        lim->max_depth = 16;
         lim->max_inline_len = 512;
         break;
     case 3:
         lim->max_bulk_len = 1;
         lim->max_multibulk_len = 2;
-        lim->max_depth = 1;
         lim->max_inline_len = 4;
         break;
     default:

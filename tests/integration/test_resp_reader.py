@@ -3,8 +3,8 @@
 reported incomplete rather than misparsed."""
 import pytest
 
-from helpers import (BigNum, Double, Err, Incomplete, Push, RMap, RSet, Simple, Verbatim,
-                     encode, parse_frame)
+from helpers import (BigNum, BigNumText, Double, Err, Incomplete, Push, RMap, RSet, Simple,
+                     Verbatim, encode, parse_frame)
 
 FRAMES = [
     (b"+OK\r\n", Simple(b"OK")),
@@ -27,6 +27,14 @@ FRAMES = [
     (b"=8\r\ntxt:abcd\r\n", Verbatim(b"txt:abcd")),
     (b"!5\r\nERR x\r\n", Err(b"ERR x")),
     (b"|1\r\n$3\r\nttl\r\n:5\r\n$1\r\nv\r\n", b"v"),
+    # a script's big_number string, passed through by Redis
+    (b"(abc\r\n", BigNumText(b"abc")),
+    (b"(\r\n", BigNumText(b"")),
+    # a push inside an aggregate is out of band: not one of its elements
+    (b"*1\r\n>2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n$40\r\nSome real reply following the push reply\r\n",
+     [b"Some real reply following the push reply"]),
+    (b"%1\r\n>1\r\n+x\r\n+k\r\n>0\r\n+v\r\n", RMap([(Simple(b"k"), Simple(b"v"))])),
+    (b">2\r\n+a\r\n>1\r\n+x\r\n+b\r\n", Push([Simple(b"a"), Simple(b"b")])),
 ]
 
 

@@ -833,6 +833,15 @@ static void test_reply_scalars(void) {
     REP("(3492890328409238509324850943850943825024385\r\n",
         "(0\"3492890328409238509324850943850943825024385\"/46");
     REP("(-12\r\n", "(0\"-12\"/6");
+    /* any text: Redis passes a script's big_number string through
+     * (EVAL "return {big_number='abc'}" 0 under HELLO 3) */
+    REP("(abc\r\n", "(0\"abc\"/6");
+    REP("(\r\n", "(0\"\"/3");
+    REP("(-\r\n", "(0\"-\"/4");
+    REP("(12a\r\n", "(0\"12a\"/6");
+    REP("(a  b\r\n", "(0\"a  b\"/7");
+    REP("(a\rb\r\n", "(0\"a\\x0db\"/6"); /* a lone CR belongs to the line */
+    REP("*3\r\n(abc\r\n(\r\n:1\r\n", "*3@4+13/17");
     REP("=15\r\ntxt:Some string\r\n", "=15\"txt:Some string\"/22");
     REP("=4\r\ntxt:\r\n", "=4\"txt:\"/10");
     REP("!21\r\nSYNTAX invalid syntax\r\n", "!21\"SYNTAX invalid syntax\"/28");
@@ -861,10 +870,11 @@ static void test_reply_aggregates(void) {
         ">3@4+29/33");
     REP(">2\r\n+invalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n", ">2@4+31/35");
     REP(">2\r\n+invalidate\r\n_\r\n", ">2@4+16/20");
-    /* every type as an element */
-    REP("*14\r\n+s\r\n-e\r\n:1\r\n$1\r\nb\r\n*0\r\n%0\r\n~0\r\n>0\r\n_\r\n,1.5\r\n"
+    /* every type as an element (a push is none: out of band, see
+     * test_reply_nested_pushes; here it is in the frame, not counted) */
+    REP("*13\r\n+s\r\n-e\r\n:1\r\n$1\r\nb\r\n*0\r\n%0\r\n~0\r\n>0\r\n_\r\n,1.5\r\n"
         "#t\r\n(1\r\n=5\r\ntxt:x\r\n!1\r\nE\r\n",
-        "*14@5+70/75");
+        "*13@5+70/75");
     REP("*2\r\n:1\r\n", "...");
     REP("*2\r\n:1\r\n*1\r\n", "...");
 }
@@ -885,8 +895,39 @@ static void test_reply_attributes(void) {
     /* an attribute with nothing after it yet is unfinished */
     REP("|1\r\n+a\r\n+b\r\n", "...");
     REP("*1\r\n|1\r\n+a\r\n+b\r\n", "...");
+    REP("*1\r\n|0\r\n", "...");
     /* pipelined after one another */
     REP("|1\r\n+a\r\n+b\r\n:1\r\n:2\r\n", ":1\"1\"/16 :2\"2\"/4");
+}
+
+/* A push inside an aggregate is out of band, like an attribute: Redis does
+ * not count it among the parent's elements. */
+static void test_reply_nested_pushes(void) {
+    /* EXEC of MULTI, DEBUG PROTOCOL push, EXEC (Redis 7.0.15's bytes) */
+    REP("*1\r\n>2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n"
+        "$40\r\nSome real reply following the push reply\r\n",
+        "*1@4+79/83");
+    REP("*3\r\n+OK\r\n>2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n"
+        "$40\r\nSome real reply following the push reply\r\n$1\r\n1\r\n",
+        "*3@4+91/95");
+    /* the frame is not over before the parent's own elements are */
+    REP("*1\r\n>2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n", "...");
+    REP("*1\r\n>1\r\n+x\r\n", "...");
+    REP("*1\r\n>1\r\n+x\r\n:1\r\n:2\r\n", "*1@4+12/16 :2\"2\"/4");
+    REP("*1\r\n>0\r\n:1\r\n", "*1@4+8/12");
+    REP("*1\r\n>1\r\n*2\r\n:1\r\n:2\r\n_\r\n", "*1@4+19/23");
+    /* in a push, a map, an attribute; a push in a push */
+    REP(">2\r\n+a\r\n>1\r\n+x\r\n+b\r\n", ">2@4+16/20");
+    REP("%1\r\n>1\r\n+x\r\n+k\r\n>1\r\n+y\r\n+v\r\n", "%1@4+24/28");
+    REP("*2\r\n|1\r\n+a\r\n>1\r\n+x\r\n+b\r\n:1\r\n:2\r\n", "*2@4+28/32");
+    REP("*1\r\n*1\r\n>1\r\n>1\r\n:1\r\n:2\r\n:3\r\n", "*1@4+24/28");
+    REP("*1\r\n*1\r\n>1\r\n>1\r\n:1\r\n:2\r\n", "...");
+    /* among runs of small elements (rep_simple_elements) */
+    REP("*3\r\n:1\r\n>1\r\n:9\r\n:2\r\n:3\r\n", "*3@4+20/24");
+    REP("*2\r\n>3\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n", "*2@4+24/28");
+    /* at top level a push is a frame of its own, as before */
+    REP(">1\r\n+x\r\n:1\r\n", ">1@4+4/8 :1\"1\"/4");
+    REP("|1\r\n+a\r\n+b\r\n>1\r\n+x\r\n", ">1@16+4/20");
 }
 
 static void test_reply_pipeline(void) {
@@ -950,9 +991,6 @@ static void test_reply_errors(void) {
     REP(",1e\r\n", "!Protocol error: invalid double");
     REP(",.\r\n", "!Protocol error: invalid double");
     REP(",1.5x\r\n", "!Protocol error: invalid double");
-    REP("(12a\r\n", "!Protocol error: invalid big number");
-    REP("(\r\n", "!Protocol error: invalid big number");
-    REP("(-\r\n", "!Protocol error: invalid big number");
     REP("#x\r\n", "!Protocol error: invalid boolean");
     REP("#\r\n", "!Protocol error: invalid boolean");
     REP("#tt\r\n", "!Protocol error: invalid boolean");
@@ -1016,6 +1054,9 @@ static void test_reply_aggregate_elements(void) {
     ELEM("$2\r\na\r\r\n", NULL);
     ELEM("$10\r\n0123456789\r\n", NULL);
     ELEM("$-1\r\n", NULL);
+    ELEM("(abc\r\n", NULL);
+    ELEM("(\r\n", NULL);
+    ELEM(">1\r\n:1\r\n:6\r\n", NULL); /* a push, then the element */
     memset(big, 'x', sizeof big);
     for (size_t n = 99; n <= 101; n++) { /* two digits, then the general path */
         b.len = 0;
@@ -1046,33 +1087,60 @@ static void test_reply_aggregate_elements(void) {
     ELEM_LIM("$12\r\n0123456789ab\r\n", &lim, "Protocol error: too big reply line");
 }
 
-static void test_reply_limits(void) {
-    resp_limits lim;
+/* "*1\r\n" n times around ":1\r\n", framed in chunks of up to 64 bytes. */
+static void check_deep(int line, int n) {
+    str in = {0}, want = {0};
+    for (int i = 0; i < n; i++)
+        str_cat(&in, "*1\r\n");
+    str_cat(&in, ":1\r\n");
+    str_fmt(&want, "*1@4+%lld", (long long)in.len - 4);
+    str_fmt(&want, "/%lld", (long long)in.len);
+    check_run(line, 1, in.p, in.len, NULL, want.p, 64);
+    free(in.p);
+    free(want.p);
+}
+
+/* Nesting is no protocol error: Redis nests a script's table 129, 200 or
+ * ~8000 levels deep (EVAL "local t={} local c=t for i=1,200 do local n={}
+ * c[1]=n c=n end return t" 0), and refusing it failed every request queued
+ * on the shared connection. A deep stack is given back after its frame. */
+static void test_reply_deep_nesting(void) {
+    resp_reply_parser p;
     str in = {0};
     int i;
 
-    resp_limits_default(&lim);
-    lim.max_depth = 2;
-    REP_LIM("*1\r\n*1\r\n:1\r\n", &lim, "*1@4+8/12");
-    REP_LIM("*1\r\n*1\r\n*1\r\n:1\r\n", &lim, "!Protocol error: reply nested too deep");
-    REP_LIM("*1\r\n*1\r\n*0\r\n", &lim, "*1@4+8/12"); /* opens no level */
-    REP_LIM("*1\r\n*1\r\n*-1\r\n", &lim, "*1@4+9/13");
-    REP_LIM("*1\r\n|1\r\n+a\r\n+b\r\n:1\r\n", &lim, "*1@4+16/20");
-    REP_LIM("*1\r\n|1\r\n+a\r\n*1\r\n:1\r\n:1\r\n", &lim,
-            "!Protocol error: reply nested too deep"); /* attributes count */
-    REP_LIM("|1\r\n+a\r\n+b\r\n*1\r\n*1\r\n:1\r\n", &lim, "*1@16+8/24");
+    check_deep(__LINE__, 128);
+    check_deep(__LINE__, 129);
+    check_deep(__LINE__, 200);
+    check_deep(__LINE__, 8000);
+    /* every level a different kind, attributes and pushes included */
+    for (i = 0; i < 300; i++)
+        str_cat(&in, i % 3 == 0 ? "%1\r\n+k\r\n" : i % 3 == 1 ? "*1\r\n|1\r\n+a\r\n+b\r\n" : "~1\r\n>1\r\n*1\r\n+p\r\n");
+    str_cat(&in, "_\r\n");
+    {
+        str want = {0};
+        str_fmt(&want, "%%1@4+%lld", (long long)in.len - 4);
+        str_fmt(&want, "/%lld", (long long)in.len);
+        check_run(__LINE__, 1, in.p, in.len, NULL, want.p, 64);
+        free(want.p);
+    }
 
-    /* default depth: 128 levels pass, 129 do not */
-    for (i = 0; i < 128; i++)
-        str_cat(&in, "*1\r\n");
-    str_cat(&in, ":1\r\n");
-    check_run(__LINE__, 1, in.p, in.len, NULL, "*1@4+512/516", 64);
-    in.len = 0;
-    for (i = 0; i < 129; i++)
-        str_cat(&in, "*1\r\n");
-    str_cat(&in, ":1\r\n");
-    check_run(__LINE__, 1, in.p, in.len, NULL, "!Protocol error: reply nested too deep", 64);
+    resp_reply_init(&p, NULL);
+    CHECK_EQ_INT(resp_reply_parse(&p, in.p, in.len), RESP_OK);
+    CHECK_EQ_INT(p.frame_len, in.len);
+    CHECK_EQ_INT(p.stack_cap, 0); /* 300 levels: freed with the frame */
+    CHECK_EQ_INT(resp_reply_parse(&p, S("*1\r\n*1\r\n:1\r\n")), RESP_OK);
+    CHECK(p.stack_cap > 0 && p.stack_cap <= 256); /* a usual one: kept */
+    CHECK_EQ_INT(resp_reply_parse(&p, in.p, in.len - 1), RESP_AGAIN);
+    CHECK(p.stack_cap > 256);
+    resp_reply_reset(&p); /* and by a reset */
+    CHECK_EQ_INT(p.stack_cap, 0);
+    resp_reply_deinit(&p);
     free(in.p);
+}
+
+static void test_reply_limits(void) {
+    resp_limits lim;
 
     resp_limits_default(&lim);
     lim.max_multibulk_len = 2;
@@ -1456,14 +1524,13 @@ static void test_limits_default(void) {
     resp_limits_default(&lim);
     CHECK_EQ_INT(lim.max_bulk_len, 512LL * 1024 * 1024);
     CHECK_EQ_INT(lim.max_multibulk_len, 2147483647);
-    CHECK_EQ_INT(lim.max_depth, 128);
     CHECK_EQ_INT(lim.max_inline_len, 64 * 1024);
     /* NULL limits mean the defaults */
     resp_req_init(&p, NULL);
     CHECK_EQ_INT(p.lim.max_inline_len, 64 * 1024);
     resp_req_deinit(&p);
     resp_reply_init(&r, NULL);
-    CHECK_EQ_INT(r.lim.max_depth, 128);
+    CHECK_EQ_INT(r.lim.max_inline_len, 64 * 1024);
     resp_reply_deinit(&r);
 }
 
@@ -1570,6 +1637,8 @@ int main(void) {
     RUN(test_reply_nulls);
     RUN(test_reply_aggregates);
     RUN(test_reply_attributes);
+    RUN(test_reply_nested_pushes);
+    RUN(test_reply_deep_nesting);
     RUN(test_reply_pipeline);
     RUN(test_reply_errors);
     RUN(test_reply_aggregate_elements);
