@@ -19,9 +19,8 @@
  * The reply framer walks one value at a time (REP_LINE reads a type byte and
  * its line, REP_BULK waits for a length-prefixed payload) and keeps a stack
  * of open aggregates: remaining[i] elements still expected at level i,
- * uncounted[i] set when level i is not an element of its parent: an
- * attribute map, or a push inside an aggregate (out of band: Redis does not
- * count it in the parent's length).
+ * uncounted[i] set when level i is not an element of its parent (an
+ * attribute map).
  *
  * Invariants
  * ----------
@@ -927,8 +926,8 @@ static int rep_push(resp_reply_parser *p, long long elems, int uncounted) {
  * A value (not an attribute map) has just ended. Counts it against the open
  * levels, closing each level it completes; a closed aggregate is itself a
  * completed element of its parent, but a closed uncounted level is not: an
- * attribute map only decorates the value that follows it, and a nested
- * push is out of band. Returns 1 when the top-level value is complete.
+ * attribute map only decorates the value that follows it. Returns 1 when
+ * the top-level value is complete.
  */
 static int rep_value_done(resp_reply_parser *p) {
     while (p->depth > 0) {
@@ -1185,14 +1184,13 @@ int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len) {
             p->state = REP_BULK;
             continue;
         default: /* '*' '%' '~' '>' '|': aggregates */
-            /* An attribute, or a push inside an aggregate, is no element
-             * of its parent. Redis writes a push wherever the reply being
-             * written is when it fires (EXEC of MULTI + DEBUG PROTOCOL
-             * push: "*1 >2 <push> $40 <reply>") and leaves it out of the
-             * parent's count; counting it would end the frame early and
-             * hand the rest to the next request on the connection, maybe
-             * another client's. */
-            uncounted = t == '|' || (t == '>' && p->depth > 0);
+            /* An attribute is no element of its parent: it decorates the
+             * value after it. A push inside an aggregate is one: SUBSCRIBE
+             * queued in MULTI answers with it, in EXEC's array, in RESP3.
+             * (DEBUG PROTOCOL push writes a push and then its reply, two
+             * values for one command: DEBUG goes through a tunnel, where
+             * nothing is framed; protocol/commands.c.) */
+            uncounted = t == '|';
             if (n == 1 && line[0] == '?')
                 return rep_fail(p, ERR_STREAMED);
             if (!resp_string2ll(line, n, &ll))
@@ -1213,7 +1211,7 @@ int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len) {
             }
             if (ll == 0) {
                 if (uncounted)
-                    continue; /* an empty attribute or push: nothing */
+                    continue; /* an empty attribute decorates nothing */
                 break;        /* an empty aggregate is a complete value */
             }
             if (rep_push(p, (t == '%' || t == '|') ? 2 * ll : ll, uncounted) < 0)

@@ -204,7 +204,7 @@ typedef struct resp_reply_parser {
     int top_seen;          /* top-level value (non-attribute) started */
     long long *remaining;  /* per nesting level: elements still expected */
     unsigned char *uncounted; /* per level: 1 if no element of its parent
-                                 (attribute map, push inside an aggregate) */
+                                 (an attribute map) */
     int stack_cap;
     long long bulk_len;
     char cur_type;
@@ -223,8 +223,8 @@ void resp_reply_reset(resp_reply_parser *p);
  * a module deeper; the stack grows with the levels received (9 bytes for
  * each 4-byte "*1\r\n") and one grown past 256 levels is freed after its
  * frame.
- * Like an attribute, a push ('>') inside an aggregate is part of the frame
- * but no element of its parent: Redis leaves it out of the parent's count.
+ * A push ('>') inside an aggregate is one of its elements (SUBSCRIBE
+ * queued in MULTI, in RESP3); an attribute is none.
  * A big number ('(') may hold any text: Redis passes a script's string.
  * Null is "$-1", "*-1" or "_" only; streamed "$?"/"*?" types are refused. */
 int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len);

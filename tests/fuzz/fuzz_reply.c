@@ -372,11 +372,8 @@ static int ref_value(const uint8_t *b, size_t len, size_t pos, int depth, const 
             for (long long i = 0; i < ((t == '%' || t == '|') ? 2 * ll : ll); i++)
                 if ((r = ref_value(b, len, p, depth + 1, lim, &p, NULL)) != 1)
                     return r;
-            if (t == '|' || (t == '>' && depth > 0)) {
-                /* an attribute decorates the value after it; a push inside
-                 * an aggregate is out of band: the value after it is the
-                 * element */
-                pos = p;
+            if (t == '|') {
+                pos = p; /* an attribute decorates the value after it */
                 continue;
             }
             if (tp) {

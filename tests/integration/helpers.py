@@ -160,15 +160,6 @@ def _line(buf, pos):
     return bytes(buf[pos:end]), end + 2
 
 
-def _element(buf, pos):
-    """One element of an aggregate at buf[pos:]: a push there is out of band
-    (Redis leaves it out of the parent's count, as redis-py reads it), so it
-    is skipped and the value after it is the element."""
-    while pos < len(buf) and buf[pos:pos + 1] == b">":
-        _, pos = parse_frame(buf, pos)
-    return parse_frame(buf, pos)
-
-
 def parse_frame(buf, pos=0):
     """Parses one RESP2/RESP3 value at buf[pos:]. Returns (value, next_pos).
     Raises Incomplete if the bytes are not all there yet."""
@@ -219,7 +210,7 @@ def parse_frame(buf, pos=0):
         items = []
         p = nxt
         for _ in range(n):
-            v, p = _element(buf, p)
+            v, p = parse_frame(buf, p)
             items.append(v)
         cls = {"*": list, "~": RSet, ">": Push}[t]
         return cls(items), p
@@ -228,8 +219,8 @@ def parse_frame(buf, pos=0):
         pairs = []
         p = nxt
         for _ in range(n):
-            k, p = _element(buf, p)
-            v, p = _element(buf, p)
+            k, p = parse_frame(buf, p)
+            v, p = parse_frame(buf, p)
             pairs.append((k, v))
         if t == "|":
             # An attribute precedes the real value; return the value.

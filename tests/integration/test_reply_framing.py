@@ -6,8 +6,10 @@ or refused as malformed) hands bytes to, or fails, the requests queued
 behind it: other clients' reads and writes.
 
 - A RESP3 push inside EXEC's array (DEBUG PROTOCOL push queued in MULTI):
-  Redis writes it where the command was and leaves it out of the array's
-  length ("*1 >2 ... $40 ..."), as redis-py reads it.
+  Redis writes it and then the command's reply, two values for one command
+  in an array that counts one ("*2 :1 >2 ... $40 ..."), as redis-py reads it.
+  No framing can pair that with requests: DEBUG goes through a tunnel, and
+  its client gets Redis's bytes as they come.
 - A script's table nested deeper than the 128 levels proto-max-nesting
   used to allow, while another client's writes wait behind it.
 - A RESP3 big number whose text is not digits: Redis passes a script's
@@ -72,10 +74,13 @@ def shared_proxy(proxy_factory):
 
 def test_push_inside_exec_array_is_relayed_whole_to_its_client(shared_proxy, ref):
     txn = [("MULTI",), ("EVAL", BUSY + "return 1", "0"), ("DEBUG", "PROTOCOL", "push"), ("EXEC",)]
-    want = ref_bytes(ref, txn, protocol=3)
     # Redis 7.0's own bytes: the push is inside the array and not counted
-    assert want[3] == (b"*2\r\n:1\r\n>2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n"
-                       b"$40\r\nSome real reply following the push reply\r\n"), want
+    want = (b"+OK\r\n+QUEUED\r\n+QUEUED\r\n"
+            b"*2\r\n:1\r\n>2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n"
+            b"$40\r\nSome real reply following the push reply\r\n")
+    with ref.raw(protocol=3) as r:
+        r.send(b"".join(encode(*x) for x in txn))
+        assert read_like(r, want) == want
 
     with shared_proxy.raw(protocol=3) as setup:
         for i in range(6):
@@ -90,8 +95,8 @@ def test_push_inside_exec_array_is_relayed_whole_to_its_client(shared_proxy, ref
         got_others = [b.read_frame(timeout=5).raw for b in others]
         # nobody gets anybody else's reply, nor a piece of the EXEC
         assert got_others == [b"$2\r\nV%d\r\n" % i for i in range(6)]
-        assert [f.raw for f in a.read_frames(len(txn), timeout=5)] == want
-        for c in [a] + others:
+        assert read_like(a, want) == want
+        for c in others:
             assert c.cmd("PING").raw == b"+PONG\r\n"
     finally:
         for c in [a] + others:

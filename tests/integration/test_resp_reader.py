@@ -30,11 +30,10 @@ FRAMES = [
     # a script's big_number string, passed through by Redis
     (b"(abc\r\n", BigNumText(b"abc")),
     (b"(\r\n", BigNumText(b"")),
-    # a push inside an aggregate is out of band: not one of its elements
-    (b"*1\r\n>2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n$40\r\nSome real reply following the push reply\r\n",
-     [b"Some real reply following the push reply"]),
-    (b"%1\r\n>1\r\n+x\r\n+k\r\n>0\r\n+v\r\n", RMap([(Simple(b"k"), Simple(b"v"))])),
-    (b">2\r\n+a\r\n>1\r\n+x\r\n+b\r\n", Push([Simple(b"a"), Simple(b"b")])),
+    # a push inside an aggregate is one of its elements (SUBSCRIBE in MULTI)
+    (b"*1\r\n>3\r\n$9\r\nsubscribe\r\n$3\r\nchx\r\n:1\r\n",
+     [Push([b"subscribe", b"chx", 1])]),
+    (b">2\r\n+a\r\n>1\r\n+x\r\n", Push([Simple(b"a"), Push([Simple(b"x")])])),
 ]
 
 

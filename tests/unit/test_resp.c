@@ -870,11 +870,10 @@ static void test_reply_aggregates(void) {
         ">3@4+29/33");
     REP(">2\r\n+invalidate\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n", ">2@4+31/35");
     REP(">2\r\n+invalidate\r\n_\r\n", ">2@4+16/20");
-    /* every type as an element (a push is none: out of band, see
-     * test_reply_nested_pushes; here it is in the frame, not counted) */
-    REP("*13\r\n+s\r\n-e\r\n:1\r\n$1\r\nb\r\n*0\r\n%0\r\n~0\r\n>0\r\n_\r\n,1.5\r\n"
+    /* every type as an element */
+    REP("*14\r\n+s\r\n-e\r\n:1\r\n$1\r\nb\r\n*0\r\n%0\r\n~0\r\n>0\r\n_\r\n,1.5\r\n"
         "#t\r\n(1\r\n=5\r\ntxt:x\r\n!1\r\nE\r\n",
-        "*13@5+70/75");
+        "*14@5+70/75");
     REP("*2\r\n:1\r\n", "...");
     REP("*2\r\n:1\r\n*1\r\n", "...");
 }
@@ -900,32 +899,22 @@ static void test_reply_attributes(void) {
     REP("|1\r\n+a\r\n+b\r\n:1\r\n:2\r\n", ":1\"1\"/16 :2\"2\"/4");
 }
 
-/* A push inside an aggregate is out of band, like an attribute: Redis does
- * not count it among the parent's elements. */
+/* A push inside an aggregate is one of its elements: SUBSCRIBE queued in
+ * MULTI answers with a push, in EXEC's array (RESP3). */
 static void test_reply_nested_pushes(void) {
-    /* EXEC of MULTI, DEBUG PROTOCOL push, EXEC (Redis 7.0.15's bytes) */
-    REP("*1\r\n>2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n"
-        "$40\r\nSome real reply following the push reply\r\n",
-        "*1@4+79/83");
-    REP("*3\r\n+OK\r\n>2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n"
-        "$40\r\nSome real reply following the push reply\r\n$1\r\n1\r\n",
-        "*3@4+91/95");
-    /* the frame is not over before the parent's own elements are */
-    REP("*1\r\n>2\r\n$16\r\nserver-cpu-usage\r\n:42\r\n", "...");
-    REP("*1\r\n>1\r\n+x\r\n", "...");
-    REP("*1\r\n>1\r\n+x\r\n:1\r\n:2\r\n", "*1@4+12/16 :2\"2\"/4");
-    REP("*1\r\n>0\r\n:1\r\n", "*1@4+8/12");
-    REP("*1\r\n>1\r\n*2\r\n:1\r\n:2\r\n_\r\n", "*1@4+19/23");
-    /* in a push, a map, an attribute; a push in a push */
-    REP(">2\r\n+a\r\n>1\r\n+x\r\n+b\r\n", ">2@4+16/20");
-    REP("%1\r\n>1\r\n+x\r\n+k\r\n>1\r\n+y\r\n+v\r\n", "%1@4+24/28");
-    REP("*2\r\n|1\r\n+a\r\n>1\r\n+x\r\n+b\r\n:1\r\n:2\r\n", "*2@4+28/32");
-    REP("*1\r\n*1\r\n>1\r\n>1\r\n:1\r\n:2\r\n:3\r\n", "*1@4+24/28");
-    REP("*1\r\n*1\r\n>1\r\n>1\r\n:1\r\n:2\r\n", "...");
+    /* MULTI, SUBSCRIBE chx, EXEC (Redis 7.0.15's bytes) */
+    REP("*1\r\n>3\r\n$9\r\nsubscribe\r\n$3\r\nchx\r\n:1\r\n", "*1@4+32/36");
+    REP("*2\r\n+OK\r\n>3\r\n$9\r\nsubscribe\r\n$3\r\nchx\r\n:1\r\n", "*2@4+37/41");
+    REP("*1\r\n>1\r\n+x\r\n:1\r\n", "*1@4+8/12 :1\"1\"/4");
+    REP("*1\r\n>0\r\n", "*1@4+4/8");
+    REP("*1\r\n>2\r\n+x\r\n", "...");
+    /* in a push, a map; a push in a push */
+    REP(">2\r\n+a\r\n>1\r\n+x\r\n", ">2@4+12/16");
+    REP("%1\r\n>1\r\n+x\r\n>1\r\n+y\r\n", "%1@4+16/20");
+    REP("*1\r\n*1\r\n>1\r\n>1\r\n:1\r\n", "*1@4+16/20");
     /* among runs of small elements (rep_simple_elements) */
-    REP("*3\r\n:1\r\n>1\r\n:9\r\n:2\r\n:3\r\n", "*3@4+20/24");
-    REP("*2\r\n>3\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n", "*2@4+24/28");
-    /* at top level a push is a frame of its own, as before */
+    REP("*3\r\n:1\r\n>1\r\n:9\r\n:2\r\n", "*3@4+16/20");
+    /* at top level a push is a frame of its own */
     REP(">1\r\n+x\r\n:1\r\n", ">1@4+4/8 :1\"1\"/4");
     REP("|1\r\n+a\r\n+b\r\n>1\r\n+x\r\n", ">1@16+4/20");
 }
@@ -1056,7 +1045,7 @@ static void test_reply_aggregate_elements(void) {
     ELEM("$-1\r\n", NULL);
     ELEM("(abc\r\n", NULL);
     ELEM("(\r\n", NULL);
-    ELEM(">1\r\n:1\r\n:6\r\n", NULL); /* a push, then the element */
+    ELEM(">1\r\n:1\r\n", NULL); /* a push (SUBSCRIBE queued in MULTI) */
     memset(big, 'x', sizeof big);
     for (size_t n = 99; n <= 101; n++) { /* two digits, then the general path */
         b.len = 0;
@@ -1115,7 +1104,7 @@ static void test_reply_deep_nesting(void) {
     check_deep(__LINE__, 8000);
     /* every level a different kind, attributes and pushes included */
     for (i = 0; i < 300; i++)
-        str_cat(&in, i % 3 == 0 ? "%1\r\n+k\r\n" : i % 3 == 1 ? "*1\r\n|1\r\n+a\r\n+b\r\n" : "~1\r\n>1\r\n*1\r\n+p\r\n");
+        str_cat(&in, i % 3 == 0 ? "%1\r\n+k\r\n" : i % 3 == 1 ? "*1\r\n|1\r\n+a\r\n+b\r\n" : "~1\r\n>1\r\n");
     str_cat(&in, "_\r\n");
     {
         str want = {0};
