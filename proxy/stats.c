@@ -31,6 +31,7 @@ void px_stats_collect(px_server *srv, px_stats *s) {
     s->upstream_connections = srv->nupstreams;
     for (px_client *c = srv->clients; c != NULL; c = c->next)
         if (c->pinned != NULL) s->pinned_connections++;
+    for (const px_pool *p = srv->pools; p != NULL; p = p->next) s->upstream_pools++;
     s->batch_blocks = srv->batch_blocks;
     s->batch_commands = srv->batch_commands;
     s->batch_replays = srv->batch_replays;

@@ -26,6 +26,7 @@ struct px_server;
     X(connected_clients, gauge, "Clients connected")                                                       \
     X(upstream_connections, gauge, "Connections to Redis (shared and pinned, not the invalidation one)")  \
     X(pinned_connections, gauge, "Upstream connections pinned to one client")                               \
+    X(upstream_pools, gauge, "Identities (user, db, protocol) with connections or clients")                \
     X(batch_blocks, counter, "Write batches sent as MULTI/EXEC blocks")                                    \
     X(batch_commands, counter, "Commands sent in write batches")                                           \
     X(batch_replays, counter, "Write batches refused (EXECABORT) and sent again one by one")               \

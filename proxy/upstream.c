@@ -240,7 +240,9 @@ void px_pools_sweep(px_server *srv, int64_t now_ms) {
         if (p->used) p->last_used_ms = now_ms, p->used = 0;
         for (int i = 0; i < p->nshared && !busy; i++)
             if (p->shared[i] != NULL && p->shared[i]->npending > 0) busy = 1;
-        if (p->refs == 0 && !busy && now_ms - p->last_used_ms > PX_POOL_IDLE_FREE_MS) {
+        /* a refused identity is not kept: each failed AUTH of a new user
+         * would add one for a minute, and every AUTH scans the list */
+        if (p->refs == 0 && !busy && (p->refused || now_ms - p->last_used_ms > PX_POOL_IDLE_FREE_MS)) {
             *pp = p->next;
             pool_free(srv, p);
         } else {
@@ -622,6 +624,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
              * back off: Redis is there. */
             char why[300];
             snprintf(why, sizeof why, "handshake refused: %.*s", (int)(len > 200 ? 200 : len - 2), data + 1);
+            if (u->pool != NULL) u->pool->refused = 1;
             up_close_with_frame(u, data, len, why);
             return;
         }

@@ -137,6 +137,8 @@ typedef struct px_pool {
     struct px_upstream *idle;  /* clean connections ready to be pinned */
     int nidle;
     int refs;            /* clients whose session uses this pool */
+    int refused;         /* Redis refused its identity (a failed AUTH): freed
+                            as soon as no client uses it, not kept idle */
     int used;            /* a client asked for a connection since the last cron */
     int64_t last_used_ms;
     int backoff_ms;

@@ -2,6 +2,7 @@
 what a client may do through the proxy is exactly what Redis allows its
 user, with Redis's own error texts."""
 import re
+import time
 
 import pytest
 import redis
@@ -246,3 +247,29 @@ def test_auth_pipelined_with_commands(secured):
     assert got[4][1] == b"$1\r\n2\r\n"
     assert got[6][1] == b"_\r\n"
     assert got[8][1] == b"$1\r\n2\r\n"
+
+
+@pytest.mark.proxy_only
+def test_failed_auths_leave_no_identity_behind(proxy_factory, upstream):
+    """Each AUTH of a user Redis refuses is tried on a connection of that
+    identity (as Redis would check it), and the identity is dropped once no
+    client uses it: 300 failed AUTHs of distinct users used to leave 300
+    identities, each kept for a minute and scanned at every AUTH."""
+    p = proxy_factory()
+    c = p.raw()
+    assert c.cmd("PING").raw == b"+PONG\r\n"
+
+    def pools():
+        return int(dict(line.split(":", 1) for line in
+                        c.cmd("INFO", "sidecache").value.decode().splitlines()
+                        if ":" in line)["upstream_pools"])
+
+    before = pools()
+    for i in range(300):
+        r = c.cmd("AUTH", "nobody%d" % i, "wrong")
+        assert r.raw.startswith(b"-WRONGPASS"), r.raw
+    deadline = time.monotonic() + 5
+    while pools() > before:
+        assert time.monotonic() < deadline, "%d identities left, %d before" % (pools(), before)
+        time.sleep(0.1)
+    assert c.cmd("PING").raw == b"+PONG\r\n"
