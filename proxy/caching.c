@@ -489,6 +489,20 @@ static int hit_write(px_client *c, resp_buf *b) {
     return 1;
 }
 
+/* Is every key of the client's MGET cached? (Counts nothing.) */
+static int mget_all_cached(struct px_caching *pc, px_client *c, uint32_t part) {
+    const resp_arg *a = c->rq.argv;
+    int64_t now = px_now_ms();
+    for (int i = 1; i < c->rq.argc; i++) {
+        const char *v;
+        size_t vlen;
+        int nil;
+        if (!cache_peek(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len, "", 0, now, &v, &vlen, &nil))
+            return 0;
+    }
+    return 1;
+}
+
 /* An MGET: answered when every key is cached; otherwise plans the MGET of
  * the rest (busy: the client has requests in flight, so nothing is taken
  * from the cache). Returns 1 if answered. */
@@ -581,7 +595,14 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
      * the cache does not reflect yet: its reads go to Redis, in order. */
     int busy = c->inflight > 0 || c->slots_head != NULL;
     if (busy) pc->bypassed++;
-    if (read == PX_READ_MGET) return mget_try(pc, c, part, busy, cacheable);
+    if (read == PX_READ_MGET) {
+        /* A merge holds the client's next request back until Redis's part
+         * is in (it may have to go again whole): taken only when nothing
+         * follows in the input yet. In a pipeline, a partly cached MGET
+         * goes whole; one whose keys are all cached is answered still. */
+        if (!busy && px_io_input_len(&c->io) != c->rq.frame_len && !mget_all_cached(pc, c, part)) busy = 1;
+        return mget_try(pc, c, part, busy, cacheable);
+    }
     if (busy) return 0;
     resp_buf_reset(&c->scratch);
     if (read == PX_READ_LOOKUP) {
