@@ -167,6 +167,11 @@ static void reply_arity(px_client *c, const char *cmd) {
 /* ------------------------------------------------------------------------ */
 /* input flow control */
 
+/* Bytes waiting to be written to the client's own connection. */
+static size_t pinned_output(const px_client *c) {
+    return c->pinned != NULL ? px_io_pending(&c->pinned->io) : 0;
+}
+
 static void pause_input(px_client *c) {
     if (!c->input_paused) px_io_pause_read(&c->io);
     c->input_paused = 1;
@@ -175,7 +180,9 @@ static void pause_input(px_client *c) {
 static void resume_input(px_client *c) {
     if (c->state != PX_CLIENT_ACTIVE) return;
     if (c->backlogged) {
-        if (c->nslots >= PX_CLIENT_MAX_SLOTS / 2 || c->inflight_bytes >= PX_CLIENT_MAX_INFLIGHT_BYTES / 2) return;
+        if (c->nslots >= PX_CLIENT_MAX_SLOTS / 2 || c->inflight_bytes >= PX_CLIENT_MAX_INFLIGHT_BYTES / 2 ||
+            pinned_output(c) >= PX_CLIENT_MAX_INFLIGHT_BYTES / 2)
+            return;
         c->backlogged = 0;
     }
     if (c->input_paused) {
@@ -555,6 +562,12 @@ void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t l
         client_write(c, data, len);
     else
         early_add(c, r, data, len);
+}
+
+void px_client_upstream_drained(px_client *c) {
+    /* only a client paused for its backlog: one in the middle of its own
+     * processing (writing early to its connection) is left alone */
+    if (c->backlogged && c->input_paused) resume_input(c);
 }
 
 void px_client_on_tunnel_data(px_client *c, const char *data, size_t len) {
@@ -1413,8 +1426,11 @@ static void client_process_input(px_client *c) {
             pause_input(c);
             return;
         }
-        /* but what it holds in flight is bounded (PX_CLIENT_MAX_SLOTS) */
-        if (c->nslots >= PX_CLIENT_MAX_SLOTS || c->inflight_bytes >= PX_CLIENT_MAX_INFLIGHT_BYTES) {
+        /* but what it holds in flight is bounded (PX_CLIENT_MAX_SLOTS), and
+         * so is what waits to be written to its own connection (a
+         * transaction's queued commands, a tunnel) */
+        if (c->nslots >= PX_CLIENT_MAX_SLOTS || c->inflight_bytes >= PX_CLIENT_MAX_INFLIGHT_BYTES ||
+            pinned_output(c) >= PX_CLIENT_MAX_INFLIGHT_BYTES) {
             c->backlogged = 1;
             pause_input(c);
             return;

@@ -142,6 +142,10 @@ void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t l
  * awaited from u (for proxy/batch.c). */
 void px_client_take_slot(px_client *c, px_req *r, px_upstream *u, size_t len);
 
+/* The client's own connection wrote all it had: a client whose input
+ * paused for its backlog (PX_CLIENT_MAX_INFLIGHT_BYTES) may read again. */
+void px_client_upstream_drained(px_client *c);
+
 /* Tunnel bytes from the client's own connection. */
 void px_client_on_tunnel_data(px_client *c, const char *data, size_t len);
 

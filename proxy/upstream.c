@@ -786,4 +786,11 @@ static void up_on_event(void *arg, int what, int err) {
     px_upstream_close(u, why);
 }
 
-static const px_io_ops up_io_ops = {up_on_read, NULL, up_on_event};
+/* Everything written: the client this connection is pinned to may have
+ * paused its input for it (client.c). */
+static void up_on_drain(void *arg) {
+    px_upstream *u = arg;
+    if (u->owner != NULL) px_client_upstream_drained(u->owner);
+}
+
+static const px_io_ops up_io_ops = {up_on_read, up_on_drain, up_on_event};

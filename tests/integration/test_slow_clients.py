@@ -442,3 +442,44 @@ def test_pipeline_to_stopped_redis_is_bounded(proxy_factory, upstream):
     assert upstream.raw(auth=True).cmd("STRLEN", "big%d" % (n - 1)).value == len(value)
     print("\n[pipeline to a stopped Redis] proxy RSS grew %.1f MB while %d MB waited" % (mb(grown), mb(len(payload))))
     assert grown < 160 * MB, "proxy RSS grew %.1f MB" % mb(grown)
+
+
+@pytest.mark.parametrize("session", ["watch-multi", "tunnel"])
+def test_own_connection_to_stopped_redis_is_bounded(proxy_factory, upstream, session):
+    """The same on a connection of the client's own: commands queued in a
+    WATCH ... MULTI (one reply record for all of them), or sent through a
+    tunnel (after UNSUBSCRIBE), while Redis stops reading. The proxy stops
+    reading the client once 64 MB wait to be written to that connection,
+    where it used to buffer all 300 MB; once Redis runs again, everything
+    arrives and is answered."""
+    n, value = 3000, b"v" * 100000
+    p = proxy_factory()
+    c = p.raw()
+    if session == "watch-multi":
+        assert c.cmd("WATCH", "w").raw == b"+OK\r\n"
+        assert c.cmd("MULTI").raw == b"+OK\r\n"
+        want = [b"+QUEUED\r\n"] * n
+    else:
+        assert c.cmd("UNSUBSCRIBE").raw.startswith(b"*3\r\n$11\r\nunsubscribe\r\n")
+        want = [b"+OK\r\n"] * n
+    base = proc_status(p.proc.pid)["VmRSS"]
+    sender = socket.socket(fileno=os.dup(c.sock.fileno()))
+    sender.settimeout(None)
+    payload = b"".join(encode("SET", "own%d" % i, value) for i in range(n))
+    upstream.proc.send_signal(signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=sender.sendall, args=(payload,), daemon=True)
+        t.start()
+        time.sleep(3)  # the proxy reads what it will
+        grown = proc_status(p.proc.pid)["VmRSS"] - base
+    finally:
+        upstream.proc.send_signal(signal.SIGCONT)
+    assert [f.raw for f in c.read_many_fast(n, timeout=60)] == want
+    t.join(10)
+    sender.close()
+    if session == "watch-multi":
+        assert len(c.cmd("EXEC", timeout=60).value) == n
+    assert upstream.raw(auth=True).cmd("STRLEN", "own%d" % (n - 1)).value == len(value)
+    print("\n[%s to a stopped Redis] proxy RSS grew %.1f MB while %d MB waited"
+          % (session, mb(grown), mb(len(payload))))
+    assert grown < 160 * MB, "proxy RSS grew %.1f MB" % mb(grown)
