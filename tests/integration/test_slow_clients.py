@@ -15,6 +15,7 @@ tests/integration/test_slow_clients.py — clients that are slow on purpose.
 Counters come from the proxy's /metrics (a connection for INFO would take
 a client slot).
 """
+import contextlib
 import os
 import signal
 import socket
@@ -382,6 +383,38 @@ def test_slow_reader_of_large_replies_is_disconnected(upstream, proxy_factory, r
     assert rs.hwm < 200 * MB, "proxy peak RSS %.1f MB (limit 200 MB)" % mb(rs.hwm)
 
 
+class BackgroundSend:
+    """Sends data on the connection of RawClient c from a thread, through a
+    second socket object: its sendall blocks while the proxy does not read,
+    without the reader's timeouts. .grown(pid) after `settle` seconds: how
+    much the proxy's RSS grew meanwhile."""
+
+    def __init__(self, c, data):
+        self.sock = socket.socket(fileno=os.dup(c.sock.fileno()))
+        self.sock.settimeout(None)
+        self.t = threading.Thread(target=self.sock.sendall, args=(data,), daemon=True)
+
+    def start_and_measure(self, pid, settle=3.0):
+        base = proc_status(pid)["VmRSS"]
+        self.t.start()
+        time.sleep(settle)  # the proxy reads what it will
+        return proc_status(pid)["VmRSS"] - base
+
+    def join(self):
+        self.t.join(10)
+        self.sock.close()
+
+
+@contextlib.contextmanager
+def stopped(upstream):
+    """Redis stopped (SIGSTOP) for the with block."""
+    upstream.proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        upstream.proc.send_signal(signal.SIGCONT)
+
+
 def test_pipeline_behind_blocked_command_is_bounded(proxy_factory, upstream):
     """A client pipelines 300,000 PINGs behind a BLPOP 0. Redis would keep
     them in its query buffer; the proxy stops reading the client once it
@@ -393,19 +426,11 @@ def test_pipeline_behind_blocked_command_is_bounded(proxy_factory, upstream):
     p = proxy_factory()
     c = p.raw()
     assert c.cmd("PING").raw == b"+PONG\r\n"
-    base = proc_status(p.proc.pid)["VmRSS"]
-    # a second socket object on the same connection: its sendall blocks
-    # while the proxy does not read, without the reader's timeouts
-    sender = socket.socket(fileno=os.dup(c.sock.fileno()))
-    sender.settimeout(None)
-    t = threading.Thread(target=sender.sendall, args=(encode("BLPOP", "bq", 0) + encode("PING") * n,), daemon=True)
-    t.start()
-    time.sleep(2)  # the proxy reads what it will
-    grown = proc_status(p.proc.pid)["VmRSS"] - base
+    send = BackgroundSend(c, encode("BLPOP", "bq", 0) + encode("PING") * n)
+    grown = send.start_and_measure(p.proc.pid, settle=2)
     upstream.raw(auth=True).cmd("RPUSH", "bq", "x")
     frames = c.read_many_fast(n + 1, timeout=60)
-    t.join(10)
-    sender.close()
+    send.join()
     assert frames[0].raw == b"*2\r\n$2\r\nbq\r\n$1\r\nx\r\n"
     assert all(f.raw == b"+PONG\r\n" for f in frames[1:])
     print("\n[pipeline behind BLPOP] proxy RSS grew %.1f MB while %d PINGs waited" % (mb(grown), n))
@@ -423,21 +448,12 @@ def test_pipeline_to_stopped_redis_is_bounded(proxy_factory, upstream):
     c = p.raw()
     assert c.cmd("PING").raw == b"+PONG\r\n"
     assert c.cmd("SET", "warm", "1").raw == b"+OK\r\n"  # the upstream connection exists
-    base = proc_status(p.proc.pid)["VmRSS"]
-    sender = socket.socket(fileno=os.dup(c.sock.fileno()))
-    sender.settimeout(None)
     payload = b"".join(encode("SET", "big%d" % i, value) for i in range(n))
-    upstream.proc.send_signal(signal.SIGSTOP)
-    try:
-        t = threading.Thread(target=sender.sendall, args=(payload,), daemon=True)
-        t.start()
-        time.sleep(3)  # the proxy reads what it will
-        grown = proc_status(p.proc.pid)["VmRSS"] - base
-    finally:
-        upstream.proc.send_signal(signal.SIGCONT)
+    send = BackgroundSend(c, payload)
+    with stopped(upstream):
+        grown = send.start_and_measure(p.proc.pid)
     frames = c.read_many_fast(n, timeout=60)
-    t.join(10)
-    sender.close()
+    send.join()
     assert all(f.raw == b"+OK\r\n" for f in frames)
     assert upstream.raw(auth=True).cmd("STRLEN", "big%d" % (n - 1)).value == len(value)
     print("\n[pipeline to a stopped Redis] proxy RSS grew %.1f MB while %d MB waited" % (mb(grown), mb(len(payload))))
@@ -462,21 +478,12 @@ def test_own_connection_to_stopped_redis_is_bounded(proxy_factory, upstream, ses
     else:
         assert c.cmd("UNSUBSCRIBE").raw.startswith(b"*3\r\n$11\r\nunsubscribe\r\n")
         want = [b"+OK\r\n"] * n
-    base = proc_status(p.proc.pid)["VmRSS"]
-    sender = socket.socket(fileno=os.dup(c.sock.fileno()))
-    sender.settimeout(None)
     payload = b"".join(encode("SET", "own%d" % i, value) for i in range(n))
-    upstream.proc.send_signal(signal.SIGSTOP)
-    try:
-        t = threading.Thread(target=sender.sendall, args=(payload,), daemon=True)
-        t.start()
-        time.sleep(3)  # the proxy reads what it will
-        grown = proc_status(p.proc.pid)["VmRSS"] - base
-    finally:
-        upstream.proc.send_signal(signal.SIGCONT)
+    send = BackgroundSend(c, payload)
+    with stopped(upstream):
+        grown = send.start_and_measure(p.proc.pid)
     assert [f.raw for f in c.read_many_fast(n, timeout=60)] == want
-    t.join(10)
-    sender.close()
+    send.join()
     if session == "watch-multi":
         assert len(c.cmd("EXEC", timeout=60).value) == n
     assert upstream.raw(auth=True).cmd("STRLEN", "own%d" % (n - 1)).value == len(value)
