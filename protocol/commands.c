@@ -19,10 +19,7 @@ static const resp_cmd_info cmd_table[] = {
     {"BZPOPMAX", CMD_BZPOPMAX, CMDF_BLOCKING},
     {"BZPOPMIN", CMD_BZPOPMIN, CMDF_BLOCKING},
     {"CLIENT", CMD_CLIENT, CMDF_LOCAL},
-    /* DEBUG PROTOCOL push writes a push and then its reply: two values for
-     * one command, which no reply matching can pair (and DEBUG is no
-     * production command): relayed as it comes */
-    {"DEBUG", CMD_DEBUG, CMDF_STREAM},
+    {"DEBUG", CMD_DEBUG, 0},      /* DEBUG PROTOCOL: the router tunnels it */
     {"DISCARD", CMD_DISCARD, CMDF_TXN},
     {"ECHO", CMD_ECHO, CMDF_LOCAL},
     {"EXEC", CMD_EXEC, CMDF_TXN},

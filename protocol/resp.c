@@ -1188,8 +1188,8 @@ int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len) {
              * value after it. A push inside an aggregate is one: SUBSCRIBE
              * queued in MULTI answers with it, in EXEC's array, in RESP3.
              * (DEBUG PROTOCOL push writes a push and then its reply, two
-             * values for one command: DEBUG goes through a tunnel, where
-             * nothing is framed; protocol/commands.c.) */
+             * values for one command: DEBUG PROTOCOL goes through a
+             * tunnel, where nothing is framed; proxy/client.c.) */
             uncounted = t == '|';
             if (n == 1 && line[0] == '?')
                 return rep_fail(p, ERR_STREAMED);

@@ -1201,6 +1201,11 @@ static int classify(px_client *c, const resp_cmd_info *info) {
         for (int i = 1; i < argc; i++)
             if (resp_arg_is(a[i].ptr, a[i].len, "BLOCK")) return ACT_BLOCK;
         return ACT_FORWARD;
+    case CMD_DEBUG:
+        /* DEBUG PROTOCOL push writes a push and then its reply: two values
+         * for one command, which no reply matching can pair (and DEBUG is
+         * no production command): relayed as it comes */
+        return argc >= 2 && resp_arg_is(a[1].ptr, a[1].len, "PROTOCOL") ? ACT_TUNNEL : ACT_FORWARD;
     default:
         break;
     }

@@ -8,8 +8,8 @@ behind it: other clients' reads and writes.
 - A RESP3 push inside EXEC's array (DEBUG PROTOCOL push queued in MULTI):
   Redis writes it and then the command's reply, two values for one command
   in an array that counts one ("*2 :1 >2 ... $40 ..."), as redis-py reads it.
-  No framing can pair that with requests: DEBUG goes through a tunnel, and
-  its client gets Redis's bytes as they come.
+  No framing can pair that with requests: DEBUG PROTOCOL goes through a
+  tunnel, and its client gets Redis's bytes as they come.
 - A script's table nested deeper than the 128 levels proto-max-nesting
   used to allow, while another client's writes wait behind it.
 - A RESP3 big number whose text is not digits: Redis passes a script's
