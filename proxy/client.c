@@ -564,6 +564,19 @@ void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t l
         early_add(c, r, data, len);
 }
 
+void px_clients_access_learned(px_server *srv) {
+    if (srv->open_access != 0) return;
+    for (px_client *c = srv->clients, *next; c != NULL; c = next) {
+        next = c->next;
+        if (c->pass != NULL || c->state != PX_CLIENT_ACTIVE || c->mode == PX_MODE_TUNNEL || c->input_paused ||
+            c->partial_since_ms == 0)
+            continue;
+        /* framed so far without Redis's pre-AUTH limits: again, with them */
+        resp_req_reset(&c->rq);
+        client_process(c);
+    }
+}
+
 void px_client_upstream_drained(px_client *c) {
     /* only a client paused for its backlog: one in the middle of its own
      * processing (writing early to its connection) is left alone */

@@ -142,6 +142,12 @@ void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t l
  * awaited from u (for proxy/batch.c). */
 void px_client_take_slot(px_client *c, px_req *r, px_upstream *u, size_t len);
 
+/* Redis was just found to want a password (srv->open_access 0): a client
+ * without credentials in the middle of a request, framed so far without
+ * Redis's pre-AUTH limits (more than 10 arguments, bulks above 16 KB), is
+ * framed again with them, and refused as Redis would. */
+void px_clients_access_learned(px_server *srv);
+
 /* The client's own connection wrote all it had: a client whose input
  * paused for its backlog (PX_CLIENT_MAX_INFLIGHT_BYTES) may read again. */
 void px_client_upstream_drained(px_client *c);

@@ -590,6 +590,13 @@ static int is_noauth(const char *data, size_t len) {
     return len >= 8 && memcmp(data, "-NOAUTH ", 8) == 0;
 }
 
+/* Redis wants a password: clients without credentials get its limits. */
+static void learn_noauth(px_server *srv) {
+    if (srv->open_access == 0) return;
+    srv->open_access = 0;
+    px_clients_access_learned(srv);
+}
+
 /*
  * The answer to an access probe (a PING without credentials). Only NOAUTH
  * says that Redis wants a password. Another error (LOADING while Redis reads
@@ -603,7 +610,7 @@ static void up_learn_access(px_server *srv, const char *data, size_t len, int is
     if (!is_err)
         srv->open_access = 1;
     else if (is_noauth(data, len))
-        srv->open_access = 0;
+        learn_noauth(srv);
 }
 
 /* One whole reply frame from Redis. */
@@ -611,7 +618,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     char type = u->rp.type;
     if (u->handshake_left > 0) {
         int is_err = type == '-' || type == '!';
-        if (is_err && is_noauth(data, len)) u->srv->open_access = 0;
+        if (is_err && is_noauth(data, len)) learn_noauth(u->srv);
         if (u->probe_access && u->handshake_left == 1) {
             /* the last handshake reply: the access probe, never a failure */
             up_learn_access(u->srv, data, len, is_err);

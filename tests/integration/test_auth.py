@@ -7,6 +7,7 @@ import time
 import pytest
 import redis
 
+from faulthelpers import toxiproxy, toxiproxy_bin  # noqa: F401 (fixtures)
 from helpers import assert_same_runs, assert_same_steps, encode
 
 PASS = "s3cret"
@@ -273,3 +274,21 @@ def test_failed_auths_leave_no_identity_behind(proxy_factory, upstream):
         assert time.monotonic() < deadline, "%d identities left, %d before" % (pools(), before)
         time.sleep(0.1)
     assert c.cmd("PING").raw == b"+PONG\r\n"
+
+
+@pytest.mark.proxy_only
+def test_request_begun_before_password_is_known_gets_redis_limits(redis_factory, toxiproxy, proxy_factory):
+    """Whether Redis wants a password is learned from a PING without
+    credentials, one round trip after the first such client arrives. A
+    request that client began meanwhile (a bulk of 16,385 bytes announced)
+    was framed without Redis's pre-AUTH limits and then waited for its
+    bytes for ever; once the answer (NOAUTH) is in, it is framed again and
+    refused as Redis refuses it. Toxiproxy makes that round trip 300 ms."""
+    up = redis_factory(requirepass=PASS)
+    data = toxiproxy.create("data", up.port)
+    data.toxic("latency", stream="downstream", latency=300)
+    p = proxy_factory(up=up, upstream_url="redis://default:%s@127.0.0.1:%d" % (PASS, data.port))
+    with p.raw() as c:
+        c.send(b"*1\r\n$16385\r\n")
+        assert c.read_frame(timeout=5).raw == b"-ERR Protocol error: unauthenticated bulk length\r\n"
+        c.expect_closed(3)
