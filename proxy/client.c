@@ -1435,6 +1435,14 @@ static void client_process(px_client *c) {
 
 static void client_process_input(px_client *c) {
     if (c->io.closed) return;
+    /* what waits to be written to the client's own connection (a
+     * transaction's queued commands, a tunnel) is bounded too; checked
+     * once per input read (64 KB), not per command of a long run */
+    if (pinned_output(c) >= PX_CLIENT_MAX_INFLIGHT_BYTES) {
+        c->backlogged = 1;
+        pause_input(c);
+        return;
+    }
     while (c->state == PX_CLIENT_ACTIVE) {
         /* No pause for output waiting on a client that does not read: as
          * Redis, input is read on (a client may write a whole pipeline
@@ -1444,11 +1452,8 @@ static void client_process_input(px_client *c) {
             pause_input(c);
             return;
         }
-        /* but what it holds in flight is bounded (PX_CLIENT_MAX_SLOTS), and
-         * so is what waits to be written to its own connection (a
-         * transaction's queued commands, a tunnel) */
-        if (c->nslots >= PX_CLIENT_MAX_SLOTS || c->inflight_bytes >= PX_CLIENT_MAX_INFLIGHT_BYTES ||
-            pinned_output(c) >= PX_CLIENT_MAX_INFLIGHT_BYTES) {
+        /* but what it holds in flight is bounded (PX_CLIENT_MAX_SLOTS) */
+        if (c->nslots >= PX_CLIENT_MAX_SLOTS || c->inflight_bytes >= PX_CLIENT_MAX_INFLIGHT_BYTES) {
             c->backlogged = 1;
             pause_input(c);
             return;
