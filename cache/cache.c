@@ -503,14 +503,28 @@ const cache_stats *cache_get_stats(const cache *c) {
     return &c->stats;
 }
 
+/* The entry of that identity if it has a value (nil included): not a
+ * placeholder. Whether it is still valid (dying group, ttl) is the
+ * caller's to judge. */
+static struct entry *valued_entry(const cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
+                                  const char *field, size_t flen) {
+    struct probe p;
+    if (c->index == NULL || probe_entry(c, &p, part, db, kind, key, klen, field, flen) != 0) return NULL;
+    struct entry *e = entry_find(c, &p);
+    return e != NULL && e->state != ST_PENDING ? e : NULL;
+}
+
+static void entry_value(const struct entry *e, const char **val, size_t *vlen, int *is_nil) {
+    *is_nil = e->state == ST_NIL;
+    *val = *is_nil ? NULL : (const char *)e->id + e->hh.keylen;
+    *vlen = *is_nil ? 0 : e->vlen;
+}
+
 int cache_get(cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
               const char *field, size_t flen, int64_t now_ms, const char **val, size_t *vlen,
               int *is_nil) {
-    struct probe p;
-    struct entry *e;
-    if (c->index == NULL || probe_entry(c, &p, part, db, kind, key, klen, field, flen) != 0) goto miss;
-    e = entry_find(c, &p);
-    if (e == NULL || e->state == ST_PENDING) goto miss;
+    struct entry *e = valued_entry(c, part, db, kind, key, klen, field, flen);
+    if (e == NULL) goto miss;
     if (group_dying(e->owner)) {
         entry_del(c, e);
         account(c);
@@ -524,15 +538,7 @@ int cache_get(cache *c, uint32_t part, int db, int kind, const char *key, size_t
     }
     lru_touch(c, e);
     c->stats.hits++;
-    if (e->state == ST_NIL) {
-        *is_nil = 1;
-        *val = NULL;
-        *vlen = 0;
-    } else {
-        *is_nil = 0;
-        *val = (const char *)e->id + e->hh.keylen;
-        *vlen = e->vlen;
-    }
+    entry_value(e, val, vlen, is_nil);
     return 1;
 miss:
     c->stats.misses++;
@@ -542,14 +548,9 @@ miss:
 int cache_peek(const cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
                const char *field, size_t flen, int64_t now_ms, const char **val, size_t *vlen,
                int *is_nil) {
-    struct probe p;
-    const struct entry *e;
-    if (c->index == NULL || probe_entry(c, &p, part, db, kind, key, klen, field, flen) != 0) return 0;
-    e = entry_find(c, &p);
-    if (e == NULL || e->state == ST_PENDING || group_dying(e->owner) || entry_expired(c, e, now_ms)) return 0;
-    *is_nil = e->state == ST_NIL;
-    *val = *is_nil ? NULL : (const char *)e->id + e->hh.keylen;
-    *vlen = *is_nil ? 0 : e->vlen;
+    const struct entry *e = valued_entry(c, part, db, kind, key, klen, field, flen);
+    if (e == NULL || group_dying(e->owner) || entry_expired(c, e, now_ms)) return 0;
+    entry_value(e, val, vlen, is_nil);
     return 1;
 }
 
