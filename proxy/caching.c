@@ -37,6 +37,14 @@ static const char *const juicefs_lookup_scripts[] = {
     "72af033cd6d0773efd6a53eaf9490b4a138f55af",
 };
 
+/* JuiceFS's resolve scripts (1.x, 0.x): the gateway and the SDKs send one
+ * for every path they open. They read only (HGET d..., GET i...), so they
+ * must not empty the cache as an unknown script does; Redis answers them. */
+static const char *const juicefs_readonly_scripts[] = {
+    "300202e21baa6d1b65acb3a4d96ff95fcfb2b23a",
+    "f081486b7addbf26f62d55b98784a285dd12f7fb",
+};
+
 struct px_caching {
     cache *cache;
     cache_rules rules;
@@ -197,9 +205,12 @@ static void on_command_table(void *arg, const char *reply, size_t len) {
     }
     for (int i = 0; i < srv->cfg->nreadonly_scripts; i++) cmdtable_add_readonly_script(t, srv->cfg->readonly_scripts[i]);
     for (int i = 0; i < srv->cfg->nlookup_scripts; i++) cmdtable_add_readonly_script(t, srv->cfg->lookup_scripts[i]);
-    if (srv->cfg->profile == PX_PROFILE_JUICEFS)
+    if (srv->cfg->profile == PX_PROFILE_JUICEFS) {
         for (size_t i = 0; i < sizeof juicefs_lookup_scripts / sizeof *juicefs_lookup_scripts; i++)
             cmdtable_add_readonly_script(t, juicefs_lookup_scripts[i]);
+        for (size_t i = 0; i < sizeof juicefs_readonly_scripts / sizeof *juicefs_readonly_scripts; i++)
+            cmdtable_add_readonly_script(t, juicefs_readonly_scripts[i]);
+    }
     if (pc->cmdt) cmdtable_free(pc->cmdt);
     pc->cmdt = t;
     px_verbose("command table loaded commands=%d", n);

@@ -3,6 +3,7 @@ Cache behaviour beyond the contract items: negative caching, one cached
 entry serving RESP2 and RESP3 clients, the INFO section, which reads are
 cacheable, and the directives that turn caching off or change the rules.
 """
+import hashlib
 import time
 
 import pytest
@@ -423,3 +424,54 @@ def test_large_directory_purge(writer, proxy_factory, upstream):
     freed = wait_until(lambda: (lambda s: s if s["cache_reclaiming"] == 0 else None)(st.get()),
                        timeout=2.0, interval=0.01, what="cache_reclaiming back to 0")
     assert freed["cache_used_bytes"] < full["cache_used_bytes"] + 64 * 1024, (full, freed)
+
+
+# SHA1s of JuiceFS's resolve script (pkg/meta/lua_scripts.go, scriptResolve):
+# 1.x (string.format keys, the 2^52-1 inode limit) and 0.x (tostring keys).
+# The gateway and the SDKs send it for every path they open; it only reads
+# (HGET d…, GET i…, none of them declared in KEYS).
+JUICEFS_RESOLVE = ["300202e21baa6d1b65acb3a4d96ff95fcfb2b23a",
+                   "f081486b7addbf26f62d55b98784a285dd12f7fb"]
+READ_SCRIPT = "return redis.call('GET', KEYS[1])"
+
+
+@pytest.mark.parametrize("sha", JUICEFS_RESOLVE)
+def test_juicefs_resolve_script_keeps_the_cache(sha, proxy_factory, upstream):
+    """An EVALSHA of JuiceFS's resolve script writes nothing: with profile
+    juicefs it leaves the cache as it was (an unknown script empties it, as
+    its writes cannot be known). Its reply is Redis's own (here NOSCRIPT:
+    the body is JuiceFS's, not loaded)."""
+    p, st = start_cached(proxy_factory)
+    upstream.client().set("i9901", "attr")
+    c = p.raw(auth=True)
+    assert warm(c, st, ("GET", "i9901")) == [b"attr"]
+    resolve = ("EVALSHA", sha, "3", "1", "dir/file", "0", "0")
+    with st.delta() as dd:
+        got = c.cmd(*resolve)
+        assert c.cmd("GET", "i9901").value == b"attr"
+    assert got.raw == upstream.raw().cmd(*resolve).raw, got
+    assert dd["cache_flushes_write_unknown_keys"] == 0, dict(dd)
+    assert dd["cache_hits"] == 1, dict(dd)
+    # any other script still empties the cache (C1)
+    with st.delta() as dd:
+        c.cmd("EVALSHA", "0" * 40, "0")
+        assert c.cmd("GET", "i9901").value == b"attr"
+    assert dd["cache_flushes_write_unknown_keys"] >= 1, dict(dd)
+    assert dd["cache_hits"] == 0, dict(dd)
+
+
+def test_cache_readonly_script_directive(proxy_factory, upstream):
+    """cache-readonly-script SHA: that script's EVALSHA keeps the cache, and
+    its reply is Redis's; without the directive the same call empties it."""
+    sha = hashlib.sha1(READ_SCRIPT.encode()).hexdigest()
+    upstream.client().set("i9902", "attr")
+    assert upstream.client().script_load(READ_SCRIPT) == sha
+    for listed in (True, False):
+        p, st = start_cached(proxy_factory, args=("--cache-readonly-script", sha) if listed else ())
+        c = p.raw(auth=True)
+        assert warm(c, st, ("GET", "i9902")) == [b"attr"]
+        with st.delta() as dd:
+            assert c.cmd("EVALSHA", sha, "1", "i9902").value == b"attr"
+            assert c.cmd("GET", "i9902").value == b"attr"
+        assert (dd["cache_flushes_write_unknown_keys"] > 0) != listed, (listed, dict(dd))
+        assert dd["cache_hits"] == (1 if listed else 0), (listed, dict(dd))
