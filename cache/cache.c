@@ -139,6 +139,8 @@ struct entry {
         int64_t filled_ms;   /* ST_VALUE, ST_NIL */
     } u;
     uint32_t vlen;       /* value bytes after the identity (0 unless ST_VALUE) */
+    uint32_t life_ms;    /* ST_VALUE: ms after filled_ms at which the key
+                            itself expires in Redis; LIFE_FOREVER: never */
     uint8_t state;
     unsigned char id[];  /* identity (hh.keylen bytes), then the value */
 };
@@ -325,8 +327,11 @@ static struct entry *entry_find(const cache *c, const struct probe *p) {
     return e;
 }
 
+#define LIFE_FOREVER UINT32_MAX
+
 static int entry_expired(const cache *c, const struct entry *e, int64_t now_ms) {
-    return c->cfg.ttl_ms > 0 && now_ms - e->u.filled_ms > c->cfg.ttl_ms;
+    int64_t age = now_ms - e->u.filled_ms;
+    return (c->cfg.ttl_ms > 0 && age > c->cfg.ttl_ms) || (e->life_ms != LIFE_FOREVER && age >= e->life_ms);
 }
 
 /* Makes e the most recently used: moves it to the tail of the app order. */
@@ -608,6 +613,7 @@ uint64_t cache_fill_begin(cache *c, uint32_t part, int db, int kind, const char 
     if (e == NULL) goto drop_group;
     probe_store(&p, e->id);
     e->vlen = 0;
+    e->life_ms = LIFE_FOREVER;
     e->state = ST_PENDING;
     e->u.token = c->last_token + 1;
     HASH_ADD_KEYPTR_BYHASHVALUE(hh, c->index, e->id, p.len, p.hv, e);
@@ -638,9 +644,9 @@ drop_group:
  * drops the placeholder and counts in fills_rejected. A value that does not
  * fit max_bytes even alone is dropped and counts in fills_too_big.
  */
-int cache_fill_complete(cache *c, uint64_t token, uint32_t part, int db, int kind, const char *key,
-                        size_t klen, const char *field, size_t flen, const char *val, size_t vlen,
-                        int is_nil, int64_t now_ms) {
+int cache_fill_complete_until(cache *c, uint64_t token, uint32_t part, int db, int kind, const char *key,
+                              size_t klen, const char *field, size_t flen, const char *val, size_t vlen,
+                              int is_nil, int64_t now_ms, int64_t until_ms) {
     struct probe p;
     struct entry *e, *n;
 
@@ -652,6 +658,20 @@ int cache_fill_complete(cache *c, uint64_t token, uint32_t part, int db, int kin
         return 0;
     }
     if (is_nil) vlen = 0;
+    /* a missing key has no TTL: its nil holds until a write creates it */
+    uint32_t life = LIFE_FOREVER;
+    if (until_ms != 0 && !is_nil) {
+        if (until_ms <= now_ms) {
+            /* the key has expired (or will before anyone could be served) */
+            entry_del(c, e);
+            c->stats.expired++;
+            account(c);
+            return 0;
+        }
+        /* a longer life than 49 days is cut short: it only means one more
+         * read from Redis */
+        life = until_ms - now_ms >= LIFE_FOREVER ? LIFE_FOREVER - 1 : (uint32_t)(until_ms - now_ms);
+    }
     if (vlen > c->cfg.max_value || vlen > UINT32_MAX || min_alone(&p, vlen) > c->cfg.max_bytes) {
         entry_del(c, e);
         c->stats.fills_too_big++;
@@ -664,6 +684,7 @@ int cache_fill_complete(cache *c, uint64_t token, uint32_t part, int db, int kin
         e->owner->npending--;
         e->state = is_nil ? ST_NIL : ST_VALUE;
         e->u.filled_ms = now_ms;
+        e->life_ms = life;
         c->stats.pending--;
         c->stats.entries++;
         lru_touch(c, e);
@@ -681,6 +702,7 @@ int cache_fill_complete(cache *c, uint64_t token, uint32_t part, int db, int kin
         n->vlen = (uint32_t)vlen;
         n->state = ST_VALUE;
         n->u.filled_ms = now_ms;
+        n->life_ms = life;
         /* n takes e's place, most recently used: added first (the add
          * fails only if the table must grow and cannot; no lookup sees the
          * two alike meanwhile), then e goes */
@@ -709,6 +731,13 @@ int cache_fill_complete(cache *c, uint64_t token, uint32_t part, int db, int kin
     }
     c->stats.fills++;
     return 1;
+}
+
+int cache_fill_complete(cache *c, uint64_t token, uint32_t part, int db, int kind, const char *key,
+                        size_t klen, const char *field, size_t flen, const char *val, size_t vlen,
+                        int is_nil, int64_t now_ms) {
+    return cache_fill_complete_until(c, token, part, db, kind, key, klen, field, flen, val, vlen, is_nil, now_ms,
+                                     0);
 }
 
 void cache_fill_abort(cache *c, uint64_t token, uint32_t part, int db, int kind, const char *key,

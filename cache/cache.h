@@ -91,7 +91,9 @@ typedef struct cache_stats {
     uint64_t keys_purged;        /* entries purged by invalidations (placeholders too) */
     uint64_t flushes;            /* cache_flush calls */
     uint64_t evictions;          /* entries evicted for memory (placeholders too) */
-    uint64_t expired;            /* entries dropped by ttl (by cache_get or cache_fill_begin) */
+    uint64_t expired;            /* entries dropped by ttl or their key's own
+                                    expiry (by cache_get, cache_fill_begin, or a
+                                    fill that came too late) */
     size_t entries;              /* valid entries (placeholders excluded) */
     size_t pending;              /* placeholders */
     size_t reclaiming;           /* entries (and placeholders) purged, no
@@ -155,6 +157,16 @@ uint64_t cache_fill_begin(cache *c, uint32_t part, int db, int kind, const char 
 int cache_fill_complete(cache *c, uint64_t token, uint32_t part, int db, int kind, const char *key,
                         size_t klen, const char *field, size_t flen, const char *val, size_t vlen,
                         int is_nil, int64_t now_ms);
+
+/* cache_fill_complete for a key that expires in Redis at until_ms (the
+ * caller's clock, as now_ms; 0: it has no TTL): the entry is a miss from
+ * then on. A value whose until_ms is not after now_ms is not stored (counted
+ * in expired). A nil ignores until_ms: a missing key has no TTL. The caller
+ * takes until_ms no later than Redis's own expiry: the time it sent PTTL,
+ * plus the PTTL. */
+int cache_fill_complete_until(cache *c, uint64_t token, uint32_t part, int db, int kind, const char *key,
+                              size_t klen, const char *field, size_t flen, const char *val, size_t vlen,
+                              int is_nil, int64_t now_ms, int64_t until_ms);
 
 /* Abandons a fill whose reply is not cacheable (an error): removes the
  * placeholder if it still carries this token. */

@@ -115,7 +115,7 @@ static int rule_match(const cache_rule *rule, const char *key, size_t klen) {
 }
 
 int cache_rules_add(cache_rules *r, const char *command, const char *pattern, const char *key_prefix,
-                    char *err, size_t errlen) {
+                    unsigned flags, char *err, size_t errlen) {
     int kind;
     if (strcasecmp(command, "GET") == 0)
         kind = CACHE_KIND_GET;
@@ -136,6 +136,7 @@ int cache_rules_add(cache_rules *r, const char *command, const char *pattern, co
         return -1;
     }
     rule->kind = kind;
+    rule->flags = flags;
     rule->plen = (size_t)n;
     rule->simple = 0;
     compile_simple(rule);
@@ -197,10 +198,15 @@ int cache_glob_match(const char *p, size_t plen, const char *s, size_t slen) {
 }
 
 int cache_rules_match(const cache_rules *r, int kind, const char *key, size_t klen) {
-    for (int i = 0; i < r->nrules; i++)
-        if (r->rules[i].kind == kind && rule_match(&r->rules[i], key, klen))
-            return 1;
-    return 0;
+    int m = 0;
+    for (int i = 0; i < r->nrules; i++) {
+        const cache_rule *rule = &r->rules[i];
+        if (rule->kind != kind || !rule_match(rule, key, klen)) continue;
+        /* one rule that does not vouch for the key having no TTL is enough */
+        if (!(rule->flags & CACHE_RULE_NO_TTL)) return CACHE_MATCH;
+        m = CACHE_MATCH_NO_TTL;
+    }
+    return m;
 }
 
 int cache_rules_match_any(const cache_rules *r, const char *key, size_t klen) {

@@ -41,8 +41,24 @@
 #define CACHE_MAX_RULES 64
 #define CACHE_MAX_PREFIXES 256
 
+/* A rule's flags (cache_rules_add). */
+enum cache_rule_flag {
+    /* The rule's keys never have a TTL in Redis, so a fill need not ask
+     * (PTTL). Without it a fill learns the key's TTL, and the entry ends
+     * when the key expires: Redis sends the invalidation of an expired key
+     * only when it deletes the key, which may be long after. */
+    CACHE_RULE_NO_TTL = 1u << 0,
+};
+
+/* What cache_rules_match answers for a cacheable read (0: not cacheable). */
+enum cache_match {
+    CACHE_MATCH = 1,         /* the key may have a TTL: a fill asks for it */
+    CACHE_MATCH_NO_TTL = 2,  /* every rule that matches says CACHE_RULE_NO_TTL */
+};
+
 typedef struct cache_rule {
     int kind;         /* enum cache_kind */
+    unsigned flags;   /* enum cache_rule_flag */
     char pattern[256];
     size_t plen;      /* strlen(pattern): matched on every request */
     /* The usual shape, matched without the glob: literal text (no wildcard,
@@ -73,9 +89,10 @@ void cache_rules_init(cache_rules *r);
 void cache_rules_deinit(cache_rules *r);
 
 /* Adds "COMMAND PATTERN" (command GET or HGET, any case) with key_prefix put
- * in front of the pattern. Returns 0, or -1 with a reason in err. */
+ * in front of the pattern, and flags (enum cache_rule_flag). Returns 0, or
+ * -1 with a reason in err. */
 int cache_rules_add(cache_rules *r, const char *command, const char *pattern, const char *key_prefix,
-                    char *err, size_t errlen);
+                    unsigned flags, char *err, size_t errlen);
 
 /* Tracks by key_prefix + prefix (not empty) instead of every derived prefix
  * that begins with it (one that covers none is left out). Returns 0, or -1
@@ -86,7 +103,7 @@ int cache_rules_track_by(cache_rules *r, const char *prefix, const char *key_pre
  * many prefixes (err says which). */
 int cache_rules_derive_prefixes(cache_rules *r, char *err, size_t errlen);
 
-/* Is a read of this kind of this key cacheable? */
+/* Is a read of this kind of this key cacheable? 0, or enum cache_match. */
 int cache_rules_match(const cache_rules *r, int kind, const char *key, size_t klen);
 /* Is a read of some kind of this key cacheable (may the cache hold it)? */
 int cache_rules_match_any(const cache_rules *r, const char *key, size_t klen);

@@ -69,6 +69,8 @@ struct px_caching {
     resp_buf plan;           /* an MGET's plan, from px_caching_try_hit to
                                 px_caching_on_send of the same request */
     resp_buf plan_req;       /* ... and the MGET of its keys not cached */
+    resp_buf ttl_cmd;        /* a PTTL being written (ttl_ask) */
+    uint64_t ttl_asked;
     struct event *reclaim_ev; /* frees what large purges left (reclaim_later) */
 };
 
@@ -246,7 +248,7 @@ static struct ssl_st *on_new_ssl(void *arg, int *failed) {
 /* ------------------------------------------------------------------------ */
 /* setup */
 
-static int add_rule_line(px_server *srv, const char *line, char *err, size_t errlen) {
+static int add_rule_line(px_server *srv, const char *line, unsigned flags, char *err, size_t errlen) {
     char cmd[16];
     const char *sp = strchr(line, ' ');
     if (sp == NULL || (size_t)(sp - line) >= sizeof cmd) {
@@ -255,7 +257,7 @@ static int add_rule_line(px_server *srv, const char *line, char *err, size_t err
     }
     memcpy(cmd, line, (size_t)(sp - line));
     cmd[sp - line] = '\0';
-    return cache_rules_add(&srv->caching->rules, cmd, sp + 1, srv->cfg->key_prefix, err, errlen);
+    return cache_rules_add(&srv->caching->rules, cmd, sp + 1, srv->cfg->key_prefix, flags, err, errlen);
 }
 
 int px_caching_init(px_server *srv) {
@@ -271,15 +273,17 @@ int px_caching_init(px_server *srv) {
     cache_rules_init(&pc->rules);
     if (cfg->profile == PX_PROFILE_JUICEFS) {
         /* tracked by i and d, not i1 ... i9 and d1 ... d9: Redis walks
-         * every prefix for every key written (cache/rules.h) */
-        if (add_rule_line(srv, "GET i[1-9]*", err, sizeof err) != 0 ||
-            add_rule_line(srv, "HGET d[1-9]*", err, sizeof err) != 0 ||
+         * every prefix for every key written (cache/rules.h). JuiceFS
+         * never gives these keys a TTL: no PTTL at each fill. */
+        if (add_rule_line(srv, "GET i[1-9]*", CACHE_RULE_NO_TTL, err, sizeof err) != 0 ||
+            add_rule_line(srv, "HGET d[1-9]*", CACHE_RULE_NO_TTL, err, sizeof err) != 0 ||
             cache_rules_track_by(&pc->rules, "i", cfg->key_prefix, err, sizeof err) != 0 ||
             cache_rules_track_by(&pc->rules, "d", cfg->key_prefix, err, sizeof err) != 0)
             goto bad;
     }
     for (int i = 0; i < cfg->ncache_rules; i++)
-        if (add_rule_line(srv, cfg->cache_rules[i], err, sizeof err) != 0) goto bad;
+        if (add_rule_line(srv, cfg->cache_rules[i], cfg->cache_ask_ttl ? 0 : CACHE_RULE_NO_TTL, err, sizeof err) != 0)
+            goto bad;
     for (int i = 0; i < cfg->ntrack_prefixes; i++)
         if (cache_rules_track_by(&pc->rules, cfg->track_prefixes[i], cfg->key_prefix, err, sizeof err) != 0)
             goto bad;
@@ -290,6 +294,7 @@ int px_caching_init(px_server *srv) {
     }
     if (cache_rules_derive_prefixes(&pc->rules, err, sizeof err) != 0) goto bad;
     resp_buf_init(&pc->plan);
+    resp_buf_init(&pc->ttl_cmd);
     resp_buf_init(&pc->plan_req);
     if ((pc->lookup = px_lookup_new()) == NULL) {
         snprintf(err, sizeof err, "out of memory");
@@ -366,6 +371,7 @@ void px_caching_deinit(px_server *srv) {
     if (pc->cmdt) cmdtable_free(pc->cmdt);
     px_lookup_free(pc->lookup);
     resp_buf_deinit(&pc->plan);
+    resp_buf_deinit(&pc->ttl_cmd);
     resp_buf_deinit(&pc->plan_req);
     cache_rules_deinit(&pc->rules);
     for (int i = 0; i < pc->nusers; i++) free(pc->users[i]);
@@ -643,6 +649,100 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* keys with a TTL
+ *
+ * Redis sends the invalidation of an expired key only when it deletes the
+ * key: when a client reads it there (a hit never does), or when its
+ * background expiry, which samples a few keys at a time, comes to it. A
+ * value cached from a key with a TTL could outlive the key by seconds. So a
+ * fill of a key whose rules do not vouch that it has none (CACHE_MATCH, not
+ * CACHE_MATCH_NO_TTL) sends PTTL of the key right behind the read, on the
+ * same connection, as an internal request (PX_REQ_TTL, ttl_ask). When the
+ * read's reply is a value, the fill waits in that request (ttl_wait) for
+ * the PTTL's reply, and the entry ends at the time the PTTL was sent plus
+ * its answer: no later than Redis's own expiry. A nil fills at once: a
+ * missing key has no TTL. The fill's token guards it all the while (C3): a
+ * write or an invalidation meanwhile refuses it. A PTTL that Redis refuses
+ * (an ACL without it), or that is lost with its connection, fills nothing.
+ */
+
+typedef struct ttl_fill {
+    uint64_t token;
+    uint32_t part, db, kind, klen, flen, vlen;
+} ttl_fill; /* a PX_REQ_TTL's aux: this, then the key, field and value */
+
+/* Does a fill of this read need the key's TTL? */
+static int ttl_wanted(struct px_caching *pc, int kind, const char *key, size_t klen) {
+    return cache_rules_match(&pc->rules, kind, key, klen) == CACHE_MATCH;
+}
+
+/* Sends PTTL key on u, right behind the read that fills it. Returns 0, or
+ * -1 (no memory: that read must not fill). */
+static int ttl_ask(struct px_caching *pc, px_server *srv, px_upstream *u, const char *key, size_t klen) {
+    resp_buf *b = &pc->ttl_cmd;
+    resp_buf_reset(b);
+    if (resp_enc_array(b, 2) != 0 || resp_enc_bulk(b, "PTTL", 4) != 0 || resp_enc_bulk(b, key, klen) != 0) return -1;
+    px_req *t = px_req_new(srv, NULL, PX_REQ_TTL);
+    if (t == NULL) return -1;
+    /* the entry's life counts from here: Redis runs it later */
+    t->fill_token = (uint64_t)px_now_ms();
+    px_upstream_send(u, t, b->data, b->len);
+    pc->ttl_asked++;
+    return 0;
+}
+
+/* A read that fills was answered with a value: the fill (token, identity,
+ * value) waits in t, the PTTL sent behind it, for the key's TTL. Returns 0,
+ * or -1 when t is not that PTTL's request or there is no memory (the
+ * caller aborts the fill). */
+static int ttl_wait(px_req *t, uint64_t token, uint32_t part, uint32_t db, int kind, const char *key, size_t klen,
+                    const char *field, size_t flen, const char *val, size_t vlen) {
+    if (t == NULL || t->kind != PX_REQ_TTL || t->aux != NULL) return -1;
+    ttl_fill f = {token, part, db, (uint32_t)kind, (uint32_t)klen, (uint32_t)flen, (uint32_t)vlen};
+    char *aux = malloc(sizeof f + klen + flen + vlen);
+    if (aux == NULL) return -1;
+    memcpy(aux, &f, sizeof f);
+    memcpy(aux + sizeof f, key, klen);
+    if (flen > 0) memcpy(aux + sizeof f + klen, field, flen);
+    if (vlen > 0) memcpy(aux + sizeof f + klen + flen, val, vlen);
+    t->aux = aux;
+    t->aux_len = sizeof f + klen + flen + vlen;
+    return 0;
+}
+
+/* Completes a fill now, or, when its TTL was asked for (in t) and its
+ * reply is a value the cache may take, has it wait for the PTTL's reply. */
+static void fill_or_wait(struct px_caching *pc, px_server *srv, int asked, px_req *t, uint64_t token, uint32_t part,
+                         uint32_t db, int kind, const char *key, size_t klen, const char *field, size_t flen,
+                         const char *val, size_t vlen, int is_nil) {
+    /* a value too big to cache is refused now, not copied into t */
+    if (asked && !is_nil && vlen <= (unsigned long long)srv->cfg->cache_max_value) {
+        if (ttl_wait(t, token, part, db, kind, key, klen, field, flen, val, vlen) != 0)
+            cache_fill_abort(pc->cache, token, part, (int)db, kind, key, klen, field, flen);
+        return;
+    }
+    cache_fill_complete(pc->cache, token, part, (int)db, kind, key, klen, field, flen, val, vlen, is_nil, px_now_ms());
+}
+
+void px_caching_on_ttl_reply(px_server *srv, px_req *t, const char *data, size_t len) {
+    struct px_caching *pc = srv->caching;
+    if (pc == NULL || t->aux == NULL) return;
+    ttl_fill f;
+    memcpy(&f, t->aux, sizeof f);
+    const char *key = t->aux + sizeof f, *field = key + f.klen, *val = field + f.flen;
+    long long pttl = 0;
+    /* -1: no TTL; n >= 0: what was left of it when Redis ran the PTTL;
+     * -2 (the key is gone: it expired since the read) or an error: no fill */
+    if (resp_read_int_line(data, len, 0, ':', &pttl) != len || pttl < -1) {
+        cache_fill_abort(pc->cache, f.token, f.part, (int)f.db, (int)f.kind, key, f.klen, field, f.flen);
+        return;
+    }
+    int64_t until = pttl == -1 ? 0 : (int64_t)t->fill_token + pttl;
+    cache_fill_complete_until(pc->cache, f.token, f.part, (int)f.db, (int)f.kind, key, f.klen, field, f.flen, val,
+                              f.vlen, 0, px_now_ms(), until);
+}
+
+/* ------------------------------------------------------------------------ */
 /* sends */
 
 typedef struct key_sink {
@@ -693,6 +793,12 @@ static void mget_send(struct px_caching *pc, px_client *c, px_upstream *u, px_re
     for (size_t at = sizeof h; may_fill && plan_next(plan->data, plan->len, &at, &it);) {
         if (it.cached) continue;
         uint64_t token = cache_fill_begin(pc->cache, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0, now);
+        /* the PTTLs follow the MGET in the order of its keys (mget_reply) */
+        if (token && ttl_wanted(pc, CACHE_KIND_GET, it.key, it.klen) &&
+            ttl_ask(pc, c->srv, u, it.key, it.klen) != 0) {
+            cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0);
+            token = 0;
+        }
         memcpy(it.token, &token, 8);
         if (token) pc->fills_begun++, u->filled = 1;
     }
@@ -721,8 +827,11 @@ static void lookup_send(struct px_caching *pc, px_client *c, px_upstream *u, px_
     memcpy(aux, &id, sizeof id);
     memcpy(aux + sizeof id, a[3].ptr, a[3].len);
     memcpy(aux + sizeof id + a[3].len, a[4].ptr, a[4].len);
-    r->fill_token = cache_fill_begin(pc->cache, id.part, c->db, CACHE_KIND_LOOKUP, a[3].ptr, a[3].len, a[4].ptr,
-                                     a[4].len, px_now_ms());
+    /* a lookup fills only what its rules vouch has no TTL (the profile's
+     * keys): the GET and HGET of the others ask for it */
+    if (!ttl_wanted(pc, CACHE_KIND_HGET, a[3].ptr, a[3].len))
+        r->fill_token = cache_fill_begin(pc->cache, id.part, c->db, CACHE_KIND_LOOKUP, a[3].ptr, a[3].len, a[4].ptr,
+                                         a[4].len, px_now_ms());
     r->aux = aux;
     r->aux_len = sizeof id + a[3].len + a[4].len;
     r->aux_flags |= PX_AUX_LOOKUP;
@@ -766,6 +875,14 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
         memcpy(id, hdr, sizeof hdr);
         memcpy(id + 16, a[1].ptr, a[1].len);
         memcpy(id + 16 + a[1].len, field, flen);
+        if (ttl_wanted(pc, kind, a[1].ptr, a[1].len)) {
+            if (ttl_ask(pc, c->srv, u, a[1].ptr, a[1].len) != 0) {
+                cache_fill_abort(pc->cache, token, part, c->db, kind, a[1].ptr, a[1].len, field, flen);
+                free(id);
+                return;
+            }
+            r->aux_flags |= PX_AUX_TTL_NEXT;
+        }
         r->aux = id;
         r->aux_len = n;
         r->aux_flags |= PX_AUX_FILL;
@@ -893,7 +1010,7 @@ static int plan_still_cached(struct px_caching *pc, const mget_hdr *h, char *pla
  * the cache flushed, while the rest was read, the merge could show what
  * Redis never held (C4, C5, C10): *out is then the MGET of every key, to be
  * sent again in its place (returns PX_CACHING_RESEND). */
-static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t len, resp_buf *out) {
+static int mget_reply(struct px_caching *pc, px_server *srv, px_req *r, const char *data, size_t len, resp_buf *out) {
     mget_hdr h;
     char *plan = r->aux;
     size_t plen = r->aux_len, at = 0;
@@ -916,6 +1033,8 @@ static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t
     if (resend) merge = 0;
     if (merge) resp_enc_array(out, h.n);
     plan_item it;
+    /* the PTTLs asked for its fills, in the order of its keys */
+    px_req *next_ttl = r->up != NULL ? r->up->head : NULL;
     for (size_t pp = sizeof h; plan_next(plan, plen, &pp, &it);) {
         if (it.cached) {
             if (merge) plan_enc_cached(out, &it, (int)h.proto);
@@ -923,6 +1042,12 @@ static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t
         }
         uint64_t token;
         memcpy(&token, it.token, 8);
+        px_req *t = NULL;
+        int asked = token && ttl_wanted(pc, CACHE_KIND_GET, it.key, it.klen);
+        if (asked) {
+            t = next_ttl;
+            next_ttl = t != NULL ? t->next_up : NULL;
+        }
         if (!ok) {
             if (token) cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0);
             continue;
@@ -937,8 +1062,7 @@ static int mget_reply(struct px_caching *pc, px_req *r, const char *data, size_t
         if (k == 2)
             cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0);
         else
-            cache_fill_complete(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0, v, vl,
-                                0, now);
+            fill_or_wait(pc, srv, asked, t, token, h.part, h.db, CACHE_KIND_GET, it.key, it.klen, "", 0, v, vl, 0);
     }
     if (resend) {
         /* the fills above stand (their tokens guard them); the client gets
@@ -991,7 +1115,7 @@ static void lookup_reply(struct px_caching *pc, px_req *r, const char *data, siz
          * keys it does not declare are not tracked for its caller (default,
          * optin), so nothing would tell us when this attr changes. */
         if (pc->mode == PX_TRACKING_BCAST && id.seq == change_seq(pc) && ino < PX_LOOKUP_MAX_INODE &&
-            cache_rules_match(&pc->rules, CACHE_KIND_GET, ikey, iklen)) {
+            cache_rules_match(&pc->rules, CACHE_KIND_GET, ikey, iklen) == CACHE_MATCH_NO_TTL) {
             uint64_t t = cache_fill_begin(pc->cache, id.part, (int)id.db, CACHE_KIND_GET, ikey, iklen, "", 0, now);
             if (t) cache_fill_complete(pc->cache, t, id.part, (int)id.db, CACHE_KIND_GET, ikey, iklen, "", 0, attr,
                                        alen, 0, now);
@@ -1049,11 +1173,14 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
         const char *val = NULL;
         size_t vlen = 0;
         int k = bulk_or_nil(data, len, &val, &vlen);
+        /* the PTTL sent behind it is next on its connection */
+        int asked = (r->aux_flags & PX_AUX_TTL_NEXT) != 0;
+        px_req *t = asked && r->up != NULL ? r->up->head : NULL;
         if (k == 0)
             cache_fill_abort(pc->cache, r->fill_token, hdr[0], (int)hdr[1], (int)hdr[2], key, hdr[3], field, flen);
         else
-            cache_fill_complete(pc->cache, r->fill_token, hdr[0], (int)hdr[1], (int)hdr[2], key, hdr[3], field, flen,
-                                val, vlen, k == 2, px_now_ms());
+            fill_or_wait(pc, c->srv, asked, t, r->fill_token, hdr[0], hdr[1], (int)hdr[2], key, hdr[3], field, flen, val,
+                         vlen, k == 2);
     }
     if (r->aux_flags & PX_AUX_INVAL) purge_again(pc, r);
     if (r->aux_flags & PX_AUX_FLUSH) flush_for_write(pc, &(resp_arg){"(reply)", 7});
@@ -1061,7 +1188,7 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
     if ((r->aux_flags & PX_AUX_SCRIPT_LOAD) && len == 47 && data[0] == '$')
         px_lookup_set_loaded(pc->lookup, (int)r->fill_token - 1, 1);
     if (r->aux_flags & PX_AUX_SCRIPT_FLUSH) px_lookup_forget(pc->lookup);
-    if (r->aux_flags & PX_AUX_MGET) return mget_reply(pc, r, data, len, out);
+    if (r->aux_flags & PX_AUX_MGET) return mget_reply(pc, c->srv, r, data, len, out);
     return 0;
 }
 
@@ -1135,6 +1262,7 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_fills = st->fills;
     s->cache_fills_rejected = st->fills_rejected;
     s->cache_fills_too_big = st->fills_too_big;
+    s->cache_ttl_asked = pc->ttl_asked;
     s->invalidation_messages = is->messages;
     s->invalidation_keys = is->keys;
     s->cache_invalidations = st->invalidations;

@@ -18,6 +18,8 @@
  *   C4/C5 loss or null invalidation flush: the tracking callbacks.
  *   C6 failover replies (LOADING, READONLY, MASTERDOWN) flush.
  *   C7 only bulk or nil replies fill.
+ *   Keys with a TTL: a fill whose rules allow one asks Redis (PTTL) and
+ *      the entry ends when the key expires (see "keys with a TTL").
  *   C8 the cache is partitioned by the upstream user of the client.
  *   C9 bounded memory: cache/cache.h.
  */
@@ -89,6 +91,10 @@ void px_caching_on_send(struct px_client *c, struct px_upstream *u, struct px_re
  * MGET whose cached values were invalidated while the rest was read). */
 enum { PX_CACHING_RESEND = 2 };
 int px_caching_on_reply(struct px_client *c, struct px_req *r, const char *data, size_t len, resp_buf *out);
+
+/* The reply to a PX_REQ_TTL (or the error it failed with): completes the
+ * fill that waited for it, if any, ending when the key expires. */
+void px_caching_on_ttl_reply(px_server *srv, struct px_req *t, const char *data, size_t len);
 
 /* Any reply with nothing else to learn (a command queued in MULTI): only
  * the role-change errors matter (C6). */

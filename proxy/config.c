@@ -179,6 +179,9 @@ static const px_directive px_directives[] = {
     {.name = "cache-rule", .type = PX_CT_APPEND, PX_FIELD(cache_rules),
      .off2 = offsetof(px_config, ncache_rules), .min = 2, .max = PX_MAX_RULES, .def = "",
      .arg = "<GET|HGET> <pattern>", .help = "Cache this read of keys matching the glob pattern (repeatable)"},
+    {.name = "cache-ask-ttl", .type = PX_CT_BOOL, PX_FIELD(cache_ask_ttl), .def = "yes", .arg = "<yes|no>",
+     .help = "cache-rule keys may have a TTL: each fill asks Redis for it (PTTL), the entry ends when the key "
+             "expires; no: they never have one"},
     {.name = "cache-track-prefix", .type = PX_CT_APPEND, PX_FIELD(track_prefixes),
      .off2 = offsetof(px_config, ntrack_prefixes), .min = 1, .max = PX_MAX_RULES, .def = "",
      .arg = "<prefix>",

@@ -95,6 +95,7 @@ typedef struct px_config {
     int ncache_rules;
     char track_prefixes[PX_MAX_RULES][PX_RULE_LEN]; /* cache-track-prefix lines: coarser tracking prefixes */
     int ntrack_prefixes;
+    int cache_ask_ttl;             /* cache-rule keys may have a TTL: each fill asks (PTTL) */
     char readonly_scripts[PX_MAX_SCRIPTS][41];   /* SHA1s of scripts that write nothing */
     int nreadonly_scripts;
     char lookup_scripts[PX_MAX_SCRIPTS][41];     /* SHA1s of lookup scripts answered from the cache */

@@ -153,10 +153,10 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
         strcmp(fresh->unixsocket, cfg->unixsocket) != 0 || fresh->profile != cfg->profile ||
         lines_differ(fresh->cache_rules, fresh->ncache_rules, cfg->cache_rules, cfg->ncache_rules) ||
         lines_differ(fresh->track_prefixes, fresh->ntrack_prefixes, cfg->track_prefixes, cfg->ntrack_prefixes) ||
-        fresh->tracking_mode != cfg->tracking_mode ||
+        fresh->tracking_mode != cfg->tracking_mode || fresh->cache_ask_ttl != cfg->cache_ask_ttl ||
         (fresh->cache_max_memory == 0) != (cfg->cache_max_memory == 0))
-        px_warning("reload: upstream, listeners, rules, tracking prefixes, tracking mode and turning the cache on or off "
-                   "need a restart; those changes are ignored");
+        px_warning("reload: upstream, listeners, rules, cache-ask-ttl, tracking prefixes, tracking mode and turning the "
+                   "cache on or off need a restart; those changes are ignored");
     cfg->loglevel = fresh->loglevel;
     px_log_set_level(cfg->loglevel);
     cfg->maxclients = px_fdlimit_fit_clients(fresh->maxclients);

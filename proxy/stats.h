@@ -49,6 +49,7 @@ struct px_server;
     X(cache_fills, counter, "Replies stored in the cache")                                                 \
     X(cache_fills_rejected, counter, "Replies not stored: invalidated while in flight, or no memory")      \
     X(cache_fills_too_big, counter, "Replies not stored: above cache-max-value")                           \
+    X(cache_ttl_asked, counter, "PTTLs sent behind fills: keys whose rules allow a TTL")                   \
     X(invalidation_messages, counter, "Invalidation messages received from Redis")                         \
     X(invalidation_keys, counter, "Keys named in invalidation messages")                                   \
     X(cache_invalidations, counter, "Keys invalidated (from Redis and from writes through sidecache)")     \
@@ -64,7 +65,7 @@ struct px_server;
     X(cache_used_bytes, gauge, "Bytes the cache holds, all overhead counted")                              \
     X(cache_max_bytes, gauge, "cache-max-memory")                                                           \
     X(cache_evictions, counter, "Entries evicted for memory")                                              \
-    X(cache_expired, counter, "Entries dropped by cache-ttl")                                              \
+    X(cache_expired, counter, "Entries dropped by cache-ttl or by their key's own expiry")                 \
     X(tracking_connects, counter, "Invalidation connection setups started")                                \
     X(tracking_losses, counter, "Times tracking stopped being active")
 

@@ -505,7 +505,8 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen) {
         r->next_up = NULL;
         r->lost = 1;
         if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING || r->kind == PX_REQ_TXN_CTL ||
-            r->kind == PX_REQ_PROBE) {
+            r->kind == PX_REQ_PROBE || r->kind == PX_REQ_TTL) {
+            if (r->kind == PX_REQ_TTL) px_caching_on_ttl_reply(u->srv, r, err, errlen);
             px_req_release(u->srv, r);
             continue;
         }
@@ -677,6 +678,9 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         if (type != '-' && type != '!') u->tracked_epoch = r->fill_token;
         px_req_release(u->srv, r);
     } else if (r->kind == PX_REQ_DISCARD) {
+        px_req_release(u->srv, r);
+    } else if (r->kind == PX_REQ_TTL) {
+        px_caching_on_ttl_reply(u->srv, r, data, len);
         px_req_release(u->srv, r);
     } else if (r->kind == PX_REQ_PROBE) {
         px_req_release(u->srv, r);

@@ -56,6 +56,8 @@ enum px_req_kind {
                            discard_denied) */
     PX_REQ_PROBE,       /* internal: PING, the access probe asked again while
                            srv->open_access is unknown; its reply teaches it */
+    PX_REQ_TTL,         /* internal: PTTL of a key a read right before it
+                           fills; the fill waits in its aux (caching.c) */
 };
 
 /*
@@ -94,6 +96,8 @@ enum px_aux_flag {
     PX_AUX_MULTI_OPEN = 1 << 16, /* that MULTI opened transaction fill_token
                                     (px_client.txn_seq): refused, it did not */
     PX_AUX_CTL_DISCARD = 1 << 17, /* a PX_REQ_TXN_CTL that is a DISCARD */
+    PX_AUX_TTL_NEXT = 1 << 18, /* with FILL: a PX_REQ_TTL follows it on its
+                                  connection, and a value waits there */
 };
 
 typedef struct px_req {

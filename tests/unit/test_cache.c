@@ -76,6 +76,7 @@ static void t_fail_reset(void) {
 #define cache_peek ck_cache_peek
 #define cache_fill_begin ck_cache_fill_begin
 #define cache_fill_complete ck_cache_fill_complete
+#define cache_fill_complete_until ck_cache_fill_complete_until
 #define cache_fill_abort ck_cache_fill_abort
 #define cache_invalidate_key ck_cache_invalidate_key
 #define cache_invalidate_keys ck_cache_invalidate_keys
@@ -90,6 +91,7 @@ static void t_fail_reset(void) {
 #undef cache_peek
 #undef cache_fill_begin
 #undef cache_fill_complete
+#undef cache_fill_complete_until
 #undef cache_fill_abort
 #undef cache_invalidate_key
 #undef cache_invalidate_keys
@@ -937,6 +939,51 @@ static void test_ttl_expiry(void) {
     cache_free(c);
 }
 
+/* A key with its own TTL in Redis: the entry is a miss from the moment
+ * the caller says the key expires, whatever cache-ttl says. */
+static void test_key_expiry(void) {
+    cache *c = mk(MB, 64 * 1024, 0);
+    uint64_t t = begin(c, 1, 0, G, "i1", "", 100);
+    CHECK_EQ_INT(cache_fill_complete_until(c, t, 1, 0, G, "i1", 2, "", 0, "v", 1, 0, 110, 600), 1);
+    CHECK_EQ_INT(get_at(c, 1, 0, G, "i1", "", 599), 1);
+    CHECK_EQ_INT(get_at(c, 1, 0, G, "i1", "", 600), 0); /* Redis may have dropped it by now */
+    CHECK_EQ_INT(st(c)->expired, 1);
+    CHECK_EQ_INT(st(c)->entries, 0);
+
+    /* a reply that comes when the key has expired is not stored */
+    t = begin(c, 1, 0, G, "i2", "", 100);
+    CHECK_EQ_INT(cache_fill_complete_until(c, t, 1, 0, G, "i2", 2, "", 0, "v", 1, 0, 300, 300), 0);
+    CHECK_EQ_INT(st(c)->expired, 2);
+    CHECK_EQ_INT(st(c)->pending, 0);
+    CHECK_EQ_INT(get_at(c, 1, 0, G, "i2", "", 300), 0);
+
+    /* nil: a missing key has no TTL to honour; an empty value has */
+    t = begin(c, 1, 0, H, "d1", "f", 100);
+    CHECK_EQ_INT(cache_fill_complete_until(c, t, 1, 0, H, "d1", 2, "f", 1, NULL, 0, 1, 100, 200), 1);
+    CHECK_EQ_INT(get_at(c, 1, 0, H, "d1", "f", 100000), 2);
+    t = begin(c, 1, 0, G, "i3", "", 100);
+    CHECK_EQ_INT(cache_fill_complete_until(c, t, 1, 0, G, "i3", 2, "", 0, "", 0, 0, 100, 200), 1);
+    CHECK_EQ_INT(get_at(c, 1, 0, G, "i3", "", 199), 1);
+    CHECK_EQ_INT(get_at(c, 1, 0, G, "i3", "", 200), 0);
+
+    /* a TTL past 49 days is kept as about 49 days, never as none */
+    t = begin(c, 1, 0, G, "i4", "", 0);
+    CHECK_EQ_INT(cache_fill_complete_until(c, t, 1, 0, G, "i4", 2, "", 0, "v", 1, 0, 0, INT64_MAX / 2), 1);
+    CHECK_EQ_INT(get_at(c, 1, 0, G, "i4", "", (int64_t)UINT32_MAX - 2), 1);
+    CHECK_EQ_INT(get_at(c, 1, 0, G, "i4", "", (int64_t)UINT32_MAX - 1), 0);
+
+    /* with cache-ttl too, whichever ends first */
+    set_cfg(c, MB, 64 * 1024, 50);
+    t = begin(c, 1, 0, G, "i5", "", 0);
+    CHECK_EQ_INT(cache_fill_complete_until(c, t, 1, 0, G, "i5", 2, "", 0, "v", 1, 0, 0, 1000), 1);
+    CHECK_EQ_INT(get_at(c, 1, 0, G, "i5", "", 51), 0);
+    t = begin(c, 1, 0, G, "i6", "", 0);
+    CHECK_EQ_INT(cache_fill_complete_until(c, t, 1, 0, G, "i6", 2, "", 0, "v", 1, 0, 0, 20), 1);
+    CHECK_EQ_INT(get_at(c, 1, 0, G, "i6", "", 19), 1);
+    CHECK_EQ_INT(get_at(c, 1, 0, G, "i6", "", 20), 0);
+    cache_free(c);
+}
+
 static void test_max_bytes_zero(void) {
     cache *c = mk(0, 64 * 1024, 0);
     CHECK_EQ_INT(begin(c, 1, 0, G, "i1", "", 0), 0);
@@ -1485,6 +1532,7 @@ int main(void) {
     RUN(test_entry_larger_than_max_bytes);
     RUN(test_fill_too_big_for_grown_tables);
     RUN(test_ttl_expiry);
+    RUN(test_key_expiry);
     RUN(test_max_bytes_zero);
     RUN(test_set_config_shrink_evicts);
     RUN(test_random_ops_real);

@@ -48,8 +48,8 @@ enum { TRACK_DERIVED, TRACK_I, TRACK_I_D };
 static void juicefs_rules(cache_rules *r, const char *key_prefix, int track) {
     char err[256];
     cache_rules_init(r);
-    CHECK_EQ_INT(cache_rules_add(r, "GET", "i[1-9]*", key_prefix, err, sizeof err), 0);
-    CHECK_EQ_INT(cache_rules_add(r, "HGET", "d[1-9]*", key_prefix, err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_add(r, "GET", "i[1-9]*", key_prefix, 0, err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_add(r, "HGET", "d[1-9]*", key_prefix, 0, err, sizeof err), 0);
     if (track != TRACK_DERIVED) CHECK_EQ_INT(cache_rules_track_by(r, "i", key_prefix, err, sizeof err), 0);
     if (track == TRACK_I_D) CHECK_EQ_INT(cache_rules_track_by(r, "d", key_prefix, err, sizeof err), 0);
     CHECK_EQ_INT(cache_rules_derive_prefixes(r, err, sizeof err), 0);
@@ -116,7 +116,7 @@ static void test_track_by_that_covers_nothing_is_left_out(void) {
     char err[256];
     cache_rules r;
     cache_rules_init(&r);
-    CHECK_EQ_INT(cache_rules_add(&r, "GET", "user:[ab]*", "", err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_add(&r, "GET", "user:[ab]*", "", 0, err, sizeof err), 0);
     CHECK_EQ_INT(cache_rules_track_by(&r, "x", "", err, sizeof err), 0);       /* covers nothing */
     CHECK_EQ_INT(cache_rules_track_by(&r, "user:a1", "", err, sizeof err), 0); /* narrower than user:a */
     CHECK_EQ_INT(cache_rules_derive_prefixes(&r, err, sizeof err), 0);
@@ -130,11 +130,30 @@ static void test_track_by_that_covers_nothing_is_left_out(void) {
     cache_rules_deinit(&r);
 }
 
+/* A key needs no PTTL only when every rule that matches it vouches that
+ * its keys have no TTL: one rule that does not is enough to ask. */
+static void test_no_ttl_only_when_every_matching_rule_says_so(void) {
+    char err[256];
+    cache_rules r;
+    cache_rules_init(&r);
+    CHECK_EQ_INT(cache_rules_add(&r, "GET", "i[1-9]*", "", CACHE_RULE_NO_TTL, err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_add(&r, "HGET", "d[1-9]*", "", CACHE_RULE_NO_TTL, err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_add(&r, "GET", "i9*", "", 0, err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_add(&r, "GET", "s*", "", 0, err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_match(&r, CACHE_KIND_GET, "i12", 3), CACHE_MATCH_NO_TTL);
+    CHECK_EQ_INT(cache_rules_match(&r, CACHE_KIND_HGET, "d12", 3), CACHE_MATCH_NO_TTL);
+    CHECK_EQ_INT(cache_rules_match(&r, CACHE_KIND_GET, "i92", 3), CACHE_MATCH); /* also i9* */
+    CHECK_EQ_INT(cache_rules_match(&r, CACHE_KIND_GET, "s1", 2), CACHE_MATCH);
+    CHECK_EQ_INT(cache_rules_match(&r, CACHE_KIND_GET, "d12", 3), 0);
+    CHECK_EQ_INT(cache_rules_match(&r, CACHE_KIND_GET, "x", 1), 0);
+    cache_rules_deinit(&r);
+}
+
 static void test_a_rule_for_every_key_tracks_all(void) {
     char err[256];
     cache_rules r;
     cache_rules_init(&r);
-    CHECK_EQ_INT(cache_rules_add(&r, "GET", "*", "", err, sizeof err), 0);
+    CHECK_EQ_INT(cache_rules_add(&r, "GET", "*", "", 0, err, sizeof err), 0);
     CHECK_EQ_INT(cache_rules_track_by(&r, "i", "", err, sizeof err), 0);
     CHECK_EQ_INT(cache_rules_derive_prefixes(&r, err, sizeof err), 0);
     CHECK(r.all_keys && r.nprefixes == 0);
@@ -166,7 +185,7 @@ static void test_match_any_is_match_of_some_kind(void) {
                 const char *sp = strchr(sets[i][j], ' ');
                 memcpy(cmd, sets[i][j], (size_t)(sp - sets[i][j]));
                 cmd[sp - sets[i][j]] = '\0';
-                REQUIRE(cache_rules_add(&r, cmd, sp + 1, prefixes[k], err, sizeof err) == 0);
+                REQUIRE(cache_rules_add(&r, cmd, sp + 1, prefixes[k], 0, err, sizeof err) == 0);
             }
             for (size_t j = 0; j < sizeof keys / sizeof *keys; j++) {
                 char key[64];
@@ -195,7 +214,7 @@ static void test_simple_shapes_match_as_the_glob(void) {
         cache_rules r;
         char err[256];
         cache_rules_init(&r);
-        REQUIRE(cache_rules_add(&r, "GET", patterns[i], NULL, err, sizeof err) == 0);
+        REQUIRE(cache_rules_add(&r, "GET", patterns[i], NULL, 0, err, sizeof err) == 0);
         simple += r.rules[0].simple;
         /* every key of 0 to 4 bytes over the alphabet, and every byte after
          * the pattern's literal text */
@@ -236,6 +255,7 @@ int main(void) {
     RUN(test_track_by_takes_the_key_prefix);
     RUN(test_track_by_that_covers_nothing_is_left_out);
     RUN(test_a_rule_for_every_key_tracks_all);
+    RUN(test_no_ttl_only_when_every_matching_rule_says_so);
     RUN(test_match_any_is_match_of_some_kind);
     RUN(test_simple_shapes_match_as_the_glob);
     return unit_report();

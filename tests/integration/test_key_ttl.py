@@ -1,0 +1,188 @@
+"""
+Keys with a TTL: a cached value must not outlive its key.
+
+Redis sends the invalidation of an expired key only when it deletes the key:
+when a client reads it there, or when its background expiry, which samples a
+few keys at a time, comes to it. Each test here turns that background expiry
+off (DEBUG SET-ACTIVE-EXPIRE 0) and never reads the key directly before the
+proxy does, so no invalidation comes at all: what the proxy answers after the
+expiry time is what it knows of the TTL by itself. Redis answers nil then;
+so must the proxy.
+
+A fill of a key whose rules allow a TTL (cache-rule, with cache-ask-ttl yes,
+the default) sends PTTL behind the read; the entry ends when the key expires.
+The JuiceFS profile's rules (i…, d…) never ask: JuiceFS gives those keys no
+TTL.
+"""
+import time
+
+import pytest
+
+from cachehelpers import MODES, make_tracked, start_cached, warm
+from helpers import wait_until
+
+pytestmark = pytest.mark.proxy_only
+
+RULES = ("--cache-rule", "GET", "s*", "--cache-rule", "HGET", "h*")
+LIFE = 0.6  # seconds: long enough to warm the entry, short for the test
+
+
+def no_background_expiry(upstream):
+    d = upstream.client()
+    d.execute_command("DEBUG", "SET-ACTIVE-EXPIRE", "0")
+    return d
+
+
+def redis_pttl_calls(d):
+    return d.info("commandstats").get("cmdstat_pttl", {}).get("calls", 0)
+
+
+READS = {
+    "GET": (("SET", "s1", "v"), ("PEXPIRE", "s1", int(LIFE * 1000)), ("GET", "s1"), b"v"),
+    "HGET": (("HSET", "h1", "f", "v"), ("PEXPIRE", "h1", int(LIFE * 1000)), ("HGET", "h1", "f"), b"v"),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", sorted(READS))
+def test_cached_value_ends_with_its_key(kind, mode, proxy_factory, upstream):
+    """A value cached from a key with a TTL is served from the cache until
+    the key expires, and nil (as Redis) from then on, though Redis sent no
+    invalidation."""
+    d = no_background_expiry(upstream)
+    p, st = start_cached(proxy_factory, args=RULES, mode=mode)
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    write, expire, read, value = READS[kind]
+    d.execute_command(*write)
+    d.execute_command(*expire)
+    born = time.monotonic()
+    with st.delta() as dd:
+        assert warm(c, st, read) == [value]
+    assert dd["cache_ttl_asked"] >= 1, dict(dd)
+    assert time.monotonic() - born < LIFE, "the machine was too slow to warm the entry in time"
+    time.sleep(max(0.0, born + LIFE + 0.05 - time.monotonic()))
+    with st.delta() as dd:
+        got = c.cmd(*read).value
+    assert got is None, "%r served %r after its key expired" % (read, got)
+    assert dd["cache_expired"] == 1 and dd["cache_hits"] == 0, dict(dd)
+    assert d.execute_command(*read) is None
+
+
+def test_mget_keys_end_with_theirs(proxy_factory, upstream):
+    """MGET: each key's cached value ends with that key; keys without a TTL
+    stay cached."""
+    d = no_background_expiry(upstream)
+    p, st = start_cached(proxy_factory, args=RULES)
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    d.set("s1", "v1", px=int(LIFE * 1000))
+    d.set("s2", "v2")
+    born = time.monotonic()
+    mget = ("MGET", "s1", "s2")
+    assert c.cmd(*mget).value == [b"v1", b"v2"]
+    wait_until(lambda: st.get()["cache_entries"] >= 3, timeout=2.0, interval=0.01,
+               what="both keys cached (their PTTLs answered)")
+    with st.delta() as dd:
+        assert c.cmd(*mget).value == [b"v1", b"v2"]
+    assert dd["cache_mget_hits"] == 1, dict(dd)
+    assert time.monotonic() - born < LIFE, "the machine was too slow to warm the entries in time"
+    time.sleep(max(0.0, born + LIFE + 0.05 - time.monotonic()))
+    with st.delta() as dd:
+        assert c.cmd(*mget).value == [None, b"v2"]
+    assert dd["cache_mget_partial"] == 1 and dd["cache_expired"] == 1, dict(dd)
+
+
+def test_ttl_given_after_the_fill(proxy_factory, upstream):
+    """A key cached without a TTL that gets one later: the EXPIRE's
+    invalidation purges it, the next fill learns the TTL, and the value ends
+    with the key."""
+    d = no_background_expiry(upstream)
+    p, st = start_cached(proxy_factory, args=RULES)
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    d.set("s1", "v")
+    assert warm(c, st, ("GET", "s1")) == [b"v"]
+    time.sleep(LIFE)
+    with st.delta() as dd:
+        assert c.cmd("GET", "s1").value == b"v"   # no TTL: cached for good
+    assert dd["cache_hits"] == 1, dict(dd)
+    d.pexpire("s1", int(LIFE * 1000))
+    born = time.monotonic()
+    wait_until(lambda: st.get()["cache_keys_purged"] > 0, timeout=2.0, interval=0.005,
+               what="the invalidation of the EXPIRE")
+    assert warm(c, st, ("GET", "s1")) == [b"v"]
+    time.sleep(max(0.0, born + LIFE + 0.05 - time.monotonic()))
+    assert c.cmd("GET", "s1").value is None
+
+
+def test_long_ttl_stays_cached(proxy_factory, upstream):
+    """A key whose TTL is far off is served from the cache as any other."""
+    d = no_background_expiry(upstream)
+    p, st = start_cached(proxy_factory, args=RULES)
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    d.set("s1", "v", ex=3600)
+    d.hset("h1", "f", "w")
+    d.expire("h1", 3600)
+    assert warm(c, st, ("GET", "s1"), ("HGET", "h1", "f")) == [b"v", b"w"]
+    time.sleep(0.2)
+    with st.delta() as dd:
+        assert c.cmd("GET", "s1").value == b"v"
+        assert c.cmd("HGET", "h1", "f").value == b"w"
+    assert dd["cache_hits"] == 2, dict(dd)
+
+
+def test_nil_needs_no_ttl(proxy_factory, upstream):
+    """A missing key, or a field missing from a hash with a TTL, is nil
+    whatever the TTL: the nil is cached as soon as its reply comes, and
+    stays nil after the hash expired."""
+    d = no_background_expiry(upstream)
+    p, st = start_cached(proxy_factory, args=RULES)
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    d.hset("h1", "f", "v")
+    d.pexpire("h1", int(LIFE * 1000))
+    assert warm(c, st, ("GET", "s-missing"), ("HGET", "h1", "missing")) == [None, None]
+    time.sleep(LIFE + 0.05)
+    with st.delta() as dd:
+        assert c.cmd("GET", "s-missing").value is None
+        assert c.cmd("HGET", "h1", "missing").value is None
+    assert dd["cache_hits"] == 2, dict(dd)
+
+
+def test_which_rules_ask(proxy_factory, upstream):
+    """The JuiceFS profile's rules never send PTTL (JuiceFS gives i… and d…
+    keys no TTL); cache-rule keys do, unless cache-ask-ttl no."""
+    d = upstream.client()
+    d.set("i1", "attr")
+    d.hset("d1", "name", "entry")
+    d.set("s1", "v")
+    cases = [((), ("GET", "i1"), 0), ((), ("HGET", "d1", "name"), 0), ((), ("GET", "s1"), 1),
+             (("--cache-ask-ttl", "no"), ("GET", "s1"), 0)]
+    for args, read, asks in cases:
+        p, st = start_cached(proxy_factory, args=RULES + args)
+        c = p.raw(auth=True)
+        make_tracked(c, st, key="i9398")
+        before = redis_pttl_calls(d)
+        with st.delta() as dd:
+            warm(c, st, read)
+        assert dd["cache_ttl_asked"] == asks, (args, read, dict(dd))
+        assert redis_pttl_calls(d) - before == asks, (args, read)
+
+
+def test_user_without_pttl_gets_redis_answers(proxy_factory, upstream):
+    """A user whose ACL denies PTTL gets every reply from Redis (its fills
+    wait for a PTTL that Redis refuses, so they never store)."""
+    d = upstream.client()
+    d.execute_command("ACL", "SETUSER", "nopttl", "on", ">pw", "~*", "+@all", "-pttl")
+    d.set("s1", "v")
+    p, st = start_cached(proxy_factory, args=RULES)
+    c = p.raw()
+    assert c.cmd("AUTH", "nopttl", "pw").raw == b"+OK\r\n"
+    with st.delta() as dd:
+        for _ in range(4):
+            assert c.cmd("GET", "s1").value == b"v"
+    assert dd["cache_hits"] == 0 and dd["cache_ttl_asked"] == 4, dict(dd)
+    d.set("s1", "w")
+    assert c.cmd("GET", "s1").value == b"w"
