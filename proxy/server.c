@@ -29,6 +29,9 @@
 #include "proxy/upstream.h"
 
 #define PX_STOP_DEADLINE_MS 10000
+/* Larger than any value Redis holds (its proto-max-bulk-len bounds its
+ * strings; 512 MB unless raised): only a malformed reply declares more. */
+#define PX_REPLY_MAX_BULK_LEN (1LL << 40)
 
 int64_t px_now_ms(void) {
     struct timespec ts;
@@ -199,12 +202,16 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     srv.req_limits.max_multibulk_len = cfg->max_multibulk_len;
     srv.req_limits.max_inline_len = (size_t)cfg->proto_max_inline_len;
     resp_limits_default(&srv.reply_limits);
-    srv.reply_limits.max_bulk_len = cfg->proto_max_bulk_len;
-    /* Redis may answer with more elements than a client may send in one
-     * request (a big LRANGE): the reply side bounds no count. Nor nesting
-     * (resp.h), whatever the obsolete proto-max-nesting says. */
+    /* proto-max-bulk-len bounds what clients send, as in Redis, which does
+     * not apply it to its replies: a value written under a larger limit
+     * (Redis's own may be higher), or grown by APPEND, is read back whole.
+     * Redis may also answer with more elements than a client may send in
+     * one request (a big LRANGE): the reply side bounds no count. Nor
+     * nesting (resp.h), whatever the obsolete proto-max-nesting says. The
+     * framer allocates nothing from a declared length (resp.h). */
+    srv.reply_limits.max_bulk_len = PX_REPLY_MAX_BULK_LEN;
     srv.reply_limits.max_multibulk_len = 1LL << 32;
-    srv.reply_limits.max_inline_len = (size_t)cfg->proto_max_bulk_len; /* long error lines from scripts */
+    srv.reply_limits.max_inline_len = RESP_DEFAULT_MAX_BULK_LEN; /* long error lines from scripts */
 
     /* Before anything opens: past this many clients, one more is refused
      * with an error rather than left unanswered in the backlog when the

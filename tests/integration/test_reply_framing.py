@@ -172,3 +172,34 @@ def test_redis_py_resp3_transaction_with_a_push_inside(shared_proxy, ref):
     want = run(ref)
     assert want == ([b"Some real reply following the push reply", True, b"1"], True)
     assert run(shared_proxy) == want
+
+
+def test_proto_max_bulk_len_bounds_requests_not_replies(proxy_factory, upstream, ref_factory):
+    """proto-max-bulk-len bounds what a client may send, as in Redis, which
+    never applies it to its replies: with it at 1mb, a 2 MB value stored on
+    Redis is still read through the proxy, byte for byte, on a connection
+    other clients share; a 2 MB argument is refused in Redis's words."""
+    big = b"x" * (2 << 20)
+    upstream.client().set("big", big)
+    p = proxy_factory(args=("--proto-max-bulk-len", "1mb", "--upstream-connections", "1"))
+    a = p.raw(auth=True)
+    b = p.raw(auth=True)
+    try:
+        a.send(encode("GET", "big"))
+        b.send(encode("SET", "after-big", "1"))
+        assert a.read_frames(1, timeout=10)[0].value == big
+        assert b.read_frames(1, timeout=5)[0].raw == b"+OK\r\n"
+    finally:
+        a.close()
+        b.close()
+    # the header alone is refused (the value is never read)
+    header = b"*3\r\n$3\r\nSET\r\n$4\r\nbig2\r\n$%d\r\n" % len(big)
+    replies = []
+    for target in (ref_factory(args=("--proto-max-bulk-len", "1mb")), p):
+        c = target.raw(auth=target is p)
+        try:
+            c.send(header)
+            replies.append(c.read_frames(1, timeout=5)[0].raw)
+        finally:
+            c.close()
+    assert replies[1] == replies[0] == b"-ERR Protocol error: invalid bulk length\r\n", replies
