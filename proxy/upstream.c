@@ -605,10 +605,12 @@ static void learn_noauth(px_server *srv) {
  * about it: what was known stays, and an unknown is asked again
  * (up_probe_again). Taken for NOAUTH, it would give clients without
  * credentials NOAUTH for PING and Redis's pre-AUTH limits, and turn hits
- * off, until some other connection is made.
+ * off, until some other connection is made. NOPERM says what a reply does:
+ * the connection is the default user's, which needs no password but may
+ * not run PING.
  */
 static void up_learn_access(px_server *srv, const char *data, size_t len, int is_err) {
-    if (!is_err)
+    if (!is_err || (len >= 8 && memcmp(data, "-NOPERM ", 8) == 0))
         srv->open_access = 1;
     else if (is_noauth(data, len))
         learn_noauth(srv);

@@ -1000,13 +1000,13 @@ def relay(upstream, proxy_factory):
 MODES = ("bcast", "default", "optin")
 
 
-def start_cached(proxy_factory, up=None, args=(), mode=None):
+def start_cached(proxy_factory, up=None, args=(), mode=None, upstream_url=None):
     """A caching proxy with tracking confirmed, in tracking-mode `mode`
     (None: the default, bcast). Returns (proxy, stats)."""
     args = tuple(args)
     if mode is not None:
         args += ("--tracking-mode", mode)
-    p = proxy_factory(up=up, args=args)
+    p = proxy_factory(up=up, args=args, upstream_url=upstream_url)
     st = Stats(p)
     info = wait_tracking_active(p, stats=st)
     # the mode in effect (SIDECACHE_ARGS may set one for tests that do not)

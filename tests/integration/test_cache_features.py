@@ -475,3 +475,17 @@ def test_cache_readonly_script_directive(proxy_factory, upstream):
             assert c.cmd("GET", "i9902").value == b"attr"
         assert (dd["cache_flushes_write_unknown_keys"] > 0) != listed, (listed, dict(dd))
         assert dd["cache_hits"] == (1 if listed else 0), (listed, dict(dd))
+
+
+def test_default_user_denied_ping_still_gets_hits(proxy_factory, upstream):
+    """The proxy learns whether Redis wants a password from a PING without
+    AUTH: NOAUTH says it does. A default user that needs none but may not
+    run PING answers NOPERM, which says the same as +PONG: no password. Its
+    clients (no AUTH sent) are served from the cache."""
+    d = upstream.client()
+    d.execute_command("ACL", "SETUSER", "pinger", "on", ">pw", "~*", "&*", "+@all")
+    d.set("i9911", "attr")
+    d.execute_command("ACL", "SETUSER", "default", "-ping")
+    p, st = start_cached(proxy_factory, upstream_url="redis://pinger:pw@127.0.0.1:%d" % upstream.port)
+    c = p.raw()     # no AUTH: the default user
+    assert warm(c, st, ("GET", "i9911")) == [b"attr"]
