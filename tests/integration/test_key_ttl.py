@@ -186,3 +186,81 @@ def test_user_without_pttl_gets_redis_answers(proxy_factory, upstream):
     assert dd["cache_hits"] == 0 and dd["cache_ttl_asked"] == 4, dict(dd)
     d.set("s1", "w")
     assert c.cmd("GET", "s1").value == b"w"
+
+
+@pytest.mark.timeout(60)
+def test_randomized_reads_never_outlive_the_ttl(proxy_factory, upstream):
+    """5 s of a writer on Redis setting four keys again and again, each time
+    with a short TTL (20-200 ms) or none, while three readers through the
+    proxy GET and MGET them. No read may return a value that had expired
+    (by Redis's own clock, as far as the writer can bound it) before the
+    read began. The cache must have served hits and dropped expired entries
+    by itself, or the run proves little."""
+    import random
+    import threading
+
+    d = no_background_expiry(upstream)
+    p, st = start_cached(proxy_factory, args=RULES)
+    keys = ["s%d" % i for i in range(4)]
+    expires = {}            # value -> latest moment Redis may still hold it (None: no TTL)
+    lock = threading.Lock()
+    stop = time.monotonic() + 5.0
+    violations, reads = [], [0]
+    slack = 0.002           # Redis keeps expiry times in whole milliseconds
+
+    def writer():
+        w = upstream.client()
+        rng = random.Random(7)
+        n = 0
+        while time.monotonic() < stop:
+            n += 1
+            key = rng.choice(keys)
+            val = "%s-v%d" % (key, n)
+            ttl = rng.choice([None, rng.randint(20, 200)])
+            with lock:      # readable as soon as Redis runs it: before its ack
+                expires[val.encode()] = None if ttl is None else float("inf")
+            if ttl is None:
+                w.set(key, val)
+            else:
+                w.set(key, val, px=ttl)
+                acked = time.monotonic()
+                with lock:
+                    expires[val.encode()] = acked + ttl / 1000.0
+            time.sleep(rng.uniform(0.0, 0.01))
+
+    def reader(seed):
+        c = p.raw(auth=True)
+        rng = random.Random(seed)
+        while time.monotonic() < stop:
+            if rng.random() < 0.5:
+                key = rng.choice(keys)
+                began = time.monotonic()
+                got = [(key, c.cmd("GET", key).value)]
+            else:
+                began = time.monotonic()
+                got = list(zip(keys, c.cmd("MGET", *keys).value))
+            reads[0] += 1
+            for key, val in got:
+                if val is None:
+                    continue
+                with lock:
+                    until = expires.get(val, "unknown")
+                if until == "unknown":
+                    violations.append("%s: %r was never written" % (key, val))
+                elif until is not None and began > until + slack:
+                    violations.append("%s: %r served %.1f ms after it expired" % (key, val, (began - until) * 1000))
+        c.close()
+
+    before = st.get()
+    threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    after = st.get()
+    hits = after["cache_hits"] - before["cache_hits"]
+    expired = after["cache_expired"] - before["cache_expired"]
+    print("reads %d, hits %d, expired %d, PTTLs %d" % (reads[0], hits, expired,
+                                                       after["cache_ttl_asked"] - before["cache_ttl_asked"]))
+    assert not violations, "%d of %d reads: %s" % (len(violations), reads[0], violations[:5])
+    assert hits > 200 and expired > 10, (hits, expired)
