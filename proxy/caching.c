@@ -676,6 +676,20 @@ static int ttl_wanted(struct px_caching *pc, int kind, const char *key, size_t k
     return cache_rules_match(&pc->rules, kind, key, klen) == CACHE_MATCH;
 }
 
+/* Has Redis refused u's identity PTTL (since the last ACL change)? Then a
+ * read that needs one does not fill. */
+static int ttl_denied(px_server *srv, const px_upstream *u) {
+    return u->pool != NULL && u->pool->ttl_denied == px_acl_mark(srv);
+}
+
+/* FNV-1a: a PTTL request remembers which key it asks about, so that a fill
+ * is never handed to another key's PTTL (ttl_wait). */
+static uint64_t key_digest(const char *key, size_t klen) {
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < klen; i++) h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
+    return h;
+}
+
 /* Sends PTTL key on u, right behind the read that fills it. Returns 0, or
  * -1 (no memory: that read must not fill). */
 static int ttl_ask(struct px_caching *pc, px_server *srv, px_upstream *u, const char *key, size_t klen) {
@@ -686,6 +700,7 @@ static int ttl_ask(struct px_caching *pc, px_server *srv, px_upstream *u, const 
     if (t == NULL) return -1;
     /* the entry's life counts from here: Redis runs it later */
     t->fill_token = (uint64_t)px_now_ms();
+    t->purge_mark = key_digest(key, klen);
     px_upstream_send(u, t, b->data, b->len);
     pc->ttl_asked++;
     return 0;
@@ -697,7 +712,7 @@ static int ttl_ask(struct px_caching *pc, px_server *srv, px_upstream *u, const 
  * caller aborts the fill). */
 static int ttl_wait(px_req *t, uint64_t token, uint32_t part, uint32_t db, int kind, const char *key, size_t klen,
                     const char *field, size_t flen, const char *val, size_t vlen) {
-    if (t == NULL || t->kind != PX_REQ_TTL || t->aux != NULL) return -1;
+    if (t == NULL || t->kind != PX_REQ_TTL || t->aux != NULL || t->purge_mark != key_digest(key, klen)) return -1;
     ttl_fill f = {token, part, db, (uint32_t)kind, (uint32_t)klen, (uint32_t)flen, (uint32_t)vlen};
     char *aux = malloc(sizeof f + klen + flen + vlen);
     if (aux == NULL) return -1;
@@ -716,7 +731,7 @@ static void fill_or_wait(struct px_caching *pc, px_server *srv, int asked, px_re
                          uint32_t db, int kind, const char *key, size_t klen, const char *field, size_t flen,
                          const char *val, size_t vlen, int is_nil) {
     /* a value too big to cache is refused now, not copied into t */
-    if (asked && !is_nil && vlen <= (unsigned long long)srv->cfg->cache_max_value) {
+    if (asked && !is_nil && vlen <= (unsigned long long)srv->cfg->cache_max_value && vlen <= UINT32_MAX) {
         if (ttl_wait(t, token, part, db, kind, key, klen, field, flen, val, vlen) != 0)
             cache_fill_abort(pc->cache, token, part, (int)db, kind, key, klen, field, flen);
         return;
@@ -726,7 +741,11 @@ static void fill_or_wait(struct px_caching *pc, px_server *srv, int asked, px_re
 
 void px_caching_on_ttl_reply(px_server *srv, px_req *t, const char *data, size_t len) {
     struct px_caching *pc = srv->caching;
-    if (pc == NULL || t->aux == NULL) return;
+    if (pc == NULL) return;
+    px_caching_on_error_reply(srv, data, len); /* C6: MASTERDOWN, READONLY, ... */
+    if (len >= 8 && memcmp(data, "-NOPERM ", 8) == 0 && t->up != NULL && t->up->pool != NULL)
+        t->up->pool->ttl_denied = px_acl_mark(srv);
+    if (t->aux == NULL) return;
     ttl_fill f;
     memcpy(&f, t->aux, sizeof f);
     const char *key = t->aux + sizeof f, *field = key + f.klen, *val = field + f.flen;
@@ -789,13 +808,16 @@ static void mget_send(struct px_caching *pc, px_client *c, px_upstream *u, px_re
     resp_buf *plan = &pc->plan;
     memcpy(&h, plan->data, sizeof h);
     int64_t now = px_now_ms();
+    int denied = may_fill && ttl_denied(c->srv, u);
     plan_item it;
     for (size_t at = sizeof h; may_fill && plan_next(plan->data, plan->len, &at, &it);) {
         if (it.cached) continue;
-        uint64_t token = cache_fill_begin(pc->cache, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0, now);
+        int wanted = ttl_wanted(pc, CACHE_KIND_GET, it.key, it.klen);
+        uint64_t token = wanted && denied ? 0
+                                          : cache_fill_begin(pc->cache, h.part, (int)h.db, CACHE_KIND_GET, it.key,
+                                                             it.klen, "", 0, now);
         /* the PTTLs follow the MGET in the order of its keys (mget_reply) */
-        if (token && ttl_wanted(pc, CACHE_KIND_GET, it.key, it.klen) &&
-            ttl_ask(pc, c->srv, u, it.key, it.klen) != 0) {
+        if (token && wanted && ttl_ask(pc, c->srv, u, it.key, it.klen) != 0) {
             cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0);
             token = 0;
         }
@@ -852,6 +874,9 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
             return;
         }
         if (!may_fill) return;
+        if (cacheable != PX_READ_LOOKUP && ttl_denied(c->srv, u) &&
+            ttl_wanted(pc, cacheable == PX_READ_HGET ? CACHE_KIND_HGET : CACHE_KIND_GET, a[1].ptr, a[1].len))
+            return;
         if (cacheable == PX_READ_LOOKUP) {
             lookup_send(pc, c, u, r);
             return;

@@ -33,15 +33,23 @@
  * strings; 512 MB unless raised): only a malformed reply declares more. */
 #define PX_REPLY_MAX_BULK_LEN (1LL << 40)
 
+/* CLOCK_BOOTTIME: monotonic, and it runs on while the machine sleeps, as
+ * Redis's clock does for the TTLs the cache's entries end with. */
+#ifdef CLOCK_BOOTTIME
+#define PX_CLOCK CLOCK_BOOTTIME
+#else
+#define PX_CLOCK CLOCK_MONOTONIC
+#endif
+
 int64_t px_now_ms(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(PX_CLOCK, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int64_t px_now_us(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(PX_CLOCK, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 

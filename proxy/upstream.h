@@ -162,6 +162,9 @@ typedef struct px_pool {
      * MULTI) and for an EXEC of a write batch (EXECABORT naming EXEC: no
      * batches) */
     uint64_t discard_denied, exec_denied;
+    /* the same for PTTL: then reads of keys whose TTL a fill must know
+     * (caching.c) do not fill, rather than ask again at every miss */
+    uint64_t ttl_denied;
 } px_pool;
 
 typedef struct px_upstream {

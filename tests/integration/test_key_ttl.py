@@ -18,8 +18,9 @@ import time
 
 import pytest
 
-from cachehelpers import MODES, make_tracked, start_cached, warm
-from helpers import wait_until
+from cachehelpers import MODES, Stats, make_tracked, start_cached, wait_tracking_active, warm
+from faulthelpers import toxiproxy, toxiproxy_bin  # noqa: F401 (fixtures)
+from helpers import HOST, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -172,20 +173,29 @@ def test_which_rules_ask(proxy_factory, upstream):
 
 
 def test_user_without_pttl_gets_redis_answers(proxy_factory, upstream):
-    """A user whose ACL denies PTTL gets every reply from Redis (its fills
-    wait for a PTTL that Redis refuses, so they never store)."""
+    """A user whose ACL denies PTTL gets every reply from Redis: its first
+    fill waits for a PTTL that Redis refuses, so it never stores, and from
+    then on its reads that would need one fill nothing and ask nothing
+    (the JuiceFS profile's keys, which need none, still fill). An ACL change
+    through the proxy makes it ask again."""
     d = upstream.client()
     d.execute_command("ACL", "SETUSER", "nopttl", "on", ">pw", "~*", "+@all", "-pttl")
     d.set("s1", "v")
+    d.set("i1", "attr")
     p, st = start_cached(proxy_factory, args=RULES)
     c = p.raw()
     assert c.cmd("AUTH", "nopttl", "pw").raw == b"+OK\r\n"
     with st.delta() as dd:
         for _ in range(4):
             assert c.cmd("GET", "s1").value == b"v"
-    assert dd["cache_hits"] == 0 and dd["cache_ttl_asked"] == 4, dict(dd)
+            assert c.cmd("MGET", "s1", "s2").value == [b"v", None]
+    assert dd["cache_hits"] == 0 and dd["cache_ttl_asked"] == 1, dict(dd)
+    assert warm(c, st, ("GET", "i1")) == [b"attr"]
     d.set("s1", "w")
     assert c.cmd("GET", "s1").value == b"w"
+    admin = p.raw(auth=True)
+    assert admin.cmd("ACL", "SETUSER", "nopttl", "+pttl").raw == b"+OK\r\n"
+    assert warm(c, st, ("GET", "s1")) == [b"w"]
 
 
 @pytest.mark.timeout(60)
@@ -264,3 +274,128 @@ def test_randomized_reads_never_outlive_the_ttl(proxy_factory, upstream):
                                                        after["cache_ttl_asked"] - before["cache_ttl_asked"]))
     assert not violations, "%d of %d reads: %s" % (len(violations), reads[0], violations[:5])
     assert hits > 200 and expired > 10, (hits, expired)
+
+
+@pytest.mark.parametrize("mode", ["bcast", "optin"])
+def test_pipelined_reads_pair_with_their_own_pttl(mode, proxy_factory, upstream):
+    """Pipelined reads of keys with and without a TTL, and of keys whose
+    rules never ask (the profile's): each fill ends with its own key's TTL,
+    not with that of a neighbour's PTTL on the same connection."""
+    d = no_background_expiry(upstream)
+    p, st = start_cached(proxy_factory, args=RULES, mode=mode)
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    d.set("s1", "a")
+    d.set("s2", "b", px=int(LIFE * 1000))
+    d.set("i91", "x")
+    d.set("s3", "c")
+    d.set("s4", "e", px=int(LIFE * 1000))
+    born = time.monotonic()
+    reads = [("GET", "s1"), ("GET", "s2"), ("GET", "i91"), ("GET", "s3"), ("GET", "s4")]
+    assert [f.value for f in c.pipeline(reads)] == [b"a", b"b", b"x", b"c", b"e"]
+    wait_until(lambda: st.get()["cache_pending_fills"] == 0, timeout=2.0, interval=0.01,
+               what="the fills to complete")
+    with st.delta() as dd:
+        assert [c.cmd(*r).value for r in reads] == [b"a", b"b", b"x", b"c", b"e"]
+    assert dd["cache_hits"] == 5, dict(dd)
+    assert time.monotonic() - born < LIFE, "the machine was too slow to warm the entries in time"
+    time.sleep(max(0.0, born + LIFE + 0.05 - time.monotonic()))
+    assert [c.cmd(*r).value for r in reads] == [b"a", None, b"x", b"c", None]
+
+
+def test_mget_of_keys_that_ask_and_keys_that_do_not(proxy_factory, upstream):
+    """An MGET mixing the profile's keys (no PTTL) with keys that ask: the
+    PTTLs behind it pair with the keys that asked, in order."""
+    d = no_background_expiry(upstream)
+    p, st = start_cached(proxy_factory, args=RULES)
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    d.set("i91", "x")
+    d.set("s1", "a", px=int(LIFE * 1000))
+    d.set("i92", "y")
+    d.set("s2", "b")
+    born = time.monotonic()
+    mget = ("MGET", "i91", "s1", "i92", "s2")
+    with st.delta() as dd:
+        assert c.cmd(*mget).value == [b"x", b"a", b"y", b"b"]
+        wait_until(lambda: st.get()["cache_pending_fills"] == 0, timeout=2.0, interval=0.01,
+                   what="the fills to complete")
+    assert dd["cache_ttl_asked"] == 2, dict(dd)
+    with st.delta() as dd:
+        assert c.cmd(*mget).value == [b"x", b"a", b"y", b"b"]
+    assert dd["cache_mget_hits"] == 1, dict(dd)
+    assert time.monotonic() - born < LIFE, "the machine was too slow to warm the entries in time"
+    time.sleep(max(0.0, born + LIFE + 0.05 - time.monotonic()))
+    assert c.cmd(*mget).value == [b"x", None, b"y", b"b"]
+
+
+def _behind_toxiproxy(toxiproxy, proxy_factory, upstream):
+    """A caching proxy whose data connections go through toxiproxy (its
+    invalidation connection does not)."""
+    data = toxiproxy.create("data", upstream.port)
+    p = proxy_factory(upstream_url=data.url,
+                      args=RULES + ("--tracking-upstream", "redis://%s:%d" % (HOST, upstream.port)))
+    st = Stats(p)
+    wait_tracking_active(p, stats=st)
+    return data, p, st
+
+
+def test_entry_life_counts_from_the_pttl_sent(toxiproxy, proxy_factory, upstream):
+    """Replies 400 ms late: an entry's life counts from when its PTTL left,
+    not from when the reply came, so it ends when Redis's key does."""
+    d = no_background_expiry(upstream)
+    data, p, st = _behind_toxiproxy(toxiproxy, proxy_factory, upstream)
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    data.toxic("latency", stream="downstream", latency=400)
+    d.set("s1", "v", px=1000)
+    born = time.monotonic()
+    assert c.cmd("GET", "s1", timeout=5).value == b"v"
+    data.clear()
+    with st.delta() as dd:
+        assert c.cmd("GET", "s1").value == b"v"
+    assert dd["cache_hits"] == 1, dict(dd)
+    time.sleep(max(0.0, born + 1.05 - time.monotonic()))
+    assert c.cmd("GET", "s1").value is None
+
+
+def test_mget_sent_again_keeps_its_ttls(toxiproxy, proxy_factory, upstream):
+    """A partly cached MGET whose cached value changes while the rest is
+    read goes again whole; the fills waiting for their PTTLs meanwhile keep
+    their own keys' TTLs."""
+    d = no_background_expiry(upstream)
+    data, p, st = _behind_toxiproxy(toxiproxy, proxy_factory, upstream)
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    d.set("s1", "old")
+    warm(c, st, ("GET", "s1"))
+    d.set("s2", "v2", px=2000)
+    born = time.monotonic()
+    data.toxic("latency", stream="upstream", latency=300)
+    with st.delta() as dd:
+        c.send_cmd("MGET", "s1", "s2")
+        time.sleep(0.1)
+        d.set("s1", "new")
+        assert c.read_frame(timeout=5).value == [b"new", b"v2"]
+    assert dd["cache_mget_resent"] == 1, dict(dd)
+    data.clear()
+    wait_until(lambda: st.get()["cache_pending_fills"] == 0, timeout=2.0, interval=0.01,
+               what="the fills to complete")
+    with st.delta() as dd:
+        assert c.cmd("GET", "s2").value == b"v2"
+    assert dd["cache_hits"] == 1, dict(dd)
+    time.sleep(max(0.0, born + 2.05 - time.monotonic()))
+    assert c.cmd("GET", "s2").value is None
+
+
+def test_value_above_cache_max_value_on_a_key_that_asks(proxy_factory, upstream):
+    """A value too big to cache is relayed whole and not cached, TTL or not."""
+    d = upstream.client()
+    big = b"y" * 70000
+    d.set("s1", big, ex=3600)
+    p, st = start_cached(proxy_factory, args=RULES)
+    c = p.raw(auth=True)
+    with st.delta() as dd:
+        for _ in range(3):
+            assert c.cmd("GET", "s1").value == big
+    assert dd["cache_hits"] == 0 and dd["cache_fills_too_big"] >= 1, dict(dd)
