@@ -15,7 +15,8 @@
  *   d<dir>  hash, name "f<j>" -> 9-byte entry (type 1, inode big-endian u64)
  *   usedSpace, totalInodes  counters
  * Ops pick a file j from the key distribution (hot: j = 0; uniform; zipf s;
- * seq: 0, 1, 2, ... in turn, to read every file once).
+ * seq: 0, 1, 2, ... in turn, to read every file once; an mget takes the next
+ * --mget-keys files).
  *
  * Op types (weights in --mix name=weight,...):
  *   get      GET i<ino>                          hget   HGET d<dir> f<j>
@@ -722,6 +723,9 @@ static void op_start(conn *c, int type) {
     o->c = c;
     o->type = type;
     o->j = keydist_next(&g.kd);
+    /* seq: an MGET reads the next --mget-keys files, so that a run of
+     * -n keys/mget-keys MGETs reads every file once */
+    if (type == OP_MGET && g.kd.kind == DIST_SEQ) g.kd.next += (uint64_t)cfg.mget_keys - 1;
     o->dir = file_dir(o->j);
     if (type == OP_UNLINK && !fifo_pop(&o->item)) o->type = type = OP_CREATE;
     if (type == OP_CREATE) {
@@ -1293,6 +1297,7 @@ static void usage(FILE *f) {
             "  --keys N             files in the data set (10000)\n"
             "  --dir-size N         entries per directory (100)\n"
             "  --dist hot|uniform|zipf|seq  which file an op touches (uniform; seq: 0, 1, 2, ...)\n"
+            "                       (seq: an mget reads the next --mget-keys files)\n"
             "  --zipf-s S           zipf exponent (0.99)\n"
             "  --mget-keys N        keys of the mget op (16)\n"
             "  --value-size N       bytes of an attribute value (72)\n"
