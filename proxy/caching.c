@@ -813,9 +813,9 @@ static void mget_send(struct px_caching *pc, px_client *c, px_upstream *u, px_re
     for (size_t at = sizeof h; may_fill && plan_next(plan->data, plan->len, &at, &it);) {
         if (it.cached) continue;
         int wanted = ttl_wanted(pc, CACHE_KIND_GET, it.key, it.klen);
-        uint64_t token = wanted && denied ? 0
-                                          : cache_fill_begin(pc->cache, h.part, (int)h.db, CACHE_KIND_GET, it.key,
-                                                             it.klen, "", 0, now);
+        uint64_t token = 0;
+        if (!(wanted && denied))
+            token = cache_fill_begin(pc->cache, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0, now);
         /* the PTTLs follow the MGET in the order of its keys (mget_reply) */
         if (token && wanted && ttl_ask(pc, c->srv, u, it.key, it.klen) != 0) {
             cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0);

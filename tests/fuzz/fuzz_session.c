@@ -1095,7 +1095,13 @@ static int fake_exec(fake_conn *fc, int argc, const resp_arg *a, int variant, ui
         if (variant == V_ALT) return alt_reply(fc, out, sel), 0;
         return resp_enc_int(out, 1), 0;
     }
-    if (is(cmd, "TTL") || is(cmd, "PTTL")) return resp_enc_int(out, -1), 0;
+    if (is(cmd, "TTL") || is(cmd, "PTTL")) {
+        /* no key: -2; keys beginning with 'x' expire soon (a fill's entry
+         * gets a deadline, met by the cron a minute later); others none */
+        if (argc < 2) return resp_enc_error(out, "ERR wrong number of arguments"), 0;
+        if (!kv_exists(fc->db, &a[1])) return resp_enc_int(out, -2), 0;
+        return resp_enc_int(out, a[1].len > 0 && a[1].ptr[0] == 'x' ? 3 : -1), 0;
+    }
     if (is(cmd, "TYPE")) return resp_enc_simple(out, argc > 1 && kv_exists(fc->db, &a[1]) ? "string" : "none"), 0;
     if (is(cmd, "DBSIZE")) {
         int cnt = 0;

@@ -139,6 +139,12 @@ def main():
     seed("optin-all-keys", OPTIN | ALL_KEYS | SETTLE,
          cmd("GET", "k") + cmd("GET", "k") + cmd("SET", "k", "2") + cmd("GET", "k") + cmd("HGET", "h1", "f")
          + cmd("HGET", "h1", "f"))
+    # keys with a TTL: PTTL behind each fill ('x' keys expire in 3 ms in the
+    # fake), replies held back, split, refused; the cron ends the entries
+    seed("ttl-keys", BCAST | ALL_KEYS | SETTLE,
+         cmd("SET", "x1", "v") + cmd("SET", "k1", "w") + cmd("GET", "x1") + cmd("GET", "k1")
+         + cmd("MGET", "x1", "k1", "x2") + cmd("GET", "x1") + cmd("HGET", "h1", "f") + cmd("GET", "x1"),
+         script=[0, 0, HOLD1, 0, SPLIT, ERR, 0, 0, IDLE_CRON, 0, ALT, 0, IDLE_INVALIDATE, 0])
     seed("prefix-small-cache", BCAST | KEY_PREFIX | SMALL_CACHE | SETTLE,
          cmd("SET", "{1}i1", "0123456789abcdef0123") + cmd("GET", "{1}i1") + cmd("GET", "{1}i1")
          + cmd("SET", "{1}i2", "short") + cmd("GET", "{1}i2") + cmd("GET", "{1}i2") + cmd("FLUSHALL")
