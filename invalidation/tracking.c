@@ -54,6 +54,7 @@ struct inv_conn {
     int backoff_ms;
     int64_t setup_deadline_ms;
     int64_t ping_sent_ms;     /* outstanding ping, 0 if none */
+    int ping_refused_logged;  /* an error answered a PING (logged once) */
     int64_t last_ping_ms;
     long long my_id;          /* from CLIENT ID */
     inv_stats stats;
@@ -310,6 +311,17 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
     }
 }
 
+/* In ACTIVE only keep-alive PINGs are sent: an error is a PING's answer
+ * (the upstream user may not run PING), and it shows the link alive as
+ * well as a PONG. */
+static void ping_refused(inv_conn *t, const char *buf, size_t len) {
+    t->ping_sent_ms = 0;
+    if (!t->ping_refused_logged)
+        px_warning("tracking keep-alive PING refused by Redis (the link counts as alive): %.*s",
+                   (int)(len > 200 ? 200 : len - 2), buf + 1);
+    t->ping_refused_logged = 1;
+}
+
 static void read_cb(struct bufferevent *bev, void *arg) {
     inv_conn *t = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
@@ -332,6 +344,8 @@ static void read_cb(struct bufferevent *bev, void *arg) {
             on_push(t, buf, flen);
         else if (t->state == INV_ACTIVE && t->rp.type != '-')
             ; /* nothing else is expected; harmless */
+        else if (t->state == INV_ACTIVE && t->ping_sent_ms != 0)
+            ping_refused(t, buf, flen);
         else {
             inv_fail(t, "unexpected reply on the invalidation connection", 0);
             return;
@@ -402,7 +416,13 @@ static void connect_now(inv_conn *t) {
         char why[300];
         snprintf(why, sizeof why, "invalidation connection failed: %s", strerror(errno));
         inv_fail(t, why, 0);
+        return;
     }
+    /* a connect whose SYNs go unanswered would otherwise wait for the
+     * kernel (about two minutes), caching off all the while: it gets the
+     * keep-alive's timeout, as an unanswered PING does */
+    t->setup_deadline_ms = now_ms() + t->cfg.timeout_ms;
+    arm_timer(t, 200);
 }
 
 static void timer_cb(evutil_socket_t fd, short what, void *arg) {
@@ -412,9 +432,12 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     case INV_BACKOFF:
         connect_now(t);
         return;
+    case INV_CONNECTING:
     case INV_SETUP:
         if (now > t->setup_deadline_ms) {
-            inv_fail(t, "tracking setup timed out", 0);
+            inv_fail(t, t->state == INV_CONNECTING ? "invalidation connection failed: connect timed out"
+                                                   : "tracking setup timed out",
+                     0);
             return;
         }
         arm_timer(t, 200);

@@ -23,7 +23,9 @@
  * any reason calls on_flush first: whatever Redis changed while nobody was
  * listening is unknown (C4). A null key list (FLUSHALL, FLUSHDB, a replica
  * resync) calls on_flush too (C5). A keep-alive PING goes out every
- * ping_ms; no answer within timeout_ms counts as a lost connection.
+ * ping_ms; no answer within timeout_ms counts as a lost connection (an
+ * error is an answer: the upstream user may not run PING). A connect gets
+ * timeout_ms too, and SETUP 10 s; then BACKOFF.
  *
  * If Redis refuses tracking (Redis 5, an ACL without the permission), the
  * connection backs off for a long while and logs why; the proxy goes on as

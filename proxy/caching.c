@@ -155,7 +155,7 @@ static void on_active(void *arg, int active) {
     pc->epoch++;
     /* default/optin: every open data connection redirects to the new
      * invalidation connection from now on; until its +OK it fills nothing */
-    if (active && pc->mode != PX_TRACKING_BCAST) px_pools_foreach_connection(srv, send_tracking_on);
+    if (active && pc->mode != PX_TRACKING_BCAST) px_pools_foreach_shared(srv, send_tracking_on);
 }
 
 void px_caching_upstream_moved(px_server *srv) {

@@ -1205,8 +1205,11 @@ static int classify(px_client *c, const resp_cmd_info *info) {
         if (resp_arg_is(a[1].ptr, a[1].len, "REPLY") || resp_arg_is(a[1].ptr, a[1].len, "TRACKING") ||
             resp_arg_is(a[1].ptr, a[1].len, "CACHING"))
             return ACT_TUNNEL;
+        /* GETREDIR and TRACKINGINFO describe the connection's tracking: a
+         * shared one's is sidecache's own (tracking-mode default, optin) */
         if (resp_arg_is(a[1].ptr, a[1].len, "ID") || resp_arg_is(a[1].ptr, a[1].len, "NO-EVICT") ||
-            resp_arg_is(a[1].ptr, a[1].len, "NO-TOUCH") || resp_arg_is(a[1].ptr, a[1].len, "GETREDIR"))
+            resp_arg_is(a[1].ptr, a[1].len, "NO-TOUCH") || resp_arg_is(a[1].ptr, a[1].len, "GETREDIR") ||
+            resp_arg_is(a[1].ptr, a[1].len, "TRACKINGINFO"))
             return ACT_STICKY;
         return ACT_FORWARD;
     case CMD_XREAD:

@@ -157,13 +157,10 @@ static void pool_close_connections(px_pool *p) {
     while (p->idle != NULL) px_upstream_close(p->idle, "pool closed");
 }
 
-void px_pools_foreach_connection(px_server *srv, void (*fn)(px_server *, px_upstream *)) {
-    for (px_pool *p = srv->pools; p != NULL; p = p->next) {
+void px_pools_foreach_shared(px_server *srv, void (*fn)(px_server *, px_upstream *)) {
+    for (px_pool *p = srv->pools; p != NULL; p = p->next)
         for (int i = 0; i < p->nshared; i++)
             if (p->shared[i] != NULL && p->shared[i]->state != PX_UP_CLOSED) fn(srv, p->shared[i]);
-        for (px_upstream *u = p->idle; u != NULL; u = u->next_idle)
-            if (u->state != PX_UP_CLOSED) fn(srv, u);
-    }
 }
 
 void px_pools_close_connections(px_server *srv) {
@@ -399,7 +396,6 @@ static px_upstream *up_connect(px_pool *p) {
     u->handshake_left = up_write_handshake(u, &hs);
     if (hs.len > 0) px_io_write(&u->io, hs.data, hs.len);
     resp_buf_deinit(&hs);
-    if (srv->caching != NULL) px_caching_on_connect(srv, u);
     srv->nupstreams++;
     px_verbose("upstream connecting id=%llu addr=%s db=%d proto=%d",
                (unsigned long long)u->id, up_addr(srv, addr, sizeof addr), p->db, p->proto);
@@ -426,6 +422,10 @@ px_upstream *px_pool_shared(px_pool *p, uint64_t client_id) {
     if (u == NULL) return NULL;
     u->shared_index = i;
     p->shared[i] = u;
+    /* only shared connections fill, so only they track for the cache: a
+     * client's own connection is left as Redis makes it (its CLIENT
+     * TRACKING, GETREDIR, TRACKINGINFO are the client's) */
+    if (p->srv->caching != NULL) px_caching_on_connect(p->srv, u);
     return u;
 }
 

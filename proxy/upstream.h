@@ -256,8 +256,8 @@ void px_upstreams_cron(px_server *srv, int64_t now_ms);
 
 /* Frees idle pools unused for a while; called from cron. */
 void px_pools_sweep(px_server *srv, int64_t now_ms);
-/* Calls fn for every open shared and idle connection of every pool. */
-void px_pools_foreach_connection(px_server *srv, void (*fn)(px_server *, px_upstream *));
+/* Calls fn for every open shared connection of every pool. */
+void px_pools_foreach_shared(px_server *srv, void (*fn)(px_server *, px_upstream *));
 /* Closes every connection of every pool (shutdown, first step). */
 void px_pools_close_connections(px_server *srv);
 /* Closes every pool and connection (shutdown). */

@@ -1,0 +1,82 @@
+"""
+The cache's tracking, seen from the side: what it must not change for a
+client, and how the invalidation connection copes with an upstream user that
+may not run PING and with a connect that never completes.
+"""
+import socket
+import time
+
+import pytest
+
+from cachehelpers import Stats, start_cached
+from helpers import HOST, wait_until
+
+pytestmark = pytest.mark.proxy_only
+
+
+@pytest.mark.parametrize("mode", ["default", "optin"])
+def test_own_connection_has_no_tracking_of_the_proxy(mode, proxy_factory, upstream):
+    """In the default and optin tracking modes sidecache turns tracking on
+    for its shared connections, redirected to its invalidation connection.
+    A client's own connection is not one of them: the client's CLIENT
+    TRACKING (BCAST, OPTOUT) works as on Redis, and GETREDIR and
+    TRACKINGINFO show Redis's view of a connection with no tracking."""
+    p, st = start_cached(proxy_factory, mode=mode)
+    sessions = ([("HELLO", "3"), ("CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "x")],
+                [("CLIENT", "GETREDIR")],
+                [("CLIENT", "TRACKINGINFO")],
+                [("CLIENT", "TRACKING", "ON", "OPTOUT")],
+                [("GET", "i1"), ("CLIENT", "GETREDIR")])
+    for cmds in sessions:
+        with upstream.raw(auth=True) as d, p.raw(auth=True) as c:
+            for cmd in cmds:
+                want, got = d.cmd(*cmd).raw, c.cmd(*cmd).raw
+                if cmd[0] not in ("HELLO", "GET"):
+                    assert got == want, (cmd, want, got)
+
+
+def test_tracking_stays_active_when_ping_is_denied(proxy_factory, upstream):
+    """The upstream user may not run PING: the invalidation connection's
+    keep-alive PING gets NOPERM, which shows the link alive as a PONG does.
+    Tracking must not drop (and the cache empty) at every keep-alive."""
+    upstream.client().execute_command("ACL", "SETUSER", "trk", "reset", "on", ">pw", "~*", "&*", "+@all",
+                                      "-ping")
+    p, st = start_cached(proxy_factory, upstream_url="redis://trk:pw@127.0.0.1:%d" % upstream.port,
+                         args=("--tracking-keepalive-ms", "100"))
+    before = st.get()
+    time.sleep(1.0)
+    after = st.get()
+    assert after["tracking_losses"] == before["tracking_losses"], after
+    assert after["cache_flushes"] == before["cache_flushes"], after
+    assert after["tracking_state"] == "active", after
+
+
+def test_invalidation_connect_that_never_completes_times_out(proxy_factory, upstream):
+    """The invalidation connection's upstream takes no connection (its
+    accept queue is full: SYNs go unanswered). The connect gives up after
+    tracking-timeout-ms, says why, and tries again, instead of waiting for
+    the kernel's two minutes with caching off and nothing said."""
+    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lst.bind((HOST, 0))
+    lst.listen(0)
+    port = lst.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(4):   # fill the accept queue; later SYNs are dropped
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            s.connect_ex((HOST, port))
+            fillers.append(s)
+        time.sleep(0.1)
+        p = proxy_factory(args=("--tracking-upstream", "redis://%s:%d" % (HOST, port),
+                                "--tracking-timeout-ms", "300"))
+        st = Stats(p)
+        info = wait_until(lambda: (lambda s: s if "connect timed out" in str(s.get("tracking_last_error", ""))
+                                   else None)(st.get()),
+                          timeout=5.0, interval=0.05, what="the connect to time out")
+        assert info["tracking_state"] in ("backoff", "connecting"), info
+        assert info["tracking_active"] == 0, info
+    finally:
+        for s in fillers:
+            s.close()
+        lst.close()
