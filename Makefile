@@ -109,4 +109,4 @@ fuzz: deps fuzz-deps
 clean:
 	rm -rf build build-san build-fuzz sidecache
 
--include $(shell find build build-san -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -55,8 +55,15 @@ struct px_caching {
     uint64_t epoch;          /* changes whenever tracking starts or stops: a
                                 data connection is tracked only for the epoch
                                 it turned tracking on in */
-    char *users[64];         /* partition id - 1 -> user name (ACL partition) */
+    char *users[64];         /* partition id - 2 -> user name (ACL partition) */
     int nusers;
+    /* per partition and read (enum px_read - 1): px_acl_mark() when Redis
+     * last answered that read of that user with a reply, not an error. A
+     * hit needs it: the cache must not answer a command the user's ACL
+     * refuses (C8), though its entries came from the same user's reads of
+     * another kind (a GET of what an MGET filled, a lookup of what HGET and
+     * GET filled) */
+    uint64_t read_ok[66][4];
     /* flushes by cause */
     uint64_t flush_tracking, flush_null, flush_write, flush_failover, flush_unknown_user;
     uint64_t hits_served, fills_begun;
@@ -612,6 +619,10 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
      * the cache does not reflect yet: its reads go to Redis, in order. */
     int busy = c->inflight > 0 || c->slots_head != NULL;
     if (busy) pc->bypassed++;
+    /* until Redis has answered a read of this kind for this user (its
+     * ACL allows it: learn_read), what the cache holds is not its answer */
+    int allowed = pc->read_ok[part][read - 1] == px_acl_mark(c->srv);
+    if (!allowed && read != PX_READ_GET && read != PX_READ_HGET) busy = 1;
     if (read == PX_READ_MGET) {
         /* A merge holds the client's next request back until Redis's part
          * is in (it may have to go again whole): taken only when nothing
@@ -637,8 +648,13 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
     int is_nil;
     const char *field = kind == CACHE_KIND_HGET ? a[2].ptr : "";
     size_t flen = kind == CACHE_KIND_HGET ? a[2].len : 0;
-    if (!cache_get(pc->cache, part, c->db, kind, a[1].ptr, a[1].len, field, flen, px_now_ms(), &val, &vlen,
-                   &is_nil))
+    int64_t now = px_now_ms();
+    /* not allowed yet: a miss counts as one; an entry (an MGET or a
+     * lookup may have filled it) is left alone, and Redis answers */
+    if (!allowed && cache_peek(pc->cache, part, c->db, kind, a[1].ptr, a[1].len, field, flen, now, &val, &vlen,
+                               &is_nil))
+        return 0;
+    if (!cache_get(pc->cache, part, c->db, kind, a[1].ptr, a[1].len, field, flen, now, &val, &vlen, &is_nil))
         return 0;
     pc->hits_served++;
     if (is_nil)
@@ -838,12 +854,14 @@ static void mget_send(struct px_caching *pc, px_client *c, px_upstream *u, px_re
 typedef struct lookup_id {
     uint32_t part, db, idx, proto, dklen, nlen;
     uint64_t seq;
+    uint64_t gen;      /* px_lookup_generation when sent */
 } lookup_id;
 
 static void lookup_send(struct px_caching *pc, px_client *c, px_upstream *u, px_req *r) {
     const resp_arg *a = c->rq.argv;
     lookup_id id = {partition_of(pc, c->user), (uint32_t)c->db, (uint32_t)px_lookup_match(pc->lookup, c->rq.argc, a),
-                    (uint32_t)c->proto, (uint32_t)a[3].len, (uint32_t)a[4].len, change_seq(pc)};
+                    (uint32_t)c->proto, (uint32_t)a[3].len, (uint32_t)a[4].len, change_seq(pc),
+                    px_lookup_generation(pc->lookup)};
     char *aux = malloc(sizeof id + a[3].len + a[4].len);
     if (aux == NULL) return;
     memcpy(aux, &id, sizeof id);
@@ -869,6 +887,8 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
 
     if (cacheable && r != NULL && !in_multi) {
         int may_fill = px_caching_active(c->srv) && conn_tracked(pc, u);
+        r->learn = partition_of(pc, c->user) << 3 | (uint32_t)cacheable;
+        r->learn_mark = px_acl_mark(c->srv);
         if (cacheable == PX_READ_MGET) {
             mget_send(pc, c, u, r, may_fill);
             return;
@@ -924,10 +944,13 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
             if (idx >= 0) {
                 r->aux_flags |= PX_AUX_SCRIPT_LOAD;
                 r->fill_token = (uint64_t)idx + 1;
+                r->purge_mark = px_lookup_generation(pc->lookup);
             }
         } else if (resp_arg_is(a[1].ptr, a[1].len, "FLUSH")) {
             px_lookup_forget(pc->lookup);
             if (r != NULL) r->aux_flags |= PX_AUX_SCRIPT_FLUSH;
+            /* queued: Redis runs it at EXEC */
+            if (in_multi) c->txn_script_flush = 1;
         }
     }
 
@@ -1127,10 +1150,11 @@ static void lookup_reply(struct px_caching *pc, px_req *r, const char *data, siz
     int res = px_lookup_parse_reply(data, len, &ino, &attr, &alen);
     uint64_t token = r->fill_token;
     r->fill_token = 0;
+    int same_scripts = id.gen == px_lookup_generation(pc->lookup);
     if (res == PX_LOOKUP_FOUND) {
         unsigned char be[8];
         for (int i = 0; i < 8; i++) be[i] = (unsigned char)(ino >> (56 - 8 * i));
-        px_lookup_set_loaded(pc->lookup, (int)id.idx, 1);
+        if (same_scripts) px_lookup_set_loaded(pc->lookup, (int)id.idx, 1);
         if (token)
             cache_fill_complete(pc->cache, token, id.part, (int)id.db, CACHE_KIND_LOOKUP, dkey, id.dklen, name,
                                 id.nlen, (const char *)be, 8, 0, now);
@@ -1148,8 +1172,10 @@ static void lookup_reply(struct px_caching *pc, px_req *r, const char *data, siz
         return;
     }
     if (res == PX_LOOKUP_MISSING) {
-        px_lookup_set_loaded(pc->lookup, (int)id.idx, 1);
-        px_lookup_learn_missing(pc->lookup, (int)id.idx, (int)id.proto, data, len);
+        if (same_scripts) {
+            px_lookup_set_loaded(pc->lookup, (int)id.idx, 1);
+            px_lookup_learn_missing(pc->lookup, (int)id.idx, (int)id.proto, data, len);
+        }
         if (token)
             cache_fill_complete(pc->cache, token, id.part, (int)id.db, CACHE_KIND_LOOKUP, dkey, id.dklen, name,
                                 id.nlen, NULL, 0, 1, now);
@@ -1186,10 +1212,31 @@ static void purge_again(struct px_caching *pc, px_req *r) {
     r->purge_mark = made;
 }
 
+/* A cacheable read's reply came from Redis: unless it is an error (NOPERM
+ * above all), the user may send that read, and hits of its kind may answer
+ * it. A lookup shows it when its script ran (found or missing). */
+static void learn_read(struct px_caching *pc, px_server *srv, const px_req *r, const char *data, size_t len) {
+    uint32_t part = r->learn >> 3, read = r->learn & 7;
+    if (r->lost || part == 0 || part >= 66 || read < PX_READ_GET || read > PX_READ_LOOKUP ||
+        r->learn_mark != px_acl_mark(srv) || len == 0)
+        return;
+    if (read == PX_READ_LOOKUP) {
+        uint64_t ino;
+        const char *attr;
+        size_t alen;
+        int res = px_lookup_parse_reply(data, len, &ino, &attr, &alen);
+        if (res != PX_LOOKUP_FOUND && res != PX_LOOKUP_MISSING) return;
+    } else if (data[0] == '-' || data[0] == '!') {
+        return;
+    }
+    pc->read_ok[part][read - 1] = r->learn_mark;
+}
+
 int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, resp_buf *out) {
     struct px_caching *pc = c->srv->caching;
     if (pc == NULL) return 0;
     px_caching_on_error_reply(c->srv, data, len);
+    if (r->learn) learn_read(pc, c->srv, r, data, len);
     if (r->aux_flags & PX_AUX_FILL) {
         uint32_t hdr[4];
         memcpy(hdr, r->aux, sizeof hdr);
@@ -1210,7 +1257,8 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
     if (r->aux_flags & PX_AUX_INVAL) purge_again(pc, r);
     if (r->aux_flags & PX_AUX_FLUSH) flush_for_write(pc, &(resp_arg){"(reply)", 7});
     if (r->aux_flags & PX_AUX_LOOKUP) lookup_reply(pc, r, data, len);
-    if ((r->aux_flags & PX_AUX_SCRIPT_LOAD) && len == 47 && data[0] == '$')
+    if ((r->aux_flags & PX_AUX_SCRIPT_LOAD) && len == 47 && data[0] == '$' &&
+        r->purge_mark == px_lookup_generation(pc->lookup))
         px_lookup_set_loaded(pc->lookup, (int)r->fill_token - 1, 1);
     if (r->aux_flags & PX_AUX_SCRIPT_FLUSH) px_lookup_forget(pc->lookup);
     if (r->aux_flags & PX_AUX_MGET) return mget_reply(pc, c->srv, r, data, len, out);
@@ -1229,6 +1277,7 @@ void px_caching_txn_abandon(px_client *c) {
     resp_buf_reset(&c->txn_keys);
     c->txn_purged = 0;
     c->txn_flush = 0;
+    c->txn_script_flush = 0;
 }
 
 void px_caching_txn_close(px_client *c, px_req *r) {
@@ -1246,8 +1295,13 @@ void px_caching_txn_close(px_client *c, px_req *r) {
         resp_buf_init(&c->txn_keys);
     }
     if (c->txn_flush) r->aux_flags |= PX_AUX_FLUSH;
+    if (c->txn_script_flush) {
+        px_lookup_forget(c->srv->caching->lookup);
+        r->aux_flags |= PX_AUX_SCRIPT_FLUSH;
+    }
     c->txn_purged = 0;
     c->txn_flush = 0;
+    c->txn_script_flush = 0;
 }
 
 void px_caching_txn_prepurge(px_client *c) {

@@ -85,6 +85,8 @@ typedef struct px_client {
     size_t txn_purged;         /* ... of which purged early (px_caching_txn_prepurge) */
     uint64_t txn_purge_mark;   /* the cache's placeholders_made then */
     int txn_flush;             /* ... or a write whose keys cannot be known */
+    int txn_script_flush;      /* ... or a SCRIPT FLUSH: scripts are forgotten
+                                  again at EXEC's reply */
     int txn_local;             /* in a MULTI answered here (no WATCH): the
                                   commands wait in txn_frames until EXEC */
     resp_buf txn_frames;       /* (u32 length, bytes) per queued command */

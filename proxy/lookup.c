@@ -24,6 +24,7 @@ typedef struct lookup_script {
 struct px_lookup {
     lookup_script scripts[PX_LOOKUP_MAX_SCRIPTS];
     int n;
+    uint64_t generation;  /* px_lookup_forget calls */
 };
 
 px_lookup *px_lookup_new(void) { return calloc(1, sizeof(px_lookup)); }
@@ -89,7 +90,10 @@ void px_lookup_set_loaded(px_lookup *l, int idx, int loaded) {
     if (idx >= 0 && idx < l->n) l->scripts[idx].loaded = loaded;
 }
 
+uint64_t px_lookup_generation(const px_lookup *l) { return l->generation; }
+
 void px_lookup_forget(px_lookup *l) {
+    l->generation++;
     for (int i = 0; i < l->n; i++) {
         lookup_script *s = &l->scripts[i];
         s->loaded = 0;

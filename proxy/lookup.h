@@ -68,6 +68,11 @@ int px_lookup_loaded(const px_lookup *l, int idx);
 void px_lookup_set_loaded(px_lookup *l, int idx, int loaded);
 /* Forgets which scripts are loaded and every learned reply. */
 void px_lookup_forget(px_lookup *l);
+/* Moves on at every px_lookup_forget. A reply that says a script is loaded
+ * (a lookup answered, a SCRIPT LOAD) teaches it only if no forget came
+ * between its request's send and its reply: Redis may have run a SCRIPT
+ * FLUSH after it (another connection, an EXEC). */
+uint64_t px_lookup_generation(const px_lookup *l);
 
 /*
  * Answers a lookup from the cache: the dentry from its LOOKUP or HGET entry,

@@ -117,6 +117,10 @@ typedef struct px_req {
     uint64_t fill_token;
     uint64_t purge_mark;        /* PX_AUX_PREPURGED: the cache's placeholders_made
                                    when the first of those keys was purged */
+    uint32_t learn;             /* a cacheable read: partition << 3 | enum
+                                   px_read, whose reply may show the user is
+                                   allowed that read (caching.c); 0: none */
+    uint64_t learn_mark;        /* px_acl_mark() when it was sent */
     int64_t sent_us;            /* when it was written (px_now_us) */
     /* Replies still awaited from Redis: 1, or more for a run (commands
      * queued in MULTI on a pinned connection, forwarded into one record by

@@ -1339,3 +1339,26 @@ def test_c1_tunnel_write_then_racing_fill(relay, proxy_factory, upstream):
         assert x.cmd("GET", "i7").value == b"new", "stale after the tunnel write's reply"
     finally:
         relay.release_tracking()
+
+
+def test_c8_get_not_answered_from_mget_fills_for_a_user_denied_get(proxy_factory, upstream):
+    """C8: a user denied GET fills GET entries with MGET; its GET of the same
+    key still gets Redis's NOPERM. And the other way round: a user denied
+    MGET gets NOPERM for an MGET whose keys its GETs cached."""
+    d = upstream.client()
+    d.execute_command("ACL", "SETUSER", "noget", "reset", "on", ">pw", "~*", "&*", "+@all", "-get")
+    d.execute_command("ACL", "SETUSER", "nomget", "reset", "on", ">pw", "~*", "&*", "+@all", "-mget")
+    d.set("i3", b"attr")
+    p, st = start_cached(proxy_factory)
+    for user, fill, denied in (("noget", ("MGET", "i3"), ("GET", "i3")),
+                               ("nomget", ("GET", "i3"), ("MGET", "i3"))):
+        with upstream.raw() as r:
+            r.cmd("AUTH", user, "pw")
+            want = r.cmd(*denied).raw
+        assert want.startswith(b"-NOPERM"), want
+        c = p.raw()
+        assert c.cmd("AUTH", user, "pw").raw == b"+OK\r\n"
+        for _ in range(3):
+            c.cmd(*fill)
+        for _ in range(2):
+            assert c.cmd(*denied).raw == want, (user, denied)

@@ -296,6 +296,7 @@ def test_mget_served_and_merged(protocol, proxy_factory, upstream, ref):
     want = ref.raw(protocol=protocol)
     make_tracked(c, st)
     warm(c, st, ("GET", "i9901"), ("GET", "i9903"))     # one value, one nil cached
+    c.cmd("MGET", "i9909")     # a user's first MGET goes whole: Redis shows its ACL allows MGET
     cmd = ("MGET", "i9902", "i9901", "i9903", "i9904", "i9901")
     with st.delta() as dd:
         got = c.cmd(*cmd)
@@ -349,6 +350,7 @@ def test_mget_merge_sees_change_made_meanwhile(change, toxiproxy, proxy_factory,
     c = p.raw(auth=True)
     make_tracked(c, st)
     warm(c, st, ("GET", "i9401"))  # cached; i9402 is not
+    c.cmd("MGET", "i9409")         # a user's first MGET goes whole (its ACL allows MGET)
     data.toxic("latency", stream="upstream", latency=300)
     base = st.get()
     c.send_cmd("MGET", "i9401", "i9402")  # MGET i9402 on its way

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from cachehelpers import MODES, RELAY_ARGS, cmd_matcher, relay, relay_settle, start_cached  # noqa: F401
+from cachehelpers import MODES, RELAY_ARGS, cmd_matcher, relay, relay_settle, start_cached, warm  # noqa: F401
 from exacthelpers import diff_transcripts
 from helpers import Err, encode
 
@@ -691,3 +691,41 @@ def test_lookup_fill_after_a_write_answered_meanwhile(relay, proxy_factory, upst
         assert x.cmd("GET", "i5").value == ATTR_NEW, "stale after the write's reply"
     finally:
         relay.release_tracking()
+
+
+def test_lookup_not_answered_for_a_user_denied_evalsha(proxy_factory, upstream):
+    """C8: the cache answers no command the user's ACL refuses. A user
+    denied EVALSHA fills HGET and GET entries, and knows the script loaded:
+    its lookup still gets Redis's NOPERM, not the answer built from them."""
+    d = upstream.client()
+    d.execute_command("ACL", "SETUSER", "noeval", "reset", "on", ">pw", "~*", "&*", "+@all", "-evalsha")
+    d.hset("d1", "f", dentry(2))
+    d.set("i2", b"attr")
+    p, st = start_cached(proxy_factory)
+    with upstream.raw() as r:
+        r.cmd("AUTH", "noeval", "pw")
+        want = r.cmd(*lookup(SHA_V1, "d1", "f")).raw
+    assert want.startswith(b"-NOPERM"), want
+    c = p.raw()
+    assert c.cmd("AUTH", "noeval", "pw").raw == b"+OK\r\n"
+    c.cmd("SCRIPT", "LOAD", LOOKUP_V1)
+    warm(c, st, ("HGET", "d1", "f"), ("GET", "i2"))
+    for _ in range(2):
+        assert c.cmd(*lookup(SHA_V1, "d1", "f")).raw == want
+
+
+def test_script_flush_in_multi_forgets_the_script_at_exec(proxy_factory, upstream):
+    """SCRIPT FLUSH queued in MULTI runs at EXEC: a lookup answered by Redis
+    between the queuing and the EXEC must not leave the script known as
+    loaded; the next lookup is Redis's NOSCRIPT."""
+    d = upstream.client()
+    d.hset("d1", "f", dentry(2))
+    d.set("i2", b"attr")
+    p, st = start_cached(proxy_factory)
+    a, b = p.raw(auth=True), p.raw(auth=True)
+    b.cmd("SCRIPT", "LOAD", LOOKUP_V1)
+    assert a.cmd("MULTI").raw == b"+OK\r\n"
+    assert a.cmd("SCRIPT", "FLUSH").raw == b"+QUEUED\r\n"
+    assert b.cmd(*lookup(SHA_V1, "d1", "f")).raw == found(2, b"attr")
+    assert a.cmd("EXEC").raw == b"*1\r\n+OK\r\n"
+    assert b.cmd(*lookup(SHA_V1, "d1", "f")).raw == NOSCRIPT
