@@ -749,6 +749,17 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
         return;
     }
     int watch = id == CMD_WATCH && !c->in_multi;
+    /* a name Redis keeps on the connection after the client leaves it */
+    if (id == CMD_CLIENT || id == CMD_HELLO) c->pinned->named = 1;
+    /* WAIT counts replicas' acks up to the connection's last command: the
+     * client's writes went on the shared connection, so a command here
+     * first brings it up to them (a connection from the idle list carries
+     * its last client's) */
+    if ((id == CMD_WAIT || id == CMD_WAITAOF) && !c->in_multi) {
+        static const char ping_cmd[] = "*1\r\n$4\r\nPING\r\n";
+        px_req *p = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
+        if (p != NULL) px_upstream_send(c->pinned, p, ping_cmd, sizeof ping_cmd - 1);
+    }
     px_req *r = forward_current(c, c->pinned, frame);
     if (r == NULL) return;
     if (state) r->aux_flags |= PX_AUX_TXN_STATE;
@@ -782,12 +793,14 @@ static int pin_new(px_client *c, int mode) {
     }
     c->pinned = u;
     c->mode = mode;
-    if (c->name != NULL) {
+    if (c->name != NULL || u->named) {
         /* the name the client gave us, so that CLIENT LIST on Redis shows it
-         * on the connection that is really the client's */
+         * on the connection that is really the client's; none, where the
+         * connection's last client left a name on it */
         resp_buf b;
         resp_buf_init(&b);
-        resp_enc_commandv(&b, "CLIENT", "SETNAME", c->name, NULL);
+        resp_enc_commandv(&b, "CLIENT", "SETNAME", c->name != NULL ? c->name : "", NULL);
+        u->named = c->name != NULL;
         px_req *r = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
         if (r != NULL) {
             if (mode == PX_MODE_TUNNEL) {
@@ -865,10 +878,26 @@ static int client_dispatch(px_client *c, const char *frame);
  * current command follows it there, for Redis to answer. */
 static int txn_local_to_pinned(px_client *c, const char *frame) {
     if (c->inflight > 0) return DISPATCH_WAIT;
-    if (pin_new(c, PX_MODE_PINNED) != 0) return DISPATCH_DONE; /* replied: unavailable */
+    if (pin_new(c, PX_MODE_PINNED) != 0) {
+        c->txn_dirty = 1; /* replied: unavailable; the transaction cannot run */
+        return DISPATCH_DONE;
+    }
     if (px_block_send(c->pinned, c->txn_frames.data, c->txn_frames.len, c->txn_count) != 0) {
         client_close(c, "out of memory");
         return DISPATCH_DONE;
+    }
+    if (c->txn_dirty) {
+        /* Redis refused a queued command (OOM, MISCONF, ...): sent again, it
+         * may pass now, but the client was told it failed, and EXEC must
+         * abort. A command Redis refuses at queue time whatever the user or
+         * memory (arity is checked first) flags Redis's transaction too. */
+        static const char refused_cmd[] = "*1\r\n$3\r\nGET\r\n";
+        px_req *r = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
+        if (r == NULL) {
+            client_close(c, "out of memory");
+            return DISPATCH_DONE;
+        }
+        px_upstream_send(c->pinned, r, refused_cmd, sizeof refused_cmd - 1);
     }
     c->in_multi = 1;
     c->txn_local = 0; /* the queued keys stay in txn_keys for EXEC */
@@ -1607,7 +1636,10 @@ void px_client_close(px_client *c, const char *why) {
         px_upstream *u = c->pinned;
         c->pinned = NULL;
         u->owner = NULL;
-        px_upstream_close(u, "client closed");
+        /* what it sent goes first (it may still be connecting): Redis runs
+         * what it read, and drops an unfinished MULTI when the connection
+         * closes */
+        px_upstream_close_written(u, "client closed");
     }
     if (c->inflight == 0) queue_reap(c);
 }

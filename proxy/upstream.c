@@ -801,8 +801,20 @@ static void up_on_event(void *arg, int what, int err) {
 
 /* Everything written: the client this connection is pinned to may have
  * paused its input for it (client.c). */
+void px_upstream_close_written(px_upstream *u, const char *why) {
+    if (u->state != PX_UP_CLOSED && (u->state == PX_UP_CONNECTING || px_io_pending(&u->io) > 0)) {
+        u->close_written = 1;
+        return;
+    }
+    px_upstream_close(u, why);
+}
+
 static void up_on_drain(void *arg) {
     px_upstream *u = arg;
+    if (u->close_written) {
+        px_upstream_close(u, "client closed (what it sent is written)");
+        return;
+    }
     if (u->owner != NULL) px_client_upstream_drained(u->owner);
 }
 

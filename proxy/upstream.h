@@ -194,6 +194,8 @@ typedef struct px_upstream {
     uint64_t reads;            /* read events: progress, for upstream-timeout */
     uint64_t reads_seen;       /* ... as the last cron saw it */
     int idle_ticks;            /* crons with requests pending and no read since */
+    int named;                 /* a CLIENT SETNAME may have named it on Redis */
+    int close_written;         /* close once its output is written */
 } px_upstream;
 
 /* Finds or creates the pool of an identity; takes a reference. NULL on OOM. */
@@ -211,6 +213,10 @@ px_upstream *px_pool_shared(px_pool *p, uint64_t client_id);
 /* A connection for one client alone: an idle clean one, or a new one.
  * Returns NULL as px_pool_shared does. */
 px_upstream *px_pool_pin(px_pool *p, struct px_client *owner, int tunnel);
+
+/* Closes u once what is queued for it is written to Redis (at once when
+ * nothing is): its client left, and Redis must still read what it sent. */
+void px_upstream_close_written(px_upstream *u, const char *why);
 
 /* Gives a pinned connection back: to the idle list when clean, else closed. */
 void px_upstream_unpin(px_upstream *u, int clean);

@@ -1,11 +1,12 @@
 """Blocking commands through the proxy: unblocked by another client (through
 the proxy or directly), timeouts look like Redis's, and one blocked client
 never stalls the others."""
+import signal
 import time
 
 import pytest
 
-from helpers import assert_same_runs
+from helpers import HOST, assert_same_runs, wait_until
 
 # name -> (setup commands, blocking command, unblocking command, expected reply
 #          bytes in RESP2, expected reply bytes in RESP3, check after)
@@ -159,3 +160,27 @@ def test_blocking_command_outlives_upstream_timeout(proxy_factory, upstream, ses
     c.expect_silence(timeout=4.5)  # the check runs once a second: 3 s would do
     upstream.raw(auth=True).cmd("RPUSH", "blq", "v")
     assert c.read_frame(timeout=5).raw == b"*2\r\n$3\r\nblq\r\n$1\r\nv\r\n"
+
+
+@pytest.mark.timeout(30)
+def test_wait_counts_the_writes_the_client_sent_before_it(redis_factory, proxy, upstream):
+    """WAIT runs on a connection of the client's own, while the client's
+    writes went on the shared one; Redis counts acks up to that connection's
+    last command. With the replica stopped, WAIT after a write must say no
+    replica has it, also on a connection taken from the idle pool."""
+    r = upstream.client()
+    r.config_set("repl-diskless-sync-delay", "0")
+    replica = redis_factory(name="replica", args=("--replicaof", HOST, str(upstream.port)))
+    wait_until(lambda: r.info("replication").get("slave0", {}).get("state") == "online",
+               timeout=10, what="the replica online")
+    with proxy.raw() as x:              # leaves a clean own connection in the pool
+        assert x.cmd("WATCH", "k").raw == b"+OK\r\n"
+        assert x.cmd("UNWATCH").raw == b"+OK\r\n"
+    time.sleep(1.5)                      # the replica acks (once a second)
+    replica.proc.send_signal(signal.SIGSTOP)
+    try:
+        with proxy.raw() as a:
+            assert a.cmd("SET", "durable", "1").raw == b"+OK\r\n"
+            assert a.cmd("WAIT", "1", "300").raw == b":0\r\n"
+    finally:
+        replica.proc.send_signal(signal.SIGCONT)

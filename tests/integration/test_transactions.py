@@ -1,7 +1,9 @@
 """MULTI/EXEC/DISCARD and WATCH through the proxy, as Redis does them."""
+import time
+
 import pytest
 
-from helpers import assert_same_steps, encode
+from helpers import assert_same_steps, encode, wait_until
 
 
 @pytest.mark.parametrize("via", ["proxy", "direct"])
@@ -156,3 +158,57 @@ def test_queued_replies_arrive_while_exec_runs(request, target):
         rest = c.read_frames(n // 2 + 2, timeout=10.0)
         assert [f.raw for f in rest[:-1]] == [b"+QUEUED\r\n"] * (n // 2 + 1)
         assert rest[-1].raw.startswith(b"*%d\r\n+OK\r\n" % (n + 1))
+
+
+def test_queue_time_refusal_still_aborts_after_moving_to_own_connection(proxy, upstream):
+    """A queued command Redis refused (OOM) makes EXEC abort, as in Redis,
+    also when the refusal has gone away by the time a later command (PING)
+    moves the transaction to a connection of the client's own, where what
+    was queued is sent again."""
+    r = upstream.client()
+    r.config_set("maxmemory-policy", "noeviction")
+    r.set("filler", "x" * 200000)
+    r.config_set("maxmemory", "1")
+    try:
+        with proxy.raw() as a:
+            assert a.cmd("MULTI").raw == b"+OK\r\n"
+            assert a.cmd("SET", "k", "1").raw.startswith(b"-OOM ")
+            r.config_set("maxmemory", "0")
+            assert a.cmd("PING").raw == b"+QUEUED\r\n"
+            assert a.cmd("SET", "k2", "2").raw == b"+QUEUED\r\n"
+            assert a.cmd("EXEC").raw == b"-EXECABORT Transaction discarded because of previous errors.\r\n"
+    finally:
+        r.config_set("maxmemory", "0")
+    assert r.get("k") is None and r.get("k2") is None
+
+
+def test_transaction_sent_whole_runs_when_the_client_leaves_at_once(proxy, upstream):
+    """A client writes WATCH ... EXEC and closes without reading: Redis runs
+    what it read, so must the proxy, though the client's own connection was
+    still connecting when the client left."""
+    n = 10
+    for i in range(n):
+        a = proxy.raw()
+        a.send(encode("WATCH", "w") + encode("MULTI") + encode("SET", "left%da" % i, "x")
+               + encode("SET", "left%db" % i, "y") + encode("EXEC"))
+        a.close()
+    r = upstream.client()
+    keys = ["left%d%s" % (i, s) for i in range(n) for s in "ab"]
+    wait_until(lambda: r.exists(*keys) == 2 * n, timeout=3.0, interval=0.05,
+               what="every transaction to run")
+
+
+def test_reused_own_connection_does_not_carry_the_previous_clients_name(proxy):
+    """A connection of a client's own that goes back to the pool keeps, on
+    Redis, the name its client gave; the next client, which has none, must
+    not show that name (CLIENT GETNAME inside MULTI runs on Redis)."""
+    with proxy.raw() as a:
+        assert a.cmd("CLIENT", "SETNAME", "alpha").raw == b"+OK\r\n"
+        assert a.cmd("WATCH", "k").raw == b"+OK\r\n"
+        assert a.cmd("UNWATCH").raw == b"+OK\r\n"
+    time.sleep(0.2)
+    with proxy.raw() as b:
+        assert b.cmd("WATCH", "k").raw == b"+OK\r\n"
+        assert b.cmd("MULTI").raw == b"+OK\r\n"
+        assert b.cmd("CLIENT", "GETNAME").raw == b"+QUEUED\r\n"
+        assert b.cmd("EXEC").raw == b"*1\r\n$-1\r\n"
