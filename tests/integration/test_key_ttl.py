@@ -34,6 +34,16 @@ def no_background_expiry(upstream):
     return d
 
 
+def cached_client(proxy_factory, upstream, mode=None):
+    """Redis with no background expiry (a redis-py client on it), and a
+    caching proxy with RULES: its stats and a client whose connection fills."""
+    d = no_background_expiry(upstream)
+    p, st = start_cached(proxy_factory, args=RULES, mode=mode)
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    return d, st, c
+
+
 def redis_pttl_calls(d):
     return d.info("commandstats").get("cmdstat_pttl", {}).get("calls", 0)
 
@@ -50,10 +60,7 @@ def test_cached_value_ends_with_its_key(kind, mode, proxy_factory, upstream):
     """A value cached from a key with a TTL is served from the cache until
     the key expires, and nil (as Redis) from then on, though Redis sent no
     invalidation."""
-    d = no_background_expiry(upstream)
-    p, st = start_cached(proxy_factory, args=RULES, mode=mode)
-    c = p.raw(auth=True)
-    make_tracked(c, st)
+    d, st, c = cached_client(proxy_factory, upstream, mode)
     write, expire, read, value = READS[kind]
     d.execute_command(*write)
     d.execute_command(*expire)
@@ -73,10 +80,7 @@ def test_cached_value_ends_with_its_key(kind, mode, proxy_factory, upstream):
 def test_mget_keys_end_with_theirs(proxy_factory, upstream):
     """MGET: each key's cached value ends with that key; keys without a TTL
     stay cached."""
-    d = no_background_expiry(upstream)
-    p, st = start_cached(proxy_factory, args=RULES)
-    c = p.raw(auth=True)
-    make_tracked(c, st)
+    d, st, c = cached_client(proxy_factory, upstream)
     d.set("s1", "v1", px=int(LIFE * 1000))
     d.set("s2", "v2")
     born = time.monotonic()
@@ -98,10 +102,7 @@ def test_ttl_given_after_the_fill(proxy_factory, upstream):
     """A key cached without a TTL that gets one later: the EXPIRE's
     invalidation purges it, the next fill learns the TTL, and the value ends
     with the key."""
-    d = no_background_expiry(upstream)
-    p, st = start_cached(proxy_factory, args=RULES)
-    c = p.raw(auth=True)
-    make_tracked(c, st)
+    d, st, c = cached_client(proxy_factory, upstream)
     d.set("s1", "v")
     assert warm(c, st, ("GET", "s1")) == [b"v"]
     time.sleep(LIFE)
@@ -119,10 +120,7 @@ def test_ttl_given_after_the_fill(proxy_factory, upstream):
 
 def test_long_ttl_stays_cached(proxy_factory, upstream):
     """A key whose TTL is far off is served from the cache as any other."""
-    d = no_background_expiry(upstream)
-    p, st = start_cached(proxy_factory, args=RULES)
-    c = p.raw(auth=True)
-    make_tracked(c, st)
+    d, st, c = cached_client(proxy_factory, upstream)
     d.set("s1", "v", ex=3600)
     d.hset("h1", "f", "w")
     d.expire("h1", 3600)
@@ -138,10 +136,7 @@ def test_nil_needs_no_ttl(proxy_factory, upstream):
     """A missing key, or a field missing from a hash with a TTL, is nil
     whatever the TTL: the nil is cached as soon as its reply comes, and
     stays nil after the hash expired."""
-    d = no_background_expiry(upstream)
-    p, st = start_cached(proxy_factory, args=RULES)
-    c = p.raw(auth=True)
-    make_tracked(c, st)
+    d, st, c = cached_client(proxy_factory, upstream)
     d.hset("h1", "f", "v")
     d.pexpire("h1", int(LIFE * 1000))
     assert warm(c, st, ("GET", "s-missing"), ("HGET", "h1", "missing")) == [None, None]
@@ -281,10 +276,7 @@ def test_pipelined_reads_pair_with_their_own_pttl(mode, proxy_factory, upstream)
     """Pipelined reads of keys with and without a TTL, and of keys whose
     rules never ask (the profile's): each fill ends with its own key's TTL,
     not with that of a neighbour's PTTL on the same connection."""
-    d = no_background_expiry(upstream)
-    p, st = start_cached(proxy_factory, args=RULES, mode=mode)
-    c = p.raw(auth=True)
-    make_tracked(c, st)
+    d, st, c = cached_client(proxy_factory, upstream, mode)
     d.set("s1", "a")
     d.set("s2", "b", px=int(LIFE * 1000))
     d.set("i91", "x")
@@ -306,10 +298,7 @@ def test_pipelined_reads_pair_with_their_own_pttl(mode, proxy_factory, upstream)
 def test_mget_of_keys_that_ask_and_keys_that_do_not(proxy_factory, upstream):
     """An MGET mixing the profile's keys (no PTTL) with keys that ask: the
     PTTLs behind it pair with the keys that asked, in order."""
-    d = no_background_expiry(upstream)
-    p, st = start_cached(proxy_factory, args=RULES)
-    c = p.raw(auth=True)
-    make_tracked(c, st)
+    d, st, c = cached_client(proxy_factory, upstream)
     d.set("i91", "x")
     d.set("s1", "a", px=int(LIFE * 1000))
     d.set("i92", "y")
@@ -331,22 +320,23 @@ def test_mget_of_keys_that_ask_and_keys_that_do_not(proxy_factory, upstream):
 
 def _behind_toxiproxy(toxiproxy, proxy_factory, upstream):
     """A caching proxy whose data connections go through toxiproxy (its
-    invalidation connection does not)."""
+    invalidation connection does not): the toxiproxy, stats, and a client
+    whose connection fills."""
     data = toxiproxy.create("data", upstream.port)
     p = proxy_factory(upstream_url=data.url,
                       args=RULES + ("--tracking-upstream", "redis://%s:%d" % (HOST, upstream.port)))
     st = Stats(p)
     wait_tracking_active(p, stats=st)
-    return data, p, st
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    return data, st, c
 
 
 def test_entry_life_counts_from_the_pttl_sent(toxiproxy, proxy_factory, upstream):
     """Replies 400 ms late: an entry's life counts from when its PTTL left,
     not from when the reply came, so it ends when Redis's key does."""
     d = no_background_expiry(upstream)
-    data, p, st = _behind_toxiproxy(toxiproxy, proxy_factory, upstream)
-    c = p.raw(auth=True)
-    make_tracked(c, st)
+    data, st, c = _behind_toxiproxy(toxiproxy, proxy_factory, upstream)
     data.toxic("latency", stream="downstream", latency=400)
     d.set("s1", "v", px=1000)
     born = time.monotonic()
@@ -364,9 +354,7 @@ def test_mget_sent_again_keeps_its_ttls(toxiproxy, proxy_factory, upstream):
     read goes again whole; the fills waiting for their PTTLs meanwhile keep
     their own keys' TTLs."""
     d = no_background_expiry(upstream)
-    data, p, st = _behind_toxiproxy(toxiproxy, proxy_factory, upstream)
-    c = p.raw(auth=True)
-    make_tracked(c, st)
+    data, st, c = _behind_toxiproxy(toxiproxy, proxy_factory, upstream)
     d.set("s1", "old")
     warm(c, st, ("GET", "s1"))
     c.cmd("MGET", "s9")          # a user's first MGET goes whole (its ACL allows MGET)
