@@ -802,14 +802,8 @@ static int pin_new(px_client *c, int mode) {
         resp_enc_commandv(&b, "CLIENT", "SETNAME", c->name != NULL ? c->name : "", NULL);
         u->named = c->name != NULL;
         px_req *r = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
-        if (r != NULL) {
-            if (mode == PX_MODE_TUNNEL) {
-                /* a tunnel relays every reply: let Redis skip this one */
-                px_req_release(c->srv, r);
-            } else {
-                px_upstream_send(u, r, b.data, b.len);
-            }
-        }
+        /* in a tunnel too: its reply is matched before the tunnel's bytes */
+        if (r != NULL) px_upstream_send(u, r, b.data, b.len);
         resp_buf_deinit(&b);
     }
     return 0;
@@ -1305,6 +1299,18 @@ static int client_dispatch(px_client *c, const char *frame) {
         px_caching_on_send(c, NULL, NULL, 0, 0);
         request_bytes(c, frame, &data, &len);
         if (c->pinned != NULL) px_upstream_send_raw(c->pinned, data, len);
+        if (c->pinned != NULL && c->rq.argc == 1 && resp_arg_is(a[0].ptr, a[0].len, "RESET") &&
+            c->srv->cfg->up.db != 0) {
+            /* Redis's RESET selects db 0; sessions start in the upstream's db */
+            resp_buf b;
+            char num[16];
+            resp_buf_init(&b);
+            snprintf(num, sizeof num, "%d", c->srv->cfg->up.db);
+            resp_enc_commandv(&b, "CLIENT", "REPLY", "SKIP", NULL);
+            resp_enc_commandv(&b, "SELECT", num, NULL);
+            px_upstream_send_raw(c->pinned, b.data, b.len);
+            resp_buf_deinit(&b);
+        }
         return DISPATCH_DONE;
     }
 

@@ -221,7 +221,10 @@ void px_sentinel_check(px_server *srv) {
     srv->up_salen = salen;
     /* the cache first: nothing read from the old master is served again */
     px_caching_upstream_moved(srv);
-    for (px_client *c = srv->clients; c != NULL; c = c->next)
+    /* closing a client's connection may close the client, which unlinks it */
+    for (px_client *c = srv->clients, *next; c != NULL; c = next) {
+        next = c->next;
         if (c->pinned != NULL) px_upstream_close(c->pinned, "upstream master moved (failover)");
+    }
     px_pools_close_connections(srv);
 }

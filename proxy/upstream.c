@@ -362,6 +362,17 @@ int px_upstream_resolve(px_server *srv, char *why, size_t whylen) {
 
 static const px_io_ops up_io_ops;
 
+/* A connect failed: where is Redis now? With Sentinel, the address stays
+ * until px_sentinel_check sees a new master and moves every connection
+ * (other connections to this one may still be up); asked at once. */
+static void up_connect_failed(px_server *srv) {
+    if (px_sentinel_enabled(srv) && srv->sentinel_ev != NULL) {
+        event_active(srv->sentinel_ev, EV_TIMEOUT, 0);
+        return;
+    }
+    srv->up_salen = 0;
+}
+
 static px_upstream *up_connect(px_pool *p) {
     px_server *srv = p->srv;
     char addr[300], cause[256], why[600];
@@ -383,7 +394,7 @@ static px_upstream *up_connect(px_pool *p) {
     if (px_upstream_resolve(srv, cause, sizeof cause) != 0) goto fail;
     if (px_io_connect(&u->io, (struct sockaddr *)&srv->up_sa, srv->up_salen) != 0) {
         snprintf(cause, sizeof cause, "%s", strerror(errno));
-        srv->up_salen = 0;
+        up_connect_failed(srv);
         goto fail;
     }
     if (srv->cfg->up.tls && px_io_start_tls(&u->io, px_tls_new_client(srv)) != 0) {
@@ -790,7 +801,7 @@ static void up_on_event(void *arg, int what, int err) {
     if (u->state == PX_UP_CONNECTING) {
         snprintf(why, sizeof why, "upstream %s unavailable: %s", up_addr(srv, addr, sizeof addr), cause);
         if (u->pool) pool_backoff(u->pool, why);
-        srv->up_salen = 0; /* resolve again: Redis may have moved */
+        up_connect_failed(srv); /* resolve again: Redis may have moved */
         px_warning("upstream connect failed addr=%s err=\"%s\"", addr, cause);
     } else {
         snprintf(why, sizeof why, "upstream connection lost: %s", cause);

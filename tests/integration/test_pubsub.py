@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from helpers import Push, assert_same_runs, encode
+from helpers import HOST, Push, assert_same_runs, encode
 
 MSG = b"hello\r\nworld\x00!"
 
@@ -178,3 +178,32 @@ def test_unsubscribe_unsubscribed_keeps_other_clients_replies(proxy_factory, ups
             want = got
         else:
             assert got == want
+
+
+def test_tunnel_keeps_the_clients_name(proxy):
+    """CLIENT SETNAME, then a command that tunnels (CLIENT REPLY ON, own
+    tracking, RESP3 SUBSCRIBE): GETNAME still gives the name, and a tunnel
+    never shows the name another client left on a connection."""
+    with proxy.raw() as c:
+        assert c.cmd("CLIENT", "SETNAME", "bob").raw == b"+OK\r\n"
+        assert c.cmd("CLIENT", "REPLY", "ON").raw == b"+OK\r\n"
+        assert c.cmd("CLIENT", "GETNAME").raw == b"$3\r\nbob\r\n"
+    with proxy.raw() as c:
+        assert c.cmd("CLIENT", "SETNAME", "carol").raw == b"+OK\r\n"
+        assert c.cmd("WATCH", "k").raw == b"+OK\r\n"
+        assert c.cmd("UNWATCH").raw == b"+OK\r\n"  # its own connection goes back to the pool
+        with proxy.raw() as d:
+            assert d.cmd("CLIENT", "REPLY", "ON").raw == b"+OK\r\n"
+            assert d.cmd("CLIENT", "GETNAME").raw == b"$-1\r\n"
+
+
+def test_reset_in_a_tunnel_lands_where_reset_does_elsewhere(upstream, proxy_factory):
+    """RESET returns a session to where sessions start, inside a tunnel too."""
+    p = proxy_factory(upstream_url="redis://%s:%d/1" % (HOST, upstream.port))
+    with p.raw() as a, p.raw() as b:
+        assert a.cmd("RESET").raw == b"+RESET\r\n"
+        assert a.cmd("SET", "k_plain", "1").raw == b"+OK\r\n"
+        assert b.cmd("SUBSCRIBE", "ch").raw.startswith(b"*3\r\n")
+        assert b.cmd("RESET").raw == b"+RESET\r\n"
+        assert b.cmd("SET", "k_tunnel", "1").raw == b"+OK\r\n"
+        assert b.cmd("EXISTS", "k_plain", "k_tunnel").raw == b":2\r\n"

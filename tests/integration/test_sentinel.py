@@ -6,12 +6,13 @@ and serves nothing older than the switch.
 """
 import os
 import socket
+import threading
 import time
 
 import pytest
 
 from cachehelpers import Stats, wait_tracking_active, warm
-from helpers import HOST, REDIS_SERVER, RedisServer, wait_until
+from helpers import HOST, REDIS_SERVER, ConnectionClosed, RedisServer, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -136,3 +137,137 @@ def test_hung_sentinel_first_in_list_does_not_stall(redis_factory, tmp_path_fact
     finally:
         hung.close()
         s.stop()
+
+
+class FakeSentinel:
+    """Answers SENTINEL get-master-addr-by-name with self.port (changeable)."""
+
+    def __init__(self, port):
+        self.port = port
+        self.ls = socket.socket()
+        self.ls.bind((HOST, 0))
+        self.ls.listen(64)
+        self.addr = "%s:%d" % (HOST, self.ls.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                s, _ = self.ls.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(s,), daemon=True).start()
+
+    def _serve(self, s):
+        buf = b""
+        with s:
+            while True:
+                try:
+                    x = s.recv(4096)
+                except OSError:
+                    return
+                if not x:
+                    return
+                buf += x
+                if buf.count(b"\r\n") >= 7:  # *3 SENTINEL get-master-addr-by-name <name>
+                    p = str(self.port).encode()
+                    s.sendall(b"*2\r\n$9\r\n127.0.0.1\r\n$%d\r\n%s\r\n" % (len(p), p))
+                    buf = b""
+
+    def close(self):
+        self.ls.close()
+
+
+class Forwarder:
+    """TCP forwarder to a Redis; stop_accepting() refuses new connections and
+    keeps the ones made."""
+
+    def __init__(self, target_port):
+        self.target = target_port
+        self.ls = socket.socket()
+        self.ls.bind((HOST, 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            t = socket.create_connection((HOST, self.target))
+            for a, b in ((c, t), (t, c)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while True:
+                x = a.recv(65536)
+                if not x:
+                    break
+                b.sendall(x)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop_accepting(self):
+        self.ls.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close alone would not)
+        self.ls.close()
+
+
+def test_failover_disconnects_every_client_with_its_own_connection(redis_factory, proxy_factory):
+    """A master switch closes the connection of every client that has one of
+    its own (README: Failover). Subscribers, a WATCH and a sticky client."""
+    a, b = redis_factory(name="a"), redis_factory(name="b")
+    s = FakeSentinel(a.port)
+    try:
+        p = proxy_factory(up=a, args=("--upstream-sentinel", "mymaster", s.addr, "--sentinel-check-ms", "100"))
+        subs = [p.raw() for _ in range(3)]
+        for i, c in enumerate(subs):
+            assert c.cmd("SUBSCRIBE", "ch%d" % i).raw.startswith(b"*3\r\n$9\r\nsubscribe")
+        w = p.raw()
+        assert w.cmd("WATCH", "x").raw == b"+OK\r\n"
+        st = p.raw()
+        assert st.cmd("CLIENT", "ID").raw.startswith(b":")
+        s.port = b.port  # failover
+        for c in subs + [w, st]:
+            c.expect_closed(timeout=5)
+        assert a.client().pubsub_numsub("ch0", "ch1", "ch2") == [(b"ch0", 0), (b"ch1", 0), (b"ch2", 0)]
+    finally:
+        s.close()
+
+
+def test_failed_connect_then_new_master_moves_every_connection(redis_factory, proxy_factory):
+    """A connect to the master fails once (its shared connections stay up),
+    then the sentinels name another master: the proxy must switch as on any
+    failover (cache emptied, old connections closed), not add the new master
+    beside the old one."""
+    a, b = redis_factory(name="a"), redis_factory(name="b")
+    fwd = Forwarder(a.port)
+    s = FakeSentinel(fwd.port)
+    try:
+        p = proxy_factory(up=a, args=("--upstream-sentinel", "mymaster", s.addr, "--sentinel-check-ms", "100"))
+        c = p.raw()
+        assert c.cmd("SET", "i7", "old").raw == b"+OK\r\n"
+        fwd.stop_accepting()
+        w = p.raw()
+        assert w.cmd("WATCH", "k").raw.startswith(b"-ERR sidecache: upstream")  # the connect failed
+        s.port = b.port  # failover
+        b.client().set("i7", "new")
+
+        def on_new_master():
+            try:
+                c.cmd("SET", "probe", "1", timeout=2)
+            except (ConnectionClosed, OSError):
+                return False
+            return b.client().get("probe") == b"1"
+        wait_until(on_new_master, timeout=5, interval=0.2, what="writes to go to the new master")
+        assert c.cmd("GET", "i7").raw == b"$3\r\nnew\r\n"
+    finally:
+        s.close()
