@@ -480,6 +480,9 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     if ((r->aux_flags & PX_AUX_TXN_STATE) && resp_frame_is_error(data, len) && !resp_frame_is_execabort(data, len))
         txn_state_refused(c, r);
     if (r->aux_flags & PX_AUX_UNWATCH) permission_learn(c, r, resp_frame_is_ok(data, len), &c->pool->unwatch_epoch);
+    if (r->aux_flags & (PX_AUX_PING | PX_AUX_ECHO))
+        permission_learn(c, r, !r->lost && !resp_frame_is_error(data, len),
+                         (r->aux_flags & PX_AUX_PING) ? &c->pool->ping_epoch : &c->pool->echo_epoch);
     /* the client already has its +OK: Redis's is not relayed */
     int answered = (r->aux_flags & PX_AUX_WATCH) ? watch_reply(c, r, data, len) : 0;
     if (r->aux_flags & PX_AUX_TXN_CHECK) {
@@ -1264,6 +1267,11 @@ static int answer_local(px_client *c, const resp_cmd_info *info) {
         return 1;
     }
     if (c->pass == NULL && c->srv->open_access < 0 && info->id != CMD_CLIENT) return 0;
+    /* PING and ECHO once Redis has answered them for this identity: its
+     * ACL may deny them (px_client_on_reply learns it) */
+    if ((info->id == CMD_PING && !permission_known(c, c->pool->ping_epoch)) ||
+        (info->id == CMD_ECHO && !permission_known(c, c->pool->echo_epoch)))
+        return 0;
     if (info->id == CMD_PING)
         cmd_ping(c);
     else if (info->id == CMD_ECHO)
@@ -1451,6 +1459,7 @@ static int client_dispatch(px_client *c, const char *frame) {
     if (r != NULL) {
         px_caching_on_send(c, u, r, cacheable, 0);
         if (id == CMD_UNWATCH) unwatch_probe(c, r);
+        if (id == CMD_PING || id == CMD_ECHO) permission_probe(c, r, id == CMD_PING ? PX_AUX_PING : PX_AUX_ECHO);
     }
     return DISPATCH_DONE;
 }

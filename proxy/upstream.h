@@ -98,6 +98,9 @@ enum px_aux_flag {
     PX_AUX_CTL_DISCARD = 1 << 17, /* a PX_REQ_TXN_CTL that is a DISCARD */
     PX_AUX_TTL_NEXT = 1 << 18, /* with FILL: a PX_REQ_TTL follows it on its
                                   connection, and a value waits there */
+    PX_AUX_PING = 1 << 19,     /* PING: a reply (not an error) means the pool's
+                                  user may send it (fill_token: ACL epoch) */
+    PX_AUX_ECHO = 1 << 20,     /* the same for ECHO */
 };
 
 typedef struct px_req {
@@ -169,6 +172,9 @@ typedef struct px_pool {
     /* the same for PTTL: then reads of keys whose TTL a fill must know
      * (caching.c) do not fill, rather than ask again at every miss */
     uint64_t ttl_denied;
+    /* px_acl_mark() when Redis last answered this identity's PING, ECHO (not
+     * NOPERM): then sidecache answers them */
+    uint64_t ping_epoch, echo_epoch;
 } px_pool;
 
 typedef struct px_upstream {

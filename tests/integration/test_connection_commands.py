@@ -257,3 +257,22 @@ def test_client_tracking_on_pipelined_with_reads(proxy):
         assert t.read_frame(timeout=3).raw == b">2\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\ni91\r\n"
         w.set("pt1", "c")
         assert t.read_frame(timeout=3).raw == b">2\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\npt1\r\n"
+
+
+def test_ping_and_echo_of_a_user_denied_them(proxy, upstream):
+    """PING and ECHO are answered by sidecache only once Redis has answered
+    them for the user: a user whose ACL denies them gets Redis's NOPERM,
+    every time; one allowed gets the answer."""
+    d = upstream.client()
+    d.execute_command("ACL", "SETUSER", "noping", "on", ">pw", "~*", "&*", "+@all", "-ping", "-echo")
+    with upstream.raw() as r:
+        r.cmd("AUTH", "noping", "pw")
+        want = [r.cmd("PING").raw, r.cmd("ECHO", "x").raw]
+    assert all(w.startswith(b"-NOPERM") for w in want), want
+    with proxy.raw() as c:
+        assert c.cmd("AUTH", "noping", "pw").raw == b"+OK\r\n"
+        for _ in range(3):
+            assert [c.cmd("PING").raw, c.cmd("ECHO", "x").raw] == want
+    with proxy.raw(auth=True) as c:
+        for _ in range(3):
+            assert [c.cmd("PING").raw, c.cmd("ECHO", "x").raw] == [b"+PONG\r\n", b"$1\r\nx\r\n"]
