@@ -70,6 +70,8 @@ typedef struct px_server {
 
     struct px_client *reap_clients;
     struct px_upstream *reap_upstreams;
+    struct px_upstream *orphans;    /* own connections of clients that left,
+                                       closed once written (upstream.h) */
     struct event *reap_ev;
     struct event *cron_ev;
     struct event *sig_term, *sig_int, *sig_hup;

@@ -165,6 +165,7 @@ void px_pools_foreach_shared(px_server *srv, void (*fn)(px_server *, px_upstream
 
 void px_pools_close_connections(px_server *srv) {
     for (px_pool *p = srv->pools; p != NULL; p = p->next) pool_close_connections(p);
+    while (srv->orphans != NULL) px_upstream_close(srv->orphans, "closed before its output was written");
 }
 
 static void pool_free(px_server *srv, px_pool *p) {
@@ -537,6 +538,15 @@ static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, c
     u->state = PX_UP_CLOSED;
     px_io_close(&u->io);
     pool_unlink_upstream(u);
+    if (u->close_written) {
+        for (px_upstream **pp = &u->srv->orphans; *pp != NULL; pp = &(*pp)->next_orphan) {
+            if (*pp == u) {
+                *pp = u->next_orphan;
+                break;
+            }
+        }
+        u->close_written = 0;
+    }
     u->srv->nupstreams--;
     /* reads filled from a tracked connection are no longer tracked (C4) */
     if (u->filled && u->srv->caching != NULL) px_caching_on_upstream_lost(u->srv, u);
@@ -810,16 +820,20 @@ static void up_on_event(void *arg, int what, int err) {
     px_upstream_close(u, why);
 }
 
-/* Everything written: the client this connection is pinned to may have
- * paused its input for it (client.c). */
 void px_upstream_close_written(px_upstream *u, const char *why) {
-    if (u->state != PX_UP_CLOSED && (u->state == PX_UP_CONNECTING || px_io_pending(&u->io) > 0)) {
+    if (u->state != PX_UP_CLOSED && !u->close_written &&
+        (u->state == PX_UP_CONNECTING || px_io_pending(&u->io) > 0)) {
         u->close_written = 1;
+        u->next_orphan = u->srv->orphans;
+        u->srv->orphans = u;
         return;
     }
-    px_upstream_close(u, why);
+    if (!u->close_written) px_upstream_close(u, why);
 }
 
+/* Everything written: a connection whose client left closes now, and the
+ * client a connection is pinned to may have paused its input for it
+ * (client.c). */
 static void up_on_drain(void *arg) {
     px_upstream *u = arg;
     if (u->close_written) {

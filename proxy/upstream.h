@@ -201,7 +201,9 @@ typedef struct px_upstream {
     uint64_t reads_seen;       /* ... as the last cron saw it */
     int idle_ticks;            /* crons with requests pending and no read since */
     int named;                 /* a CLIENT SETNAME may have named it on Redis */
-    int close_written;         /* close once its output is written */
+    int close_written;         /* close once its output is written; on
+                                  srv->orphans meanwhile */
+    struct px_upstream *next_orphan;
 } px_upstream;
 
 /* Finds or creates the pool of an identity; takes a reference. NULL on OOM. */
@@ -274,7 +276,9 @@ void px_upstreams_cron(px_server *srv, int64_t now_ms);
 void px_pools_sweep(px_server *srv, int64_t now_ms);
 /* Calls fn for every open shared connection of every pool. */
 void px_pools_foreach_shared(px_server *srv, void (*fn)(px_server *, px_upstream *));
-/* Closes every connection of every pool (shutdown, first step). */
+/* Closes every connection of every pool, and those waiting to be written
+ * before they close (px_upstream_close_written): shutdown's first step, a
+ * failover. */
 void px_pools_close_connections(px_server *srv);
 /* Closes every pool and connection (shutdown). */
 void px_pools_free_all(px_server *srv);
