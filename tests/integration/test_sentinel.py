@@ -139,15 +139,15 @@ def test_hung_sentinel_first_in_list_does_not_stall(redis_factory, tmp_path_fact
         s.stop()
 
 
-class FakeSentinel:
-    """Answers SENTINEL get-master-addr-by-name with self.port (changeable)."""
+class _Listener:
+    """A loopback listener whose accepted connections go to self._accepted
+    (in a thread of their own), until the listener is closed."""
 
-    def __init__(self, port):
-        self.port = port
+    def __init__(self):
         self.ls = socket.socket()
         self.ls.bind((HOST, 0))
         self.ls.listen(64)
-        self.addr = "%s:%d" % (HOST, self.ls.getsockname()[1])
+        self.port = self.ls.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self):
@@ -156,9 +156,18 @@ class FakeSentinel:
                 s, _ = self.ls.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(s,), daemon=True).start()
+            threading.Thread(target=self._accepted, args=(s,), daemon=True).start()
 
-    def _serve(self, s):
+
+class FakeSentinel(_Listener):
+    """Answers SENTINEL get-master-addr-by-name with self.master (changeable)."""
+
+    def __init__(self, port):
+        self.master = port
+        super().__init__()
+        self.addr = "%s:%d" % (HOST, self.port)
+
+    def _accepted(self, s):
         buf = b""
         with s:
             while True:
@@ -170,7 +179,7 @@ class FakeSentinel:
                     return
                 buf += x
                 if buf.count(b"\r\n") >= 7:  # *3 SENTINEL get-master-addr-by-name <name>
-                    p = str(self.port).encode()
+                    p = str(self.master).encode()
                     s.sendall(b"*2\r\n$9\r\n127.0.0.1\r\n$%d\r\n%s\r\n" % (len(p), p))
                     buf = b""
 
@@ -178,27 +187,18 @@ class FakeSentinel:
         self.ls.close()
 
 
-class Forwarder:
+class Forwarder(_Listener):
     """TCP forwarder to a Redis; stop_accepting() refuses new connections and
     keeps the ones made."""
 
     def __init__(self, target_port):
         self.target = target_port
-        self.ls = socket.socket()
-        self.ls.bind((HOST, 0))
-        self.ls.listen(64)
-        self.port = self.ls.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.ls.accept()
-            except OSError:
-                return
-            t = socket.create_connection((HOST, self.target))
-            for a, b in ((c, t), (t, c)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+    def _accepted(self, c):
+        t = socket.create_connection((HOST, self.target))
+        for a, b in ((c, t), (t, c)):
+            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
     @staticmethod
     def _pipe(a, b):
@@ -235,7 +235,7 @@ def test_failover_disconnects_every_client_with_its_own_connection(redis_factory
         assert w.cmd("WATCH", "x").raw == b"+OK\r\n"
         st = p.raw()
         assert st.cmd("CLIENT", "ID").raw.startswith(b":")
-        s.port = b.port  # failover
+        s.master = b.port  # failover
         for c in subs + [w, st]:
             c.expect_closed(timeout=5)
         assert a.client().pubsub_numsub("ch0", "ch1", "ch2") == [(b"ch0", 0), (b"ch1", 0), (b"ch2", 0)]
@@ -258,7 +258,7 @@ def test_failed_connect_then_new_master_moves_every_connection(redis_factory, pr
         fwd.stop_accepting()
         w = p.raw()
         assert w.cmd("WATCH", "k").raw.startswith(b"-ERR sidecache: upstream")  # the connect failed
-        s.port = b.port  # failover
+        s.master = b.port  # failover
         b.client().set("i7", "new")
 
         def on_new_master():
