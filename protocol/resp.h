@@ -231,7 +231,7 @@ int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len);
 
 /* A whole reply frame (data, len) at a glance: exactly +OK; an error
  * (simple, or a RESP3 blob error); Redis's EXECABORT (it ran nothing of the
- * transaction and left MULTI). */
+ * transaction and left MULTI); Redis's NOPERM (the user's ACL refused). */
 static inline int resp_frame_is_ok(const char *data, size_t len) {
     return len == 5 && memcmp(data, "+OK\r\n", 5) == 0;
 }
@@ -240,6 +240,9 @@ static inline int resp_frame_is_error(const char *data, size_t len) {
 }
 static inline int resp_frame_is_execabort(const char *data, size_t len) {
     return len >= 10 && memcmp(data, "-EXECABORT", 10) == 0;
+}
+static inline int resp_frame_is_noperm(const char *data, size_t len) {
+    return len >= 8 && memcmp(data, "-NOPERM ", 8) == 0;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -201,6 +201,11 @@ static int conn_tracked(struct px_caching *pc, px_upstream *u) {
     return pc->mode == PX_TRACKING_BCAST || (u != NULL && u->tracked_epoch == pc->epoch && pc->epoch != 0);
 }
 
+/* Scripts by SHA1 that write nothing: their EVALSHA empties no cache. */
+static void add_readonly_scripts(cmdtable *t, const char *const *sha1s, size_t n) {
+    for (size_t i = 0; i < n; i++) cmdtable_add_readonly_script(t, sha1s[i]);
+}
+
 static void on_command_table(void *arg, const char *reply, size_t len) {
     px_server *srv = arg;
     struct px_caching *pc = srv->caching;
@@ -215,10 +220,9 @@ static void on_command_table(void *arg, const char *reply, size_t len) {
     for (int i = 0; i < srv->cfg->nreadonly_scripts; i++) cmdtable_add_readonly_script(t, srv->cfg->readonly_scripts[i]);
     for (int i = 0; i < srv->cfg->nlookup_scripts; i++) cmdtable_add_readonly_script(t, srv->cfg->lookup_scripts[i]);
     if (srv->cfg->profile == PX_PROFILE_JUICEFS) {
-        for (size_t i = 0; i < sizeof juicefs_lookup_scripts / sizeof *juicefs_lookup_scripts; i++)
-            cmdtable_add_readonly_script(t, juicefs_lookup_scripts[i]);
-        for (size_t i = 0; i < sizeof juicefs_readonly_scripts / sizeof *juicefs_readonly_scripts; i++)
-            cmdtable_add_readonly_script(t, juicefs_readonly_scripts[i]);
+        add_readonly_scripts(t, juicefs_lookup_scripts, sizeof juicefs_lookup_scripts / sizeof *juicefs_lookup_scripts);
+        add_readonly_scripts(t, juicefs_readonly_scripts,
+                             sizeof juicefs_readonly_scripts / sizeof *juicefs_readonly_scripts);
     }
     if (pc->cmdt) cmdtable_free(pc->cmdt);
     pc->cmdt = t;
@@ -759,7 +763,7 @@ void px_caching_on_ttl_reply(px_server *srv, px_req *t, const char *data, size_t
     struct px_caching *pc = srv->caching;
     if (pc == NULL) return;
     px_caching_on_error_reply(srv, data, len); /* C6: MASTERDOWN, READONLY, ... */
-    if (len >= 8 && memcmp(data, "-NOPERM ", 8) == 0 && t->up != NULL && t->up->pool != NULL)
+    if (resp_frame_is_noperm(data, len) && t->up != NULL && t->up->pool != NULL)
         t->up->pool->ttl_denied = px_acl_mark(srv);
     if (t->aux == NULL) return;
     ttl_fill f;
@@ -1226,7 +1230,7 @@ static void learn_read(struct px_caching *pc, px_server *srv, const px_req *r, c
         size_t alen;
         int res = px_lookup_parse_reply(data, len, &ino, &attr, &alen);
         if (res != PX_LOOKUP_FOUND && res != PX_LOOKUP_MISSING) return;
-    } else if (data[0] == '-' || data[0] == '!') {
+    } else if (resp_frame_is_error(data, len)) {
         return;
     }
     pc->read_ok[part][read - 1] = r->learn_mark;
@@ -1251,8 +1255,8 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
         if (k == 0)
             cache_fill_abort(pc->cache, r->fill_token, hdr[0], (int)hdr[1], (int)hdr[2], key, hdr[3], field, flen);
         else
-            fill_or_wait(pc, c->srv, asked, t, r->fill_token, hdr[0], hdr[1], (int)hdr[2], key, hdr[3], field, flen, val,
-                         vlen, k == 2);
+            fill_or_wait(pc, c->srv, asked, t, r->fill_token, hdr[0], hdr[1], (int)hdr[2], key, hdr[3], field, flen,
+                         val, vlen, k == 2);
     }
     if (r->aux_flags & PX_AUX_INVAL) purge_again(pc, r);
     if (r->aux_flags & PX_AUX_FLUSH) flush_for_write(pc, &(resp_arg){"(reply)", 7});

@@ -631,7 +631,7 @@ static void learn_noauth(px_server *srv) {
  * not run PING.
  */
 static void up_learn_access(px_server *srv, const char *data, size_t len, int is_err) {
-    if (!is_err || (len >= 8 && memcmp(data, "-NOPERM ", 8) == 0))
+    if (!is_err || resp_frame_is_noperm(data, len))
         srv->open_access = 1;
     else if (is_noauth(data, len))
         learn_noauth(srv);
