@@ -123,24 +123,25 @@ static uint64_t be64(const unsigned char *p) {
     return v;
 }
 
-/* The dentry: 1 and *ino (or *is_nil), or 0 when not answerable here. */
+/*
+ * The dentry: 1 and *ino (or *is_nil), or 0 when not answerable here.
+ * Only a LOOKUP entry answers, one that a lookup of this very name that
+ * Redis answered filled (for this user: partitions are per user). An HGET
+ * entry of the same name does not: Redis checks the lookup's ACL on more
+ * than HGET's, and per key. The script declares the name as a key, so a
+ * user whose key patterns do not match the name gets NOPERM from Redis for
+ * that name alone; and the script's own GET of the inode needs GET, which
+ * a user allowed HGET and MGET may be denied. A lookup Redis answered for
+ * the name has passed both checks (for a found name, on its inode too).
+ */
 static int cached_dentry(cache *c, uint32_t part, int db, const char *dkey, size_t dklen, const char *name,
                          size_t nlen, int64_t now_ms, uint64_t *ino, int *is_nil) {
     const char *v;
     size_t vlen;
-    if (cache_get(c, part, db, CACHE_KIND_LOOKUP, dkey, dklen, name, nlen, now_ms, &v, &vlen, is_nil)) {
-        if (*is_nil) return 1;
-        if (vlen != 8) return 0;
-        *ino = be64((const unsigned char *)v);
-        return 1;
-    }
-    if (!cache_get(c, part, db, CACHE_KIND_HGET, dkey, dklen, name, nlen, now_ms, &v, &vlen, is_nil))
-        return 0;
+    if (!cache_get(c, part, db, CACHE_KIND_LOOKUP, dkey, dklen, name, nlen, now_ms, &v, &vlen, is_nil)) return 0;
     if (*is_nil) return 1;
-    /* the script reads string.sub(buf, 2) as a big-endian u64: anything
-     * but JuiceFS's 9 bytes is an error or garbage there, Redis's to give */
-    if (vlen != 9) return 0;
-    *ino = be64((const unsigned char *)v + 1);
+    if (vlen != 8) return 0;
+    *ino = be64((const unsigned char *)v);
     return 1;
 }
 

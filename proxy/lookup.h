@@ -25,7 +25,9 @@
  *
  * The dentry of a forwarded lookup is cached as a CACHE_KIND_LOOKUP entry
  * (name -> inode, or nil) in the group of d<parent>, so a write to the
- * directory purges it with the HGET entries (proxy/caching.c fills it). The
+ * directory purges it with the HGET entries (proxy/caching.c fills it).
+ * Only such an entry answers a lookup: Redis checks a lookup's ACL on the
+ * name too (a declared key) and on the script's GET of the inode. The
  * attr it returned fills the GET entry of i<inode> only in bcast tracking
  * (prefix i1..i9), when nothing was invalidated while it was in flight:
  * Redis does not track a script's reads of undeclared keys for its caller.
@@ -75,8 +77,8 @@ void px_lookup_forget(px_lookup *l);
 uint64_t px_lookup_generation(const px_lookup *l);
 
 /*
- * Answers a lookup from the cache: the dentry from its LOOKUP or HGET entry,
- * the attr from the GET entry of i<inode>. Returns 1 with the reply in out
+ * Answers a lookup from the cache: the dentry from its LOOKUP entry (never
+ * an HGET entry: see lookup.c), the attr from the GET entry of i<inode>. Returns 1 with the reply in out
  * (appended), 0 when it must go to Redis.
  */
 int px_lookup_answer(px_lookup *l, int idx, cache *c, uint32_t part, int db, int proto,
