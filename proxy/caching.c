@@ -512,8 +512,11 @@ static void plan_enc_cached(resp_buf *b, const plan_item *it, int proto) {
 
 static uint64_t change_seq(struct px_caching *pc);
 
+/* A hit counts in the client's output limit like any reply: a client that
+ * pipelines small reads of large cached values and reads nothing must not
+ * make the proxy hold them without bound. */
 static int hit_write(px_client *c, resp_buf *b) {
-    px_io_write(&c->io, b->data, b->len);
+    px_client_write_reply(c, b->data, b->len);
     return 1;
 }
 
@@ -1021,7 +1024,7 @@ static void invalidate_records(struct px_caching *pc, const char *p, size_t n) {
 /* Parses a bulk or nil reply frame. Returns 1 (bulk, in *val and *vlen), 2 (nil),
  * 0 (anything else: not cacheable, C7). */
 static int bulk_or_nil(const char *d, size_t len, const char **val, size_t *vlen) {
-    size_t next;
+    size_t next = 0; /* not set when the frame is no bulk */
     int k = resp_read_bulk(d, len, 0, val, vlen, &next);
     return next == len ? k : 0;
 }

@@ -591,6 +591,10 @@ void px_client_on_tunnel_data(px_client *c, const char *data, size_t len) {
     client_write(c, data, len);
 }
 
+void px_client_write_reply(px_client *c, const char *data, size_t len) {
+    client_write(c, data, len);
+}
+
 /* Starts closing once what is queued is written. */
 static void close_after_replies(px_client *c) {
     if (c->state != PX_CLIENT_ACTIVE) return;

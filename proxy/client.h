@@ -157,6 +157,10 @@ void px_client_upstream_drained(px_client *c);
 /* Tunnel bytes from the client's own connection. */
 void px_client_on_tunnel_data(px_client *c, const char *data, size_t len);
 
+/* Writes a reply made here (a cache hit) to the client, which is closed
+ * instead when its output passes client-output-buffer-limit. */
+void px_client_write_reply(px_client *c, const char *data, size_t len);
+
 /* The client's own connection is gone: replies written so far are flushed,
  * then the client is closed, as it would be if Redis had dropped it. */
 void px_client_on_pinned_lost(px_client *c, px_upstream *u);

@@ -405,6 +405,29 @@ class BackgroundSend:
         self.sock.close()
 
 
+def test_slow_reader_of_cache_hits_is_disconnected(upstream, proxy_factory):
+    """Hits count in the output limit too: a client that pipelines small
+    GETs of a large cached value (20 request bytes for 60 KB of reply each)
+    and reads nothing is closed at client-output-buffer-limit, not left
+    holding all of them."""
+    p = proxy_factory(args=("--client-output-buffer-limit", "8mb", "--tracking-timeout-ms", "60000"))
+    with upstream.raw(auth=True) as d:
+        assert d.call("SET", "i1", "v" * 60000) == b"OK"
+    with p.raw(auth=True) as c:
+        for _ in range(3):
+            assert len(c.call("GET", "i1")) == 60000
+    def hits():
+        with p.raw(auth=True) as q:
+            return int(q.call("INFO", "sidecache").decode().split("cache_hits:")[1].split("\r\n")[0])
+    hits0 = hits()
+    s = slow_reader(p.port, 2000, ["i1"])  # 120 MB of hits
+    got = drain_until_closed(s, timeout=20)
+    s.close()
+    assert hits() > hits0 + 100, "the GETs were not hits"
+    assert got < 40 * MB, "client got %.0f MB past an 8 MB limit" % mb(got)
+    assert output_limit_closes(p) == 1
+
+
 @contextlib.contextmanager
 def stopped(upstream):
     """Redis stopped (SIGSTOP) for the with block."""
