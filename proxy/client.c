@@ -1692,6 +1692,18 @@ void px_client_begin_stop(px_client *c) {
 
 void px_client_cron(px_client *c, int64_t now_ms) {
     int timeout = c->srv->cfg->timeout, partial = c->srv->cfg->partial_command_timeout;
+    /* as Redis's last interaction: a client that reads its replies is
+     * active too, even if it sends nothing (less output than a second ago) */
+    size_t pending = px_io_pending(&c->io);
+    if (pending < c->cron_pending) c->last_active_ms = now_ms;
+    c->cron_pending = pending;
+    if (c->state == PX_CLIENT_CLOSING) {
+        /* waiting only for a client to read what is left (after QUIT, an
+         * error, its own connection lost): it has `timeout` to do so */
+        if (timeout > 0 && c->inflight == 0 && now_ms - c->last_active_ms > (int64_t)timeout * 1000)
+            client_close(c, "idle timeout");
+        return;
+    }
     if (c->state != PX_CLIENT_ACTIVE) return;
     /* a request trickling in (slowloris) holds a client slot and a buffer:
      * it has partial-command-timeout to arrive whole */

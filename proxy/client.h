@@ -124,7 +124,8 @@ typedef struct px_client {
     int pend_db, pend_proto;
     char *pend_user, *pend_pass, *pend_name;
 
-    int64_t last_active_ms;
+    int64_t last_active_ms;     /* input read, or output written (cron) */
+    size_t cron_pending;        /* output pending at the last cron */
     int64_t read_us;           /* when the input being processed was read */
     int64_t partial_since_ms;  /* a request started arriving then and is not whole (0: none) */
 } px_client;

@@ -428,6 +428,43 @@ def test_slow_reader_of_cache_hits_is_disconnected(upstream, proxy_factory):
     assert output_limit_closes(p) == 1
 
 
+@pytest.mark.timeout(60)
+def test_closing_client_that_does_not_read_times_out(upstream, proxy_factory):
+    """`timeout` applies to a client that is closing too: after QUIT behind
+    replies it never reads, it is dropped once idle for `timeout` seconds
+    (as Redis drops it), not kept with its output for ever."""
+    p = proxy_factory(args=("--timeout", "2"))
+    with upstream.raw(auth=True) as d:
+        assert d.call("SET", "bigv", "b" * MB) == b"OK"
+    s = slow_reader(p.port, 50, ["bigv"])
+    s.sendall(encode("QUIT"))
+    time.sleep(6)  # timeout, plus the once-a-second check, plus slack
+    got = drain_until_closed(s, timeout=10)
+    s.close()
+    assert got < 40 * MB, "client got %.0f MB: it was kept open" % mb(got)
+
+
+@pytest.mark.timeout(60)
+def test_client_reading_a_long_reply_does_not_time_out(upstream, proxy_factory):
+    """A client that reads its replies, slowly, is active (Redis's last
+    interaction counts writes): `timeout` does not cut it off even when it
+    sends nothing for longer than that."""
+    p = proxy_factory(args=("--timeout", "1"))
+    with upstream.raw(auth=True) as d:
+        assert d.call("SET", "bigv", "b" * MB) == b"OK"
+    s = socket.create_connection((HOST, p.port))
+    s.sendall(encode("GET", "bigv") * 40)
+    n, deadline = 0, time.monotonic() + 30
+    while n < 40 * MB and time.monotonic() < deadline:
+        chunk = s.recv(MB)  # about 10 MB a second: 4 s in all
+        if not chunk:
+            break
+        n += len(chunk)
+        time.sleep(0.1)
+    s.close()
+    assert n >= 40 * MB, "cut off after %d bytes" % n
+
+
 @contextlib.contextmanager
 def stopped(upstream):
     """Redis stopped (SIGSTOP) for the with block."""
