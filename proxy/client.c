@@ -1077,13 +1077,9 @@ static void cmd_client_local(px_client *c) {
     reply_error(c, "ERR Unrecognized option '%.*s'", (int)(a[2].len > 64 ? 64 : a[2].len), a[2].ptr);
 }
 
-static int cmd_reset(px_client *c) {
-    if (c->inflight > 0) return DISPATCH_WAIT;
-    txn_local_end(c, 0);
-    /* a transaction queued on the client's own connection is dropped with
-     * it; its keys are purged all the same (every reply is in: what ran, if
-     * Redis had refused the MULTI, has run) */
-    px_caching_txn_abandon(c);
+/* The session as a new connection's, in the upstream's db, on the shared
+ * connections of the upstream's identity; then +RESET. */
+static void session_reset(px_client *c) {
     c->txn_acl = 0;
     unpin(c, 0);
     c->proto = 2;
@@ -1094,7 +1090,26 @@ static int cmd_reset(px_client *c) {
     px_pool *p = px_pool_ref(c->srv, NULL, NULL, c->db, 2);
     if (p != NULL) switch_pool(c, p);
     reply_simple(c, "RESET");
+}
+
+static int cmd_reset(px_client *c) {
+    if (c->inflight > 0) return DISPATCH_WAIT;
+    txn_local_end(c, 0);
+    /* a transaction queued on the client's own connection is dropped with
+     * it; its keys are purged all the same (every reply is in: what ran, if
+     * Redis had refused the MULTI, has run) */
+    px_caching_txn_abandon(c);
+    session_reset(c);
     return DISPATCH_DONE;
+}
+
+void px_client_on_tunnel_reset(px_client *c) {
+    if (c->state == PX_CLIENT_CLOSED || c->mode != PX_MODE_TUNNEL) return;
+    /* Redis's +RESET: every reply before it was relayed; the connection
+     * is closed (a tunnel's is never reused), the session starts afresh */
+    session_reset(c);
+    c->barrier = 0;
+    resume_input(c);
 }
 
 /*
@@ -1311,17 +1326,14 @@ static int client_dispatch(px_client *c, const char *frame) {
         px_caching_on_send(c, NULL, NULL, 0, 0);
         request_bytes(c, frame, &data, &len);
         if (c->pinned != NULL) px_upstream_send_raw(c->pinned, data, len);
-        if (c->pinned != NULL && c->rq.argc == 1 && resp_arg_is(a[0].ptr, a[0].len, "RESET") &&
-            c->srv->cfg->up.db != 0) {
-            /* Redis's RESET selects db 0; sessions start in the upstream's db */
-            resp_buf b;
-            char num[16];
-            resp_buf_init(&b);
-            snprintf(num, sizeof num, "%d", c->srv->cfg->up.db);
-            resp_enc_commandv(&b, "CLIENT", "REPLY", "SKIP", NULL);
-            resp_enc_commandv(&b, "SELECT", num, NULL);
-            px_upstream_send_raw(c->pinned, b.data, b.len);
-            resp_buf_deinit(&b);
+        if (c->pinned != NULL && c->rq.argc == 1 && resp_arg_is(a[0].ptr, a[0].len, "RESET")) {
+            /* Redis's RESET ends what made the tunnel (subscriptions,
+             * MONITOR, CLIENT REPLY, tracking) and also logs the connection
+             * out and selects db 0: at its +RESET the session leaves the
+             * tunnel as cmd_reset does (px_client_on_tunnel_reset), and
+             * nothing after it is read until then */
+            c->pinned->resets_awaited++;
+            c->barrier = 1;
         }
         return DISPATCH_DONE;
     }

@@ -207,3 +207,42 @@ def test_reset_in_a_tunnel_lands_where_reset_does_elsewhere(upstream, proxy_fact
         assert b.cmd("RESET").raw == b"+RESET\r\n"
         assert b.cmd("SET", "k_tunnel", "1").raw == b"+OK\r\n"
         assert b.cmd("EXISTS", "k_plain", "k_tunnel").raw == b":2\r\n"
+
+
+def test_reset_in_a_tunnel_behind_requirepass_and_a_db(redis_factory, ref_factory, proxy_factory):
+    """RESET in a tunnel, where the upstream URL names a db and Redis wants a
+    password: the proxy's CLIENT REPLY SKIP + SELECT after it run logged out,
+    and their two NOAUTH errors reach the client, shifting every later reply
+    by two. (The session starting in the URL's db is documented; the ref
+    selects it first.)"""
+    up = redis_factory(requirepass="pw")
+    ref = ref_factory(like=up)
+    proxy = proxy_factory(up=up, upstream_url="redis://default:pw@127.0.0.1:%d/2" % up.port)
+
+    def scenario(ep):
+        with ep.raw() as c:
+            assert c.cmd("AUTH", "pw").raw == b"+OK\r\n"
+            if ep is ref:
+                assert c.cmd("SELECT", "2").raw == b"+OK\r\n"
+            out = [(s, c.cmd(*s).raw) for s in [("SUBSCRIBE", "c"), ("RESET",), ("AUTH", "pw"), ("PING",)]]
+            c.send_cmd("PING", "last")
+            out.append(("last", c.read_frame().raw))
+        return out
+
+    assert_same_runs(scenario, proxy, ref)
+
+
+@pytest.mark.proxy_only
+def test_reset_ends_the_tunnel(proxy_factory, upstream):
+    """After RESET in a tunnel (its +RESET relayed once Redis sent it), the
+    session is back on the shared connections: its reads are served from
+    the cache again."""
+    from cachehelpers import start_cached, warm
+    upstream.client().set("i1", b"attr")
+    p, st = start_cached(proxy_factory)
+    c = p.raw(auth=True)
+    assert c.cmd("SUBSCRIBE", "c").value == [b"subscribe", b"c", 1]
+    assert c.cmd("RESET").raw == b"+RESET\r\n"
+    c.cmd("GET", "i1")
+    warm(c, st, ("GET", "i1"))
+    assert c.cmd("PUBLISH", "c", "m").value == 0
