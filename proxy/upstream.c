@@ -39,6 +39,11 @@
 #define PX_BACKOFF_MAX_MS 2000
 #define PX_MAX_IDLE_PINNED 32
 #define PX_POOL_IDLE_FREE_MS 60000
+/* Pools no session uses are kept (with their connections) for
+ * PX_POOL_IDLE_FREE_MS, but no more than this many: Redis's nopass default
+ * user accepts AUTH with any password, and each password is a pool of its
+ * own, so one client could otherwise open a connection to Redis per AUTH. */
+#define PX_MAX_IDLE_POOLS 16
 #define PX_MAX_FREE_REQS 4096
 
 static uint64_t next_upstream_id;
@@ -232,6 +237,7 @@ void px_upstreams_cron(px_server *srv, int64_t now_ms) {
 
 void px_pools_sweep(px_server *srv, int64_t now_ms) {
     px_pool **pp = &srv->pools;
+    int idle = 0; /* unused pools kept so far, newest first (the list's order) */
     while (*pp != NULL) {
         px_pool *p = *pp;
         int busy = 0;
@@ -240,7 +246,8 @@ void px_pools_sweep(px_server *srv, int64_t now_ms) {
             if (p->shared[i] != NULL && p->shared[i]->npending > 0) busy = 1;
         /* a refused identity is not kept: each failed AUTH of a new user
          * would add one for a minute, and every AUTH scans the list */
-        if (p->refs == 0 && !busy && (p->refused || now_ms - p->last_used_ms > PX_POOL_IDLE_FREE_MS)) {
+        if (p->refs == 0 && !busy &&
+            (p->refused || now_ms - p->last_used_ms > PX_POOL_IDLE_FREE_MS || ++idle > PX_MAX_IDLE_POOLS)) {
             *pp = p->next;
             pool_free(srv, p);
         } else {

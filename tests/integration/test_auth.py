@@ -292,3 +292,24 @@ def test_request_begun_before_password_is_known_gets_redis_limits(redis_factory,
         c.send(b"*1\r\n$16385\r\n")
         assert c.read_frame(timeout=5).raw == b"-ERR Protocol error: unauthenticated bulk length\r\n"
         c.expect_closed(3)
+
+
+@pytest.mark.timeout(60)
+def test_auth_with_many_passwords_does_not_hold_upstream_connections(proxy, upstream):
+    """Redis's default user is nopass, so AUTH default <anything> succeeds.
+    Each password is an identity of its own in sidecache, with its own
+    connection to Redis; those no session uses are kept, but only a few:
+    one client's 300 AUTHs must not hold 300 connections of Redis's
+    maxclients."""
+    with proxy.raw() as c:
+        for i in range(300):
+            assert c.call("AUTH", "default", "pw%d" % i) == b"OK"
+
+        def redis_clients():
+            with upstream.raw(auth=True) as d:
+                info = d.call("INFO", "clients").decode()
+            return int(info.split("connected_clients:")[1].split("\r\n")[0])
+        deadline = time.monotonic() + 10
+        while redis_clients() >= 40 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert redis_clients() < 40
