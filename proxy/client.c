@@ -131,6 +131,10 @@ static void reply_bytes(px_client *c, const char *data, size_t len) {
     }
     evbuffer_add(r->early, data, len);
     r->done = 1;
+    /* held here until the replies ahead of it are in: it counts in the
+     * bytes that pause the client's input, as a forwarded request does */
+    r->req_bytes = len;
+    c->inflight_bytes += len;
     slot_append(c, r);
 }
 

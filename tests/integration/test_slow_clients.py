@@ -465,6 +465,45 @@ def test_client_reading_a_long_reply_does_not_time_out(upstream, proxy_factory):
     assert n >= 40 * MB, "cut off after %d bytes" % n
 
 
+def bg_send(c, data):
+    """Sends data on c's socket from a thread (the proxy may stop reading
+    it for a while); returns the socket (a duplicate) and the thread."""
+    s = socket.socket(fileno=os.dup(c.sock.fileno()))
+    s.settimeout(None)
+
+    def run():
+        try:
+            s.sendall(data)
+        except OSError:
+            pass
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return s, t
+
+
+@pytest.mark.timeout(90)
+def test_local_replies_behind_blocked_command_are_bounded(proxy, upstream):
+    """ECHO answered by the proxy, pipelined behind BLPOP 0: each 1 MB reply
+    waits in a slot until the BLPOP's reply is in. Those bytes count in the
+    64 MB that pause the client's input, as forwarded requests do; the rest
+    waits in the socket, not in the proxy's memory."""
+    n, arg = 240, "e" * MB
+    c = proxy.raw(auth=True, timeout=60)
+    assert c.call("ECHO", "x") == b"x"          # ECHO now answered locally
+    pid = proxy.proc.pid
+    base = proc_status(pid)["VmRSS"]
+    s, t = bg_send(c, encode("BLPOP", "bq", 0) + encode("ECHO", arg) * n)
+    time.sleep(4)
+    grown = proc_status(pid)["VmRSS"] - base
+    upstream.raw(auth=True).cmd("RPUSH", "bq", "x")
+    frames = c.read_many_fast(n + 1, timeout=60)
+    t.join(10)
+    s.close()
+    assert frames[0].value == [b"bq", b"x"]
+    assert all(f.value == arg.encode() for f in frames[1:])
+    assert grown < 160 * MB, "proxy RSS grew %.0f MB" % mb(grown)
+
+
 @contextlib.contextmanager
 def stopped(upstream):
     """Redis stopped (SIGSTOP) for the with block."""
