@@ -215,6 +215,10 @@ void resp_buf_deinit(resp_buf *b) {
     resp_buf_init(b);
 }
 
+void resp_buf_trim(resp_buf *b, size_t keep) {
+    if (b->len == 0 && b->cap > keep) resp_buf_deinit(b);
+}
+
 void resp_buf_reset(resp_buf *b) {
     b->len = 0;
 }

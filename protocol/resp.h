@@ -103,6 +103,9 @@ typedef struct resp_buf {
 } resp_buf;
 
 void resp_buf_init(resp_buf *b);
+/* Frees an empty buffer's memory when it holds more than keep bytes (a
+ * large reply made once must not stay with an idle client). */
+void resp_buf_trim(resp_buf *b, size_t keep);
 void resp_buf_deinit(resp_buf *b);
 void resp_buf_reset(resp_buf *b); /* len = 0, keeps the allocation */
 /* Each returns 0, or -1 when memory could not be had (b is left unchanged). */

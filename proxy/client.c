@@ -1713,6 +1713,9 @@ void px_client_cron(px_client *c, int64_t now_ms) {
     size_t pending = px_io_pending(&c->io);
     if (pending < c->cron_pending) c->last_active_ms = now_ms;
     c->cron_pending = pending;
+    /* each use starts it afresh: a large reply made once (an ECHO, an MGET
+     * hit) leaves no large buffer with the client, as Redis's clientsCron */
+    resp_buf_trim(&c->scratch, PX_CLIENT_SCRATCH_KEEP);
     if (c->state == PX_CLIENT_CLOSING) {
         /* waiting only for a client to read what is left (after QUIT, an
          * error, its own connection lost): it has `timeout` to do so */

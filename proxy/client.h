@@ -42,6 +42,8 @@
  * single request of any size still go). */
 #define PX_CLIENT_MAX_SLOTS 16384
 #define PX_CLIENT_MAX_INFLIGHT_BYTES (64u << 20)
+/* c->scratch above this is freed by the cron once empty */
+#define PX_CLIENT_SCRATCH_KEEP (64u << 10)
 
 enum px_client_state {
     PX_CLIENT_ACTIVE,   /* reading and answering */

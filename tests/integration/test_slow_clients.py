@@ -504,6 +504,26 @@ def test_local_replies_behind_blocked_command_are_bounded(proxy, upstream):
     assert grown < 160 * MB, "proxy RSS grew %.0f MB" % mb(grown)
 
 
+@pytest.mark.timeout(90)
+def test_idle_clients_do_not_keep_their_largest_buffers(proxy):
+    """8 clients each get one 100 MB ECHO reply (read in full) and then sit
+    idle: as Redis, the proxy does not keep a buffer of that size for each
+    (the reply was made in the client's scratch buffer)."""
+    pid = proxy.proc.pid
+    cs = [proxy.raw(auth=True, timeout=60) for _ in range(8)]
+    for c in cs:
+        assert c.call("ECHO", "x") == b"x"
+    base = proc_status(pid)["VmRSS"]
+    arg = "e" * (100 * MB)
+    for c in cs:
+        assert len(c.call("ECHO", arg)) == 100 * MB
+    time.sleep(2)
+    grown = proc_status(pid)["VmRSS"] - base
+    for c in cs:
+        c.close()
+    assert grown < 200 * MB, "8 idle clients hold %.0f MB" % mb(grown)
+
+
 @contextlib.contextmanager
 def stopped(upstream):
     """Redis stopped (SIGSTOP) for the with block."""
