@@ -67,6 +67,13 @@ static void test_match(void) {
     px_lookup_free(l);
 }
 
+/* What a forwarded lookup leaves: name -> 8-byte big-endian inode, or nil. */
+static void fill_looked_up(cache *c, const char *name, uint64_t ino, int nil) {
+    char d[9];
+    dentry(d, ino);
+    fill(c, CACHE_KIND_LOOKUP, "d1", name, d + 1, 8, nil);
+}
+
 static void test_answer(void) {
     px_lookup *l = px_lookup_new();
     cache *c = mk();
@@ -77,29 +84,36 @@ static void test_answer(void) {
     resp_buf_init(&out);
     for (int i = 0; i < 72; i++) attr[i] = (char)i;
     px_lookup_add(l, SHA1X);
-    dentry(d, 12345);
-    fill(c, CACHE_KIND_HGET, "d1", "a", d, 9, 0);
+    fill_looked_up(c, "a", 12345, 0);
     fill(c, CACHE_KIND_GET, "i12345", "", attr, 72, 0);
     /* not known to be loaded on Redis: Redis must answer (NOSCRIPT?) */
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 2, "d1", 2, "a", 1, 0, &out), 0);
     px_lookup_set_loaded(l, 0, 1);
-    CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 2, "d1", 2, "a", 1, 0, &out), 1);
+    REQUIRE(px_lookup_answer(l, 0, c, 1, 0, 2, "d1", 2, "a", 1, 0, &out) == 1);
     {
         char want[128];
         int n = snprintf(want, sizeof want, "*2\r\n:12345\r\n$72\r\n");
-        CHECK_EQ_INT(out.len, (size_t)n + 72 + 2);
+        REQUIRE(out.len == (size_t)n + 72 + 2);
         CHECK(memcmp(out.data, want, (size_t)n) == 0 && memcmp(out.data + n, attr, 72) == 0);
     }
     /* other partition or db: nothing */
     resp_buf_reset(&out);
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 2, 0, 2, "d1", 2, "a", 1, 0, &out), 0);
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 1, 2, "d1", 2, "a", 1, 0, &out), 0);
-    /* a LOOKUP entry (from a forwarded lookup) serves too */
-    unsigned char be[8] = {0, 0, 0, 0, 0, 0, 0x30, 0x39};
-    fill(c, CACHE_KIND_LOOKUP, "d1", "b", (const char *)be, 8, 0);
+    /* an HGET entry of the name does not serve (C8: Redis checks a lookup's
+     * ACL on the name and on the script's GET), found or missing */
+    dentry(d, 12345);
+    fill(c, CACHE_KIND_HGET, "d1", "b", d, 9, 0);
+    CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 3, "d1", 2, "b", 1, 0, &out), 0);
+    fill_looked_up(c, "b", 12345, 0);
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 3, "d1", 2, "b", 1, 0, &out), 1);
+    fill(c, CACHE_KIND_HGET, "d1", "hgone", NULL, 0, 1);
+    px_lookup_learn_missing(l, 0, 2, enoent, sizeof enoent - 1);
+    CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 2, "d1", 2, "hgone", 5, 0, &out), 0);
     /* a missing name: only with Redis's own reply learned, per protocol */
-    fill(c, CACHE_KIND_HGET, "d1", "gone", NULL, 0, 1);
+    px_lookup_forget(l);
+    px_lookup_set_loaded(l, 0, 1);
+    fill_looked_up(c, "gone", 0, 1);
     resp_buf_reset(&out);
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 2, "d1", 2, "gone", 4, 0, &out), 0);
     px_lookup_learn_missing(l, 0, 2, enoent, sizeof enoent - 1);
@@ -107,16 +121,15 @@ static void test_answer(void) {
     CHECK_MEM(out.data, out.len, enoent);
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 3, "d1", 2, "gone", 4, 0, &out), 0);
     /* the inode not cached, nil, or a dentry of another length: Redis's */
-    dentry(d, 777);
-    fill(c, CACHE_KIND_HGET, "d1", "noattr", d, 9, 0);
+    fill_looked_up(c, "noattr", 777, 0);
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 2, "d1", 2, "noattr", 6, 0, &out), 0);
     fill(c, CACHE_KIND_GET, "i777", "", NULL, 0, 1);
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 2, "d1", 2, "noattr", 6, 0, &out), 0);
-    fill(c, CACHE_KIND_HGET, "d1", "short", d, 8, 0);
+    dentry(d, 12345);
+    fill(c, CACHE_KIND_LOOKUP, "d1", "short", d + 1, 7, 0);
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 2, "d1", 2, "short", 5, 0, &out), 0);
     /* an inode from 10^14 on (format differences, ENOTSUP above 2^52) */
-    dentry(d, PX_LOOKUP_MAX_INODE);
-    fill(c, CACHE_KIND_HGET, "d1", "big", d, 9, 0);
+    fill_looked_up(c, "big", PX_LOOKUP_MAX_INODE, 0);
     fill(c, CACHE_KIND_GET, "i100000000000000", "", attr, 72, 0);
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 2, "d1", 2, "big", 3, 0, &out), 0);
     /* forgetting (a flush): nothing is answered until Redis shows the
@@ -125,7 +138,7 @@ static void test_answer(void) {
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 2, "d1", 2, "a", 1, 0, &out), 0);
     px_lookup_set_loaded(l, 0, 1);
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 2, "d1", 2, "gone", 4, 0, &out), 0);
-    /* an invalidation of the directory purges both kinds of dentry */
+    /* an invalidation of the directory purges every dentry of it */
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 2, "d1", 2, "b", 1, 0, &out), 1);
     cache_invalidate_key(c, "d1", 2);
     CHECK_EQ_INT(px_lookup_answer(l, 0, c, 1, 0, 2, "d1", 2, "a", 1, 0, &out), 0);
