@@ -714,28 +714,39 @@ def test_lookup_not_answered_for_a_user_denied_evalsha(proxy_factory, upstream):
         assert c.cmd(*lookup(SHA_V1, "d1", "f")).raw == want
 
 
+def acl_user_and_dir(proxy_factory, upstream, user, rules, names):
+    """A user with the ACL rules, d1 with the names (inode 2, attr i2), the
+    lookup script loaded; a cached proxy. Returns a client of the proxy logged in as the user, the stats, and
+    a function giving Redis's own replies to that user's lookups of names."""
+    d = upstream.client()
+    d.execute_command("ACL", "SETUSER", user, "reset", "on", ">pw", *rules)
+    for n in names:
+        d.hset("d1", n, dentry(2))
+    d.set("i2", b"attr")
+    d.execute_command("SCRIPT", "LOAD", LOOKUP_V1)
+    p, st = start_cached(proxy_factory)
+
+    def redis_answers(*probes):
+        with upstream.raw() as r:
+            assert r.cmd("AUTH", user, "pw").raw == b"+OK\r\n"
+            return [r.cmd(*lookup(SHA_V1, "d1", n)).raw for n in probes]
+    c = p.raw()
+    assert c.cmd("AUTH", user, "pw").raw == b"+OK\r\n"
+    c.cmd("SCRIPT", "LOAD", LOOKUP_V1)
+    return c, st, redis_answers
+
+
 def test_c8_lookup_not_answered_where_redis_denies_the_name_key(proxy_factory, upstream):
     """C8: the script declares the name as a key, so Redis checks the user's
     key patterns on it. A user allowed some names (ok*) and not others gets
     NOPERM from Redis for any other name, found or missing; its own HGET and
     GET entries of that name must not answer the lookup, even after a
     lookup of an allowed name showed the user may send lookups."""
-    d = upstream.client()
-    d.execute_command("ACL", "SETUSER", "names", "reset", "on", ">pw", "~i*", "~d*", "~ok*", "&*", "+@all")
-    d.hset("d1", "okname", dentry(2))
-    d.hset("d1", "secret", dentry(2))
-    d.set("i2", b"attr")
-    d.execute_command("SCRIPT", "LOAD", LOOKUP_V1)
-    p, st = start_cached(proxy_factory)
-    with upstream.raw() as r:
-        assert r.cmd("AUTH", "names", "pw").raw == b"+OK\r\n"
-        want_found = r.cmd(*lookup(SHA_V1, "d1", "secret")).raw
-        want_missing = r.cmd(*lookup(SHA_V1, "d1", "nosuch")).raw
+    c, st, redis_answers = acl_user_and_dir(proxy_factory, upstream, "names",
+                                            ("~i*", "~d*", "~ok*", "&*", "+@all"), ("okname", "secret"))
+    want_found, want_missing = redis_answers("secret", "nosuch")
     assert want_found.startswith(b"-NOPERM"), want_found
     assert want_missing.startswith(b"-NOPERM"), want_missing
-    c = p.raw()
-    assert c.cmd("AUTH", "names", "pw").raw == b"+OK\r\n"
-    c.cmd("SCRIPT", "LOAD", LOOKUP_V1)
     assert c.cmd(*lookup(SHA_V1, "d1", "okname")).raw == found(2, b"attr")
     assert b"ENOENT" in c.cmd(*lookup(SHA_V1, "d1", "oknone")).raw
     warm(c, st, ("HGET", "d1", "secret"), ("GET", "i2"), ("HGET", "d1", "nosuch"))
@@ -753,19 +764,9 @@ def test_c8_lookup_not_answered_where_the_scripts_own_get_is_denied(proxy_factor
     name gets ENOENT, a found one the error of the script's own GET. Its
     HGET and MGET fill the entries a found lookup would be built from: the
     proxy must still relay Redis's error, never [inode, attr]."""
-    d = upstream.client()
-    d.execute_command("ACL", "SETUSER", "noget", "reset", "on", ">pw", "~*", "&*", "+@all", "-get")
-    d.hset("d1", "f", dentry(2))
-    d.set("i2", b"attr")
-    d.execute_command("SCRIPT", "LOAD", LOOKUP_V1)
-    p, st = start_cached(proxy_factory)
-    with upstream.raw() as r:
-        assert r.cmd("AUTH", "noget", "pw").raw == b"+OK\r\n"
-        want = r.cmd(*lookup(SHA_V1, "d1", "f")).raw
+    c, st, redis_answers = acl_user_and_dir(proxy_factory, upstream, "noget", ("~*", "&*", "+@all", "-get"), ("f",))
+    want, = redis_answers("f")
     assert want.startswith(b"-ERR The user executing the script can't run this command"), want
-    c = p.raw()
-    assert c.cmd("AUTH", "noget", "pw").raw == b"+OK\r\n"
-    c.cmd("SCRIPT", "LOAD", LOOKUP_V1)
     assert b"ENOENT" in c.cmd(*lookup(SHA_V1, "d1", "missing")).raw
     warm(c, st, ("MGET", "i2"), ("HGET", "d1", "f"))
     for _ in range(2):
