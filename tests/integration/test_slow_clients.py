@@ -421,6 +421,11 @@ def test_slow_reader_of_cache_hits_is_disconnected(upstream, proxy_factory):
             return int(q.call("INFO", "sidecache").decode().split("cache_hits:")[1].split("\r\n")[0])
     hits0 = hits()
     s = slow_reader(p.port, 2000, ["i1"])  # 120 MB of hits
+    # read nothing until the proxy gave up on it (or 15 s passed): a reader
+    # draining at once may keep up with a slow (sanitizer) build
+    deadline = time.monotonic() + 15
+    while output_limit_closes(p) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
     got = drain_until_closed(s, timeout=20)
     s.close()
     assert hits() > hits0 + 100, "the GETs were not hits"
