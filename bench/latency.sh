@@ -9,8 +9,9 @@
 #   sidecache  the proxy, whose upstream is the toxiproxy port: hits do not
 # back to back. Before each run the data set is created afresh on Redis
 # (FLUSHALL + populate: creates and unlinks change directories) and read once
-# through the target (loadgen --prewarm), so both targets start from the same
-# data and the cache is warm.
+# through the target (loadgen --prewarm, with the lookup script too: a lookup
+# is answered only from what a lookup of that name filled), so both targets
+# start from the same data and the cache is warm.
 #
 # The latency is added to the downstream stream (Redis → client) by default:
 # every round trip, and every invalidation push, then takes L longer.
@@ -74,7 +75,7 @@ fresh_data() {
     [ "$(info_field "$sport" tracking_state)" = active ] && break
     sleep 0.05
   done
-  "$LOADGEN_BIN" -p "$1" --prewarm -n 1 --mix get --keys "$KEYS" --quiet --no-header >/dev/null \
+  "$LOADGEN_BIN" -p "$1" --prewarm -n 1 --mix get=1,lookup=1 --keys "$KEYS" --quiet --no-header >/dev/null \
     || die "prewarm through :$1 failed"
 }
 

@@ -1014,6 +1014,13 @@ static int do_prewarm(void) {
             snprintf(name, sizeof name, "f%u", j);
             redisAppendCommand(rc, "HGET %s %s", key, name);
             queued++;
+            /* a lookup is answered only from what a lookup of that name
+             * filled (C8: Redis checks the script's ACL per name), so a
+             * mix with lookups warms them with lookups, as JuiceFS would */
+            if (cfg.weights[OP_LOOKUP]) {
+                redisAppendCommand(rc, "EVALSHA %s 2 %s %s", lookup_sha, key, name);
+                queued++;
+            }
         }
         if (queued >= 2000) {
             long e = drain_replies(rc, queued);
