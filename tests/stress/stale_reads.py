@@ -38,6 +38,7 @@ Prints the first violations with the key's history around them.
 import argparse
 import bisect
 import collections
+import contextlib
 import itertools
 import re
 import os
@@ -50,6 +51,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 
 HOST = "127.0.0.1"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -963,15 +965,35 @@ class Stress:
             self.errors.append("writer %d: %r\n%s" % (wid, e, traceback.format_exc()))
             self.stop.set()
 
+    @contextlib.contextmanager
+    def writing(self, keys, ep):
+        """Holds the keys' locks for one write; a connection lost midway
+        leaves its outcome unknown, so its keys resync from Redis (from the
+        write's start, win.ws, or now if it was not sent yet)."""
+        ks = self.lock_keys(keys)
+        win = types.SimpleNamespace(ws=None)
+        try:
+            yield ks, win
+        except (ConnectionError, OSError):
+            self.resync(ks, ep, win.ws if win.ws is not None else time.monotonic())
+            raise
+        finally:
+            self.unlock_keys(ks)
+
+    def timed_read(self, c, ep, db, rc, tag):
+        """A read on a writer's connection, recorded with its time span."""
+        rs = time.monotonic()
+        got = c.call(*rc)
+        self.record_read(ep, None, db, rc, got, rs, time.monotonic(), tag=tag)
+
     def do_single(self, r, c, ep, db, cmd=None):
         cmd = cmd or self.gen_write(r, db)
         if cmd[0] == "SWAPDB" and len(self.dbs) < 2:
             return
-        ks = self.lock_keys(self.keys_of(db, cmd))
-        try:
+        with self.writing(self.keys_of(db, cmd), ep) as (ks, win):
             self.settle_ttls(ks)
             cur = self.cur_of(ks)
-            ws = time.monotonic()
+            ws = win.ws = time.monotonic()
             exp = self.model(cur, db, cmd, ws)
             got = c.call(*cmd)
             we = time.monotonic()
@@ -985,14 +1007,7 @@ class Stress:
                 dk = r.choice(ks)
                 if dk[0] == db:
                     rc = self.read_cmd_for(r, dk[1])
-                    rs = time.monotonic()
-                    got = c.call(*rc)
-                    self.record_read(ep, None, db, rc, got, rs, time.monotonic(), tag="own-write")
-        except (ConnectionError, OSError):
-            self.resync(ks, ep, locals().get("ws", time.monotonic()))
-            raise
-        finally:
-            self.unlock_keys(ks)
+                    self.timed_read(c, ep, db, rc, "own-write")
 
     def do_pipeline(self, r, c, ep, db):
         """Writes pipelined (the proxy batches them), reads of the same keys among them."""
@@ -1006,8 +1021,7 @@ class Stress:
         keys = []
         for cmd in cmds:
             keys += self.keys_of(db, cmd)
-        ks = self.lock_keys(keys)
-        try:
+        with self.writing(keys, ep) as (ks, win):
             self.settle_ttls(ks)
             cur = self.cur_of(ks)
             seq = []   # ("w", cmd, expected) | ("r", readcmd, key)
@@ -1019,7 +1033,7 @@ class Stress:
                 if r.random() < 0.4 and ep != "D":
                     rk = r.choice([k for (d, k) in self.keys_of(db, cmd) if d == db] or [cmd[1]])
                     seq.append(("r", self.read_cmd_for(r, rk), rk))
-            ws = time.monotonic()
+            ws = win.ws = time.monotonic()
             c.send([s[1] for s in seq])
             pending_reads = []
             own_idx = {}
@@ -1057,11 +1071,6 @@ class Stress:
                     # answered (later ones are this pipeline's later writes)
                     self.record_read(ep, None, db, rc, got, rs, re_, minidx=minidx, maxidx=maxidx, tag="pipe")
             self.counts["pipeline"] += 1
-        except (ConnectionError, OSError):
-            self.resync(ks, ep, locals().get("ws", time.monotonic()))
-            raise
-        finally:
-            self.unlock_keys(ks)
 
     def read_cmd_for(self, r, k):
         if k[0] in "it":
@@ -1077,15 +1086,14 @@ class Stress:
         keys = []
         for cmd in cmds:
             keys += self.keys_of(db, cmd)
-        ks = self.lock_keys(keys)
-        try:
+        with self.writing(keys, ep) as (ks, win):
             self.settle_ttls(ks)
             cur = self.cur_of(ks)
             # a read queued inside MULTI goes to Redis with it (C2)
             rk = None
             if r.random() < 0.5:
                 rk = r.choice([k for (d, k) in self.keys_of(db, cmds[-1]) if d == db] or [cmds[-1][1]])
-            ws = time.monotonic()
+            ws = win.ws = time.monotonic()
             allc = [["MULTI"]] + cmds + ([self.read_cmd_for(r, rk)] if rk else []) + [["EXEC"]]
             res = c.pipe(allc)
             we = time.monotonic()
@@ -1116,11 +1124,6 @@ class Stress:
             else:
                 self.resync(ks, ep, ws)
             self.counts["multi"] += 1
-        except (ConnectionError, OSError):
-            self.resync(ks, ep, locals().get("ws", time.monotonic()))
-            raise
-        finally:
-            self.unlock_keys(ks)
 
     def do_watch(self, r, c, ep, db):
         """WATCH k; read k (must be the latest state: C2); MULTI write EXEC."""
@@ -1128,8 +1131,7 @@ class Stress:
         if cmd[0] in ("FLUSHDB", "FLUSHALL"):
             return
         k = cmd[1] if cmd[0] != "EVAL" else cmd[3]
-        ks = self.lock_keys(self.keys_of(db, cmd))
-        try:
+        with self.writing(self.keys_of(db, cmd), ep) as (ks, win):
             self.settle_ttls(ks)
             cur = self.cur_of(ks)
             rc = self.read_cmd_for(r, k)
@@ -1145,7 +1147,7 @@ class Stress:
             elif obs_of(got) != want:
                 self.violations.append("C2 %s db%d: read under WATCH %r got %r, latest state %r"
                                        % (ep, db, rc, obs_of(got), want))
-            ws = time.monotonic()
+            ws = win.ws = time.monotonic()
             res = c.pipe([["MULTI"], cmd, ["EXEC"]])
             we = time.monotonic()
             if w != "OK" or not isinstance(res[2], list):
@@ -1165,14 +1167,7 @@ class Stress:
             if r.random() < 0.7:
                 c.call("UNWATCH")   # as go-redis does after EXEC (answered locally)
             if ep != "D" and r.random() < 0.5:
-                rs = time.monotonic()
-                got = c.call(*rc)
-                self.record_read(ep, None, db, rc, got, rs, time.monotonic(), tag="after-exec")
-        except (ConnectionError, OSError):
-            self.resync(ks, ep, locals().get("ws", time.monotonic()))
-            raise
-        finally:
-            self.unlock_keys(ks)
+                self.timed_read(c, ep, db, rc, "after-exec")
 
     # -------------------------------------------------------------- readers
     def record_read(self, ep, user, db, cmd, got, rs, re_, minidx=None, maxidx=None, tag=""):
