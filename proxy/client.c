@@ -1336,7 +1336,7 @@ static int client_dispatch(px_client *c, const char *frame) {
              * out and selects db 0: at its +RESET the session leaves the
              * tunnel as cmd_reset does (px_client_on_tunnel_reset), and
              * nothing after it is read until then */
-            c->pinned->resets_awaited++;
+            c->pinned->reset_awaited = 1;
             c->barrier = 1;
         }
         return DISPATCH_DONE;

@@ -160,8 +160,8 @@ void px_client_upstream_drained(px_client *c);
 /* Tunnel bytes from the client's own connection. */
 void px_client_on_tunnel_data(px_client *c, const char *data, size_t len);
 
-/* Redis answered +RESET to the last RESET the client sent in its tunnel
- * (upstream.c counts them): the session leaves the tunnel. */
+/* Redis answered +RESET to the RESET the client sent in its tunnel: the
+ * session leaves the tunnel. */
 void px_client_on_tunnel_reset(px_client *c);
 
 /* Writes a reply made here (a cache hit) to the client, which is closed

@@ -78,8 +78,8 @@ uint64_t px_lookup_generation(const px_lookup *l);
 
 /*
  * Answers a lookup from the cache: the dentry from its LOOKUP entry (never
- * an HGET entry: see lookup.c), the attr from the GET entry of i<inode>. Returns 1 with the reply in out
- * (appended), 0 when it must go to Redis.
+ * an HGET entry: see lookup.c), the attr from the GET entry of i<inode>.
+ * Returns 1 with the reply in out (appended), 0 when it must go to Redis.
  */
 int px_lookup_answer(px_lookup *l, int idx, cache *c, uint32_t part, int db, int proto,
                      const char *dkey, size_t dklen, const char *name, size_t nlen, int64_t now_ms,

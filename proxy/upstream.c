@@ -675,10 +675,10 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     }
     if (u->tunnel && u->head == NULL) {
         /* internal requests sent before the tunnel opened answer first */
-        if (u->resets_awaited > 0 && len == 8 && memcmp(data, "+RESET\r\n", 8) == 0 &&
-            --u->resets_awaited == 0) {
+        if (u->reset_awaited && len == 8 && memcmp(data, "+RESET\r\n", 8) == 0) {
             /* the reply to the client's RESET (no push or message is a
              * simple string): the client writes +RESET itself */
+            u->reset_awaited = 0;
             if (u->owner != NULL) px_client_on_tunnel_reset(u->owner);
             return;
         }

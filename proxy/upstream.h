@@ -193,7 +193,8 @@ typedef struct px_upstream {
     resp_reply_parser rp;
     struct px_client *owner;   /* pinned to this client, or NULL (shared) */
     int tunnel;                /* relay bytes to owner without matching */
-    int resets_awaited;        /* tunnel: the client's RESETs whose +RESET is to come */
+    int reset_awaited;         /* tunnel: the client sent RESET (reading nothing
+                                  more) and Redis's +RESET is to come */
     int shared_index;          /* index in pool->shared, or -1 */
     uint64_t id;               /* for logs */
     uint64_t tracked_epoch;    /* tracking on, for this caching epoch (0: off) */
