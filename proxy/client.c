@@ -373,6 +373,32 @@ static int watch_reply(px_client *c, px_req *r, const char *data, size_t len) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* DISCARD on the client's own connection */
+
+/*
+ * Redis refuses DISCARD to a user whose ACL denies it, and then stays inside
+ * MULTI with the transaction flagged: what the client sends next is queued
+ * and its EXEC is EXECABORT. So nothing after a DISCARD is sent until Redis
+ * answered it (a barrier: DISCARD is rare, JuiceFS never sends one), and a
+ * refusal puts the session back in MULTI. Redis's +OK teaches that the
+ * identity may DISCARD: a local transaction's DISCARD is then answered here
+ * (txn_local_dispatch). Only a PINNED connection is known to carry its
+ * pool's identity.
+ */
+static void discard_send(px_client *c, px_req *r) {
+    r->aux_flags |= PX_AUX_DISCARD;
+    if (c->mode == PX_MODE_PINNED) permission_probe(c, r, 0);
+    c->barrier = 1;
+}
+
+static void discard_reply(px_client *c, const px_req *r, const char *data, size_t len) {
+    int ok = !r->lost && resp_frame_is_ok(data, len);
+    c->barrier = 0;
+    if (c->mode == PX_MODE_PINNED) permission_learn(c, r, ok, &c->pool->discard_epoch);
+    if (!ok && !r->lost) c->in_multi = 1;
+}
+
+/* ------------------------------------------------------------------------ */
 /* replies from upstream */
 
 static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len);
@@ -487,6 +513,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     if (r->aux_flags & (PX_AUX_PING | PX_AUX_ECHO))
         permission_learn(c, r, !r->lost && !resp_frame_is_error(data, len),
                          (r->aux_flags & PX_AUX_PING) ? &c->pool->ping_epoch : &c->pool->echo_epoch);
+    if (r->aux_flags & PX_AUX_DISCARD) discard_reply(c, r, data, len);
     /* the client already has its +OK: Redis's is not relayed */
     int answered = (r->aux_flags & PX_AUX_WATCH) ? watch_reply(c, r, data, len) : 0;
     if (r->aux_flags & PX_AUX_TXN_CHECK) {
@@ -789,6 +816,7 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
         if (id == CMD_EXEC) txn_acl_exec(c, r);
     }
     if (watch) watch_send(c, c->pinned, r);
+    if (ends_txn && id == CMD_DISCARD) discard_send(c, r);
     /* a queued command's reply is +QUEUED or an error, with nothing to
      * learn: the next ones may join its record */
     if (queued && r->aux_flags == 0) r->run = 1;
@@ -959,6 +987,7 @@ static int txn_local_check(px_client *c, px_upstream *u, const char *data, size_
     }
     r->aux_flags |= PX_AUX_TXN_CHECK;
     d->aux_flags |= PX_AUX_CTL_DISCARD;
+    d->fill_token = c->srv->acl_epoch; /* its +OK teaches discard_epoch */
     px_upstream_send(u, m, multi_cmd, sizeof multi_cmd - 1);
     px_client_take_slot(c, r, u, len);
     px_upstream_send(u, r, data, len);
@@ -990,22 +1019,26 @@ static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) 
         reply_error(c, "EXECABORT Transaction discarded because of previous errors.");
         return DISPATCH_DONE;
     }
-    if (id == CMD_DISCARD) {
+    int multi_denied = c->pool->txn_denied == px_acl_mark(c->srv);
+    if (id == CMD_DISCARD && (multi_denied || permission_known(c, c->pool->discard_epoch))) {
+        /* (with MULTI refused now nothing of it can be on Redis) */
         txn_local_end(c, 0);
         reply_simple(c, "OK");
         return DISPATCH_DONE;
     }
-    if (local_txn_denied(c)) {
-        /* Redis refused this identity a MULTI or DISCARD since this
-         * transaction began: a check, or the block that takes it to a
-         * connection of its own, would run commands the client believes
-         * queued, or leave a connection inside MULTI. Disconnected, as on
-         * a lost connection. */
+    if (multi_denied) {
+        /* Redis refused this identity a MULTI since this transaction
+         * began: a check, or the block that takes it to a connection of
+         * its own, would run commands the client believes queued.
+         * Disconnected, as on a lost connection. */
         close_after_replies(c);
         return DISPATCH_DONE;
     }
-    if (act != ACT_FORWARD || c->txn_count >= TXN_LOCAL_MAX_COMMANDS ||
-        c->txn_frames.len + c->rq.frame_len > TXN_LOCAL_MAX_BYTES)
+    /* A DISCARD Redis may refuse goes there too: then the transaction stays
+     * open on Redis, as the client must see it. So does every command once a
+     * check's DISCARD was refused (it would leave a connection in MULTI). */
+    if (act != ACT_FORWARD || id == CMD_DISCARD || c->pool->discard_denied == px_acl_mark(c->srv) ||
+        c->txn_count >= TXN_LOCAL_MAX_COMMANDS || c->txn_frames.len + c->rq.frame_len > TXN_LOCAL_MAX_BYTES)
         return txn_local_to_pinned(c, frame);
     px_upstream *u = shared_conn(c);
     if (u == NULL) {

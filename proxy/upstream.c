@@ -725,8 +725,12 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         up_learn_access(u->srv, data, len, type == '-' || type == '!');
     } else if (r->kind == PX_REQ_TXN_CTL) {
         int discard = (r->aux_flags & PX_AUX_CTL_DISCARD) != 0;
+        uint64_t epoch = r->fill_token;
         px_req_release(u->srv, r);
-        if (!resp_frame_is_ok(data, len)) up_txn_refused(u, data, len, discard);
+        if (!resp_frame_is_ok(data, len))
+            up_txn_refused(u, data, len, discard);
+        else if (discard && u->pool != NULL && epoch == u->srv->acl_epoch)
+            u->pool->discard_epoch = px_acl_mark(u->srv); /* a client's DISCARD is answered here */
     } else {
         px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
         if (type == '-') note_readonly(u, data, len);

@@ -101,6 +101,11 @@ enum px_aux_flag {
     PX_AUX_PING = 1 << 19,     /* PING: a reply (not an error) means the pool's
                                   user may send it (fill_token: ACL epoch) */
     PX_AUX_ECHO = 1 << 20,     /* the same for ECHO */
+    PX_AUX_DISCARD = 1 << 21,  /* DISCARD of a transaction on the client's own
+                                  connection: nothing else is sent until its
+                                  reply, for Redis keeps the transaction
+                                  open if it refuses it (an ACL without
+                                  DISCARD) */
 };
 
 typedef struct px_req {
@@ -173,8 +178,8 @@ typedef struct px_pool {
      * (caching.c) do not fill, rather than ask again at every miss */
     uint64_t ttl_denied;
     /* px_acl_mark() when Redis last answered this identity's PING, ECHO (not
-     * NOPERM): then sidecache answers them */
-    uint64_t ping_epoch, echo_epoch;
+     * NOPERM), or DISCARD inside MULTI (+OK): then sidecache answers them */
+    uint64_t ping_epoch, echo_epoch, discard_epoch;
 } px_pool;
 
 typedef struct px_upstream {

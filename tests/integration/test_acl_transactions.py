@@ -212,3 +212,73 @@ def test_exec_denied_leaves_local_transactions_as_redis_has_them(proxy, upstream
         got += transcript(b, steps[2:])
     assert got == want, (got, want)
     assert upstream.client().mget("k1", "k2") == [None, None]
+
+
+DISCARD_DENIED_STEPS = {
+    # nothing queued: the proxy has not asked Redis anything yet
+    "empty": [("MULTI",), ("DISCARD",), ("SET", "k", "v"), ("EXEC",), ("GET", "k")],
+    # a queued command first: its check's DISCARD is what Redis refuses
+    "checked": [("MULTI",), ("SET", "a", "1"), ("DISCARD",), ("SET", "k", "v"), ("EXEC",), ("GET", "k"),
+                ("GET", "a")],
+    # on the client's own connection
+    "watched": [("WATCH", "w"), ("MULTI",), ("SET", "a", "1"), ("DISCARD",), ("SET", "k", "v"), ("EXEC",),
+                ("GET", "k"), ("GET", "a")],
+}
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-by-one", "pipelined"])
+@pytest.mark.parametrize("case", sorted(DISCARD_DENIED_STEPS))
+def test_discard_denied_keeps_the_transaction_open_as_redis_does(proxy, upstream, ref, case, pipelined):
+    """DISCARD denied: Redis answers NOPERM and stays inside MULTI, the
+    transaction flagged, so what the client sends next is queued and its
+    EXEC is EXECABORT: nothing runs. The proxy must not answer DISCARD
+    itself (+OK) and then run those commands at once."""
+    deny(upstream, "discard")
+    deny(ref, "discard")
+    steps = DISCARD_DENIED_STEPS[case]
+
+    def run(ep):
+        with ep.raw() as c:
+            if not pipelined:
+                return transcript(c, steps)
+            c.send(b"".join(encode(*s) for s in steps))
+            return [f.raw for f in c.read_frames(len(steps))]
+
+    want = run(ref)
+    assert want[steps.index(("DISCARD",))].startswith(b"-NOPERM"), want
+    assert run(proxy) == want
+    assert upstream.client().mget("k", "a") == [None, None]
+
+
+def test_discard_allowed_is_answered_as_redis_answers_it(proxy, ref):
+    """The same sequences for a user who may DISCARD, twice (the second
+    time the proxy knows DISCARD is allowed): every reply as Redis's."""
+    for steps in DISCARD_DENIED_STEPS.values():
+        for _ in range(2):
+            with proxy.raw() as c, ref.raw() as r:
+                assert transcript(c, steps) == transcript(r, steps), steps
+
+
+def test_discard_is_answered_locally_once_redis_allowed_one(proxy):
+    """The price of asking Redis is paid once per user: a DISCARD of a
+    local transaction goes to a connection of its own only while the proxy
+    does not know that Redis allows it. A check's DISCARD (a queued
+    command) teaches it as well as the client's own."""
+    def pinned_by(steps):
+        before = sidecache_info(proxy)["txn_pinned"]
+        with proxy.raw() as c:
+            assert transcript(c, steps)[-1] == b"+OK\r\n"
+        return sidecache_info(proxy)["txn_pinned"] - before
+
+    assert pinned_by([("MULTI",), ("DISCARD",)]) == 1
+    assert pinned_by([("MULTI",), ("DISCARD",)]) == 0
+    assert pinned_by([("MULTI",), ("SET", "a", "1"), ("DISCARD",)]) == 0
+
+
+def test_a_check_teaches_that_discard_is_allowed(proxy_factory):
+    p = proxy_factory()
+    before = sidecache_info(p)["txn_pinned"]
+    with p.raw() as c:
+        assert transcript(c, [("MULTI",), ("SET", "a", "1"), ("DISCARD",), ("MULTI",), ("DISCARD",)]) == [
+            b"+OK\r\n", b"+QUEUED\r\n", b"+OK\r\n", b"+OK\r\n", b"+OK\r\n"]
+    assert sidecache_info(p)["txn_pinned"] == before
