@@ -225,6 +225,8 @@ static void clear_pending_state(px_client *c) {
     free(c->pend_user), c->pend_user = NULL;
     free(c->pend_pass), c->pend_pass = NULL;
     free(c->pend_name), c->pend_name = NULL;
+    free(c->pend_value), c->pend_value = NULL;
+    c->pend_field = NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -385,6 +387,8 @@ static int watch_reply(px_client *c, px_req *r, const char *data, size_t len) {
  * (txn_local_dispatch). Only a PINNED connection is known to carry its
  * pool's identity.
  */
+static void client_local_reply(px_client *c, px_req *r, const char **data, size_t *len, resp_buf *out);
+
 static void discard_send(px_client *c, px_req *r) {
     r->aux_flags |= PX_AUX_DISCARD;
     if (c->mode == PX_MODE_PINNED) permission_probe(c, r, 0);
@@ -414,9 +418,13 @@ static int early_add(px_client *c, px_req *r, const char *data, size_t len) {
     return 0;
 }
 
+static void client_local_apply(px_client *c);
+
 static void apply_state_change(px_client *c, px_req *r, int ok) {
     px_pool *target = NULL;
-    if (ok) {
+    if (ok && r->kind == PX_REQ_CLIENT_LOCAL) {
+        client_local_apply(c); /* the session's identity is unchanged */
+    } else if (ok) {
         switch (r->kind) {
         case PX_REQ_SELECT:
             c->db = c->pend_db;
@@ -529,6 +537,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     }
     resp_buf rewritten;
     resp_buf_init(&rewritten);
+    if (r->kind == PX_REQ_CLIENT_LOCAL) client_local_reply(c, r, &data, &len, &rewritten);
     /* The cache learns from every reply, also one its client no longer
      * waits for: a write that happened must invalidate all the same. */
     if (c->srv->caching != NULL) {
@@ -1078,40 +1087,134 @@ static void cmd_ping(px_client *c) {
     reply_buf(c, &c->scratch);
 }
 
+/* (arity checked by answer_local) */
 static void cmd_echo(px_client *c) {
-    if (c->rq.argc != 2) return reply_arity(c, "echo");
     resp_buf_reset(&c->scratch);
     resp_enc_bulk(&c->scratch, c->rq.argv[1].ptr, c->rq.argv[1].len);
     reply_buf(c, &c->scratch);
 }
 
-/* CLIENT subcommands that the proxy keeps per session. */
-static void cmd_client_local(px_client *c) {
+/*
+ * CLIENT SETNAME, GETNAME and SETINFO: the name and library of the session
+ * (its shared connection is other clients' too), answered here. Redis's ACL
+ * may deny each of them (client|setname ...), and where Redis wants a
+ * password a client without one gets NOAUTH; so they are answered here only
+ * once Redis has let this identity send that subcommand (pool
+ * client_epoch). Until then Redis is asked with a form of it that changes
+ * nothing (an invalid name; GETNAME as it is): its refusal (NOPERM, NOAUTH)
+ * is relayed, anything else means allowed, and the client gets the answer
+ * made here (client_local_reply). Nothing else is sent meanwhile.
+ */
+enum client_local_sub { CLIENT_SETNAME, CLIENT_GETNAME, CLIENT_SETINFO };
+
+static int client_local_sub(const px_client *c) {
     const resp_arg *a = c->rq.argv;
-    if (resp_arg_is(a[1].ptr, a[1].len, "SETNAME")) {
+    if (resp_arg_is(a[1].ptr, a[1].len, "SETNAME")) return CLIENT_SETNAME;
+    return resp_arg_is(a[1].ptr, a[1].len, "GETNAME") ? CLIENT_GETNAME : CLIENT_SETINFO;
+}
+
+static void enc_error(resp_buf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void enc_error(resp_buf *out, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    for (char *p = msg; *p; p++)
+        if (*p == '\r' || *p == '\n') *p = ' ';
+    resp_enc_error(out, msg);
+}
+
+/* Redis's answer to the command, in out; a change it makes goes to
+ * c->pend_field (the field, NULL if none) and c->pend_value. */
+static void client_local_answer(px_client *c, resp_buf *out) {
+    const resp_arg *a = c->rq.argv;
+    resp_buf_reset(out);
+    switch (client_local_sub(c)) {
+    case CLIENT_SETNAME:
         if (!valid_name(a[2].ptr, a[2].len))
-            return reply_error(c, "ERR Client names cannot contain spaces, newlines or special characters.");
-        set_str(&c->name, a[2].len ? a[2].ptr : NULL, a[2].len);
-        return reply_simple(c, "OK");
-    }
-    if (resp_arg_is(a[1].ptr, a[1].len, "GETNAME")) {
-        resp_buf_reset(&c->scratch);
+            return enc_error(out, "ERR Client names cannot contain spaces, newlines or special characters.");
+        c->pend_field = &c->name;
+        set_str(&c->pend_value, a[2].len ? a[2].ptr : NULL, a[2].len);
+        resp_enc_simple(out, "OK");
+        return;
+    case CLIENT_GETNAME:
         if (c->name)
-            resp_enc_bulk_str(&c->scratch, c->name);
+            resp_enc_bulk_str(out, c->name);
         else
-            resp_enc_null(&c->scratch, c->proto);
-        return reply_buf(c, &c->scratch);
-    }
-    /* SETINFO */
-    if (resp_arg_is(a[2].ptr, a[2].len, "LIB-NAME") || resp_arg_is(a[2].ptr, a[2].len, "LIB-VER")) {
+            resp_enc_null(out, c->proto);
+        return;
+    default: {
+        int lib_name = resp_arg_is(a[2].ptr, a[2].len, "LIB-NAME");
+        if (!lib_name && !resp_arg_is(a[2].ptr, a[2].len, "LIB-VER"))
+            return enc_error(out, "ERR Unrecognized option '%.*s'", (int)(a[2].len > 64 ? 64 : a[2].len), a[2].ptr);
         if (!valid_name(a[3].ptr, a[3].len))
-            return reply_error(c, "ERR %s cannot contain spaces, newlines or special characters.",
-                               resp_arg_is(a[2].ptr, a[2].len, "LIB-NAME") ? "lib-name" : "lib-ver");
-        set_str(resp_arg_is(a[2].ptr, a[2].len, "LIB-NAME") ? &c->lib_name : &c->lib_ver, a[3].ptr,
-                a[3].len);
-        return reply_simple(c, "OK");
+            return enc_error(out, "ERR %s cannot contain spaces, newlines or special characters.",
+                             lib_name ? "lib-name" : "lib-ver");
+        c->pend_field = lib_name ? &c->lib_name : &c->lib_ver;
+        set_str(&c->pend_value, a[3].ptr, a[3].len);
+        resp_enc_simple(out, "OK");
     }
-    reply_error(c, "ERR Unrecognized option '%.*s'", (int)(a[2].len > 64 ? 64 : a[2].len), a[2].ptr);
+    }
+}
+
+static void client_local_apply(px_client *c) {
+    if (c->pend_field == NULL) return;
+    free(*c->pend_field);
+    *c->pend_field = c->pend_value;
+    c->pend_value = NULL;
+    c->pend_field = NULL;
+}
+
+/* Asks Redis, on the connection of the session's identity, whether it
+ * allows the subcommand; the answer waits in the request (aux). */
+static int client_local_ask(px_client *c, int sub) {
+    static const char *const probes[] = {
+        [CLIENT_SETNAME] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$15\r\nsidecache probe\r\n",
+        [CLIENT_GETNAME] = "*2\r\n$6\r\nCLIENT\r\n$7\r\nGETNAME\r\n",
+        [CLIENT_SETINFO] = "*4\r\n$6\r\nCLIENT\r\n$7\r\nSETINFO\r\n$8\r\nLIB-NAME\r\n$15\r\nsidecache probe\r\n",
+    };
+    px_upstream *u = c->mode == PX_MODE_PINNED ? c->pinned : shared_conn(c);
+    if (u == NULL) {
+        reply_unavailable(c, c->pool);
+        return DISPATCH_DONE;
+    }
+    if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
+    client_local_answer(c, &c->scratch);
+    char *answer = malloc(c->scratch.len);
+    px_req *r = answer != NULL ? forward_to(c, u, PX_REQ_CLIENT_LOCAL, probes[sub], strlen(probes[sub]), 0) : NULL;
+    if (r == NULL) {
+        free(answer);
+        if (c->state != PX_CLIENT_CLOSED) client_close(c, "out of memory");
+        return DISPATCH_DONE;
+    }
+    memcpy(answer, c->scratch.data, c->scratch.len);
+    r->aux = answer;
+    r->aux_len = c->scratch.len;
+    permission_probe(c, r, 0);
+    c->pend_client = sub;
+    c->barrier = 1;
+    return DISPATCH_DONE;
+}
+
+/* Redis's reply to client_local_ask: relayed if a refusal, else replaced
+ * by the answer made here (copied to out: r goes before it is written). */
+static void client_local_reply(px_client *c, px_req *r, const char **data, size_t *len, resp_buf *out) {
+    int refused = r->lost || (*len >= 7 && (memcmp(*data, "-NOPERM", 7) == 0 || memcmp(*data, "-NOAUTH", 7) == 0));
+    if (refused) return;
+    permission_learn(c, r, 1, &c->pool->client_epoch[c->pend_client]);
+    if (resp_buf_append(out, r->aux, r->aux_len) != 0) return client_close(c, "out of memory");
+    *data = out->data;
+    *len = out->len;
+}
+
+static int cmd_client_local(px_client *c) {
+    int sub = client_local_sub(c);
+    if (!permission_known(c, c->pool->client_epoch[sub])) return client_local_ask(c, sub);
+    client_local_answer(c, &c->scratch);
+    client_local_apply(c);
+    reply_buf(c, &c->scratch);
+    return DISPATCH_DONE;
 }
 
 /* The session as a new connection's, in the upstream's db, on the shared
@@ -1314,27 +1417,29 @@ static int classify(px_client *c, const resp_cmd_info *info) {
     return ACT_FORWARD;
 }
 
-/* Answers a command the proxy keeps locally. Returns 1 if answered, 0 if
- * it must go to Redis after all: while it is not yet known whether Redis
- * lets a client without credentials in, PING and ECHO ask Redis. */
+/* Answers a command the proxy keeps locally: DISPATCH_DONE or
+ * DISPATCH_WAIT, or ANSWER_FORWARD if it must go to Redis after all (PING
+ * and ECHO while it is not known that Redis lets this identity send them,
+ * or lets a client without credentials in). */
+#define ANSWER_FORWARD (-1)
 static int answer_local(px_client *c, const resp_cmd_info *info) {
+    /* Redis checks the arity its command table gives (ECHO's 2, PING's at
+     * least 1) before it asks for a password; PING's limit of 2 is PING's */
+    if (info->id == CMD_ECHO && c->rq.argc != 2) return reply_arity(c, "echo"), DISPATCH_DONE;
     if (c->pass == NULL && c->srv->open_access == 0) {
         reply_error(c, "NOAUTH Authentication required.");
-        return 1;
+        return DISPATCH_DONE;
     }
-    if (c->pass == NULL && c->srv->open_access < 0 && info->id != CMD_CLIENT) return 0;
+    if (info->id == CMD_CLIENT) return cmd_client_local(c);
     /* PING and ECHO once Redis has answered them for this identity: its
      * ACL may deny them (px_client_on_reply learns it) */
-    if ((info->id == CMD_PING && !permission_known(c, c->pool->ping_epoch)) ||
-        (info->id == CMD_ECHO && !permission_known(c, c->pool->echo_epoch)))
-        return 0;
+    if (!permission_known(c, info->id == CMD_PING ? c->pool->ping_epoch : c->pool->echo_epoch))
+        return ANSWER_FORWARD;
     if (info->id == CMD_PING)
         cmd_ping(c);
-    else if (info->id == CMD_ECHO)
-        cmd_echo(c);
     else
-        cmd_client_local(c);
-    return 1;
+        cmd_echo(c);
+    return DISPATCH_DONE;
 }
 
 /* Routes one parsed request. DISPATCH_WAIT leaves it unconsumed, to be
@@ -1424,9 +1529,11 @@ static int client_dispatch(px_client *c, const char *frame) {
     }
     if (c->mode == PX_MODE_PINNED) {
         switch (act) {
-        case ACT_LOCAL:
-            if (answer_local(c, info)) return DISPATCH_DONE;
+        case ACT_LOCAL: {
+            int rc = answer_local(c, info);
+            if (rc != ANSWER_FORWARD) return rc;
             break;
+        }
         case ACT_TUNNEL:
             if (c->inflight > 0) return DISPATCH_WAIT;
             enter_tunnel(c, frame);
@@ -1447,9 +1554,11 @@ static int client_dispatch(px_client *c, const char *frame) {
 
     /* SHARED */
     switch (act) {
-    case ACT_LOCAL:
-        if (answer_local(c, info)) return DISPATCH_DONE;
+    case ACT_LOCAL: {
+        int rc = answer_local(c, info);
+        if (rc != ANSWER_FORWARD) return rc;
         break;
+    }
     case ACT_STATE:
         return cmd_state(c, id, frame);
     case ACT_TXN:

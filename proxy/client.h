@@ -125,6 +125,10 @@ typedef struct px_client {
     /* pending session change, applied when Redis accepts it */
     int pend_db, pend_proto;
     char *pend_user, *pend_pass, *pend_name;
+    /* a CLIENT SETNAME / GETNAME / SETINFO that waits for Redis's
+     * permission (client.c): which, and the field it sets with its value */
+    int pend_client;
+    char **pend_field, *pend_value;
 
     int64_t last_active_ms;     /* input read, or output written (cron) */
     size_t cron_pending;        /* output pending at the last cron */

@@ -45,6 +45,9 @@ enum px_req_kind {
     PX_REQ_SELECT,      /* reply decides a session-state change (see client.c) */
     PX_REQ_AUTH,
     PX_REQ_HELLO,
+    PX_REQ_CLIENT_LOCAL, /* CLIENT SETNAME, GETNAME or SETINFO, answered by the
+                            proxy if Redis allows it (client.c; aux: the
+                            answer) */
     PX_REQ_DISCARD,     /* internal request: reply dropped */
     PX_REQ_TRACKING,    /* internal: CLIENT TRACKING ON REDIRECT; +OK marks the
                            connection tracked for epoch fill_token */
@@ -180,6 +183,8 @@ typedef struct px_pool {
     /* px_acl_mark() when Redis last answered this identity's PING, ECHO (not
      * NOPERM), or DISCARD inside MULTI (+OK): then sidecache answers them */
     uint64_t ping_epoch, echo_epoch, discard_epoch;
+    /* the same for CLIENT SETNAME, GETNAME, SETINFO (not NOPERM, NOAUTH) */
+    uint64_t client_epoch[3];
 } px_pool;
 
 typedef struct px_upstream {

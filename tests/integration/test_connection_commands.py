@@ -276,3 +276,74 @@ def test_ping_and_echo_of_a_user_denied_them(proxy, upstream):
     with proxy.raw(auth=True) as c:
         for _ in range(3):
             assert [c.cmd("PING").raw, c.cmd("ECHO", "x").raw] == [b"+PONG\r\n", b"$1\r\nx\r\n"]
+
+
+NOCLIENT = ["--user", "noclient", "on", ">pw", "~*", "&*", "+@all", "-client|setname", "-client|getname"]
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-by-one", "pipelined"])
+def test_client_name_commands_of_a_user_denied_them(redis_factory, ref_factory, proxy_factory, pipelined):
+    """CLIENT SETNAME, GETNAME and SETINFO are the session's own, kept by
+    the proxy, but Redis's ACL may deny them: such a user gets NOPERM, every
+    time (redis-py's client_name= then fails to connect, as it does on
+    Redis), and the name is not set; a user allowed them gets them, and
+    the proxy then answers them itself."""
+    up = redis_factory(args=NOCLIENT)
+    ref = ref_factory(like=up)
+    proxy = proxy_factory(up=up)
+    steps = [("AUTH", "noclient", "pw"), ("CLIENT", "SETNAME", "x"), ("CLIENT", "GETNAME"),
+             ("CLIENT", "SETNAME", "a b"), ("HELLO", "3", "SETNAME", "y"), ("CLIENT", "GETNAME"),
+             ("AUTH", "default", "x"), ("CLIENT", "SETNAME", "z"), ("CLIENT", "GETNAME"),
+             ("AUTH", "noclient", "pw"), ("CLIENT", "GETNAME"), ("CLIENT", "SETNAME", "w")]
+
+    def run(ep):
+        with ep.raw() as c:
+            if not pipelined:
+                return [c.cmd(*s).raw for s in steps]
+            c.send(b"".join(encode(*s) for s in steps))
+            return [f.raw for f in c.read_frames(len(steps))]
+
+    want = [norm(w) for w in run(ref)]
+    assert want[1] == b"-NOPERM this user has no permissions to run the 'client|setname' command\r\n", want
+    for _ in range(2):
+        assert [norm(g) for g in run(proxy)] == want
+    # SETINFO (Redis 7.2) is answered as 7.2 answers it: Redis 7.0 does not
+    # know it, so its ACL cannot deny it
+    with proxy.raw() as c:
+        assert c.cmd("AUTH", "noclient", "pw").raw == b"+OK\r\n"
+        assert c.cmd("CLIENT", "SETINFO", "LIB-NAME", "l").raw == b"+OK\r\n"
+
+
+def test_client_name_commands_before_the_proxy_knows_redis_wants_a_password(redis_factory, ref_factory,
+                                                                           proxy_factory):
+    """Until the proxy has learnt that Redis wants a password (its probe is
+    answered; Redis is kept busy meanwhile), a client that sent no AUTH
+    gets NOAUTH for CLIENT SETNAME and GETNAME, as from Redis."""
+    up = redis_factory(requirepass="pw")
+    ref = ref_factory(like=up)
+    busy = up.raw(auth=True)
+    busy.send_cmd("DEBUG", "SLEEP", "1.5")
+    try:
+        proxy = proxy_factory(up=up, upstream_url="redis://default:pw@127.0.0.1:%d" % up.port)
+        steps = [("CLIENT", "SETNAME", "x"), ("CLIENT", "GETNAME"), ("ECHO",), ("PING", "a", "b"),
+                 ("AUTH", "pw"), ("CLIENT", "GETNAME"), ("CLIENT", "SETNAME", "x"), ("CLIENT", "GETNAME")]
+        got = assert_same_steps(proxy, ref, steps, auth=False)
+        assert got[0][1] == b"-NOAUTH Authentication required.\r\n", got
+    finally:
+        busy.close()
+
+
+def test_client_name_commands_are_answered_locally_once_allowed(proxy, upstream):
+    """The probe is paid once per user: after the first SETNAME and GETNAME,
+    Redis sees no more CLIENT commands from the proxy."""
+    def client_calls():
+        stats = upstream.client().info("commandstats")
+        return sum(v["calls"] for k, v in stats.items() if k.startswith("cmdstat_client|"))
+
+    with proxy.raw() as c:
+        assert [c.cmd("CLIENT", "SETNAME", "n1").raw, c.cmd("CLIENT", "GETNAME").raw] == [b"+OK\r\n", b"$2\r\nn1\r\n"]
+        before = client_calls()
+        for i in range(5):
+            assert c.cmd("CLIENT", "SETNAME", "m%d" % i).raw == b"+OK\r\n"
+            assert c.cmd("CLIENT", "GETNAME").raw == b"$2\r\nm%d\r\n" % i
+        assert client_calls() == before
