@@ -1270,9 +1270,15 @@ static int cmd_state(px_client *c, int id, const char *frame) {
         if (argc != 2) return reply_arity(c, "select"), DISPATCH_DONE;
         char num[32];
         long long v;
-        /* read as Redis reads it (getIntFromObjectOrReply) */
-        if (!resp_string2ll(a[1].ptr, a[1].len, &v) || v > INT_MAX || v < INT_MIN) goto notint;
-        if (v < 0) return reply_error(c, "ERR DB index is out of range"), DISPATCH_DONE;
+        /* an index no db has: Redis answers it, after its NOAUTH and ACL
+         * checks, with the error for what is wrong; it changes nothing */
+        if (!resp_string2ll(a[1].ptr, a[1].len, &v) || v > INT_MAX || v < 0) {
+            px_upstream *u = shared_conn(c);
+            if (u == NULL) return reply_unavailable(c, c->pool), DISPATCH_DONE;
+            if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
+            forward_current(c, u, frame);
+            return DISPATCH_DONE;
+        }
         db = (int)v;
         snprintf(num, sizeof num, "%d", db);
         c->pend_db = db;
@@ -1359,10 +1365,6 @@ static int cmd_state(px_client *c, int id, const char *frame) {
     }
     forward_to(c, u, kind, b->data, b->len, 0);
     c->barrier = 1;
-    return DISPATCH_DONE;
-
-notint:
-    reply_error(c, "ERR value is not an integer or out of range");
     return DISPATCH_DONE;
 }
 

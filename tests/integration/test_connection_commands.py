@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from helpers import Push, Simple, assert_same_runs, assert_same_steps, encode
+from helpers import Push, Simple, assert_same_runs, assert_same_steps, encode, wait_until
 
 ID_RE = re.compile(rb"(\$2\r\nid\r\n):\d+\r\n")
 
@@ -347,3 +347,18 @@ def test_client_name_commands_are_answered_locally_once_allowed(proxy, upstream)
             assert c.cmd("CLIENT", "SETNAME", "m%d" % i).raw == b"+OK\r\n"
             assert c.cmd("CLIENT", "GETNAME").raw == b"$2\r\nm%d\r\n" % i
         assert client_calls() == before
+
+
+def test_select_errors_come_in_redis_order(redis_factory, ref_factory, proxy_factory):
+    """Redis checks SELECT's arity, then the password, then the ACL, and
+    only then the index, with its own text for each way it is wrong."""
+    up = redis_factory(requirepass="pw", args=["--user", "noselect", "on", ">pw", "~*", "&*", "+@all", "-select"])
+    ref = ref_factory(like=up)
+    proxy = proxy_factory(up=up, upstream_url="redis://default:pw@127.0.0.1:%d" % up.port)
+    with proxy.raw() as c:  # the proxy has learnt that Redis wants a password
+        wait_until(lambda: c.cmd("PING").raw.startswith(b"-NOAUTH"), what="the proxy to learn about the password")
+    bad = [("SELECT", "x"), ("SELECT", "-1"), ("SELECT", "2147483648"), ("SELECT", "-2147483649"),
+           ("SELECT", "99999999999"), ("SELECT", "1.5"), ("SELECT", "16")]
+    steps = [("SELECT",), *bad, ("AUTH", "pw"), *bad, ("SELECT", "3"), ("SET", "k", "3"), ("SELECT", "0"),
+             ("AUTH", "noselect", "pw"), *bad, ("SELECT", "3"), ("GET", "k")]
+    assert_same_steps(proxy, ref, steps, auth=False)
