@@ -1393,8 +1393,11 @@ static int classify(px_client *c, const resp_cmd_info *info) {
             resp_arg_is(a[1].ptr, a[1].len, "CACHING"))
             return ACT_TUNNEL;
         /* GETREDIR and TRACKINGINFO describe the connection's tracking: a
-         * shared one's is sidecache's own (tracking-mode default, optin) */
-        if (resp_arg_is(a[1].ptr, a[1].len, "ID") || resp_arg_is(a[1].ptr, a[1].len, "NO-EVICT") ||
+         * shared one's is sidecache's own (tracking-mode default, optin);
+         * INFO a shared one's name, id and age: a client that looks for
+         * its own connection (to kill it, say) must find one */
+        if (resp_arg_is(a[1].ptr, a[1].len, "ID") || resp_arg_is(a[1].ptr, a[1].len, "INFO") ||
+            resp_arg_is(a[1].ptr, a[1].len, "NO-EVICT") ||
             resp_arg_is(a[1].ptr, a[1].len, "NO-TOUCH") || resp_arg_is(a[1].ptr, a[1].len, "GETREDIR") ||
             resp_arg_is(a[1].ptr, a[1].len, "TRACKINGINFO"))
             return ACT_STICKY;

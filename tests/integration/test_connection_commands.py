@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from helpers import Push, Simple, assert_same_runs, assert_same_steps, encode, wait_until
+from helpers import ConnectionClosed, Push, Simple, assert_same_runs, assert_same_steps, encode, wait_until
 
 ID_RE = re.compile(rb"(\$2\r\nid\r\n):\d+\r\n")
 
@@ -362,3 +362,21 @@ def test_select_errors_come_in_redis_order(redis_factory, ref_factory, proxy_fac
     steps = [("SELECT",), *bad, ("AUTH", "pw"), *bad, ("SELECT", "3"), ("SET", "k", "3"), ("SELECT", "0"),
              ("AUTH", "noselect", "pw"), *bad, ("SELECT", "3"), ("GET", "k")]
     assert_same_steps(proxy, ref, steps, auth=False)
+
+
+def test_client_info_describes_the_clients_own_connection(proxy, upstream):
+    """CLIENT INFO shows the client's name and the id CLIENT ID gives, and
+    another client finds it by that name in CLIENT LIST and can kill it
+    with CLIENT KILL ID, as on Redis (it gets a connection of its own, as
+    with CLIENT ID; a shared connection is other clients' too)."""
+    with proxy.raw() as c, proxy.raw() as admin:
+        assert c.cmd("CLIENT", "SETNAME", "app-7").raw == b"+OK\r\n"
+        info = bytes(c.cmd("CLIENT", "INFO").value)
+        assert re.search(rb" name=app-7 ", info), info
+        cid = int(re.search(rb"^id=(\d+) ", info).group(1))
+        assert c.cmd("CLIENT", "ID").value == cid
+        listed = bytes(admin.cmd("CLIENT", "LIST").value)
+        assert re.search(rb"^id=%d .* name=app-7 " % cid, listed, re.M), listed
+        assert admin.cmd("CLIENT", "KILL", "ID", str(cid)).value == 1
+        with pytest.raises(ConnectionClosed):
+            c.cmd("PING", timeout=3)
