@@ -564,6 +564,17 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     if (answered == 2) client_close(c, "WATCH answered ahead was refused");
 }
 
+/* Whether Redis accepted a session change: its reply is no error, or for
+ * a HELLO with an option it refuses, that refusal (the options before it
+ * held). */
+static int state_accepted(const px_req *r, const char *data, size_t len) {
+    static const char name[] = "-ERR Client names ", syntax[] = "-ERR Syntax error in HELLO option ";
+    if (r->aux_flags & PX_AUX_HELLO_REFUSED)
+        return (len > sizeof name - 1 && memcmp(data, name, sizeof name - 1) == 0) ||
+               (len > sizeof syntax - 1 && memcmp(data, syntax, sizeof syntax - 1) == 0);
+    return !resp_frame_is_error(data, len);
+}
+
 static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len) {
     c->inflight--;
     if (c->inflight == 0) c->inflight_on = NULL;
@@ -573,7 +584,7 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
         if (c->inflight == 0) queue_reap(c);
         return;
     }
-    if (r->kind != PX_REQ_CLIENT) apply_state_change(c, r, !resp_frame_is_error(data, len));
+    if (r->kind != PX_REQ_CLIENT) apply_state_change(c, r, state_accepted(r, data, len));
 
     if (r == c->slots_head) {
         slot_pop(c, r);
@@ -1252,6 +1263,17 @@ void px_client_on_tunnel_reset(px_client *c) {
     resume_input(c);
 }
 
+/* A SELECT that Redis can only refuse goes as it is to the session's
+ * shared connection, for Redis to answer after its own checks
+ * (NOAUTH, ACL), which come first. */
+static int forward_refused(px_client *c, const char *frame) {
+    px_upstream *u = shared_conn(c);
+    if (u == NULL) return reply_unavailable(c, c->pool), DISPATCH_DONE;
+    if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
+    forward_current(c, u, frame);
+    return DISPATCH_DONE;
+}
+
 /*
  * SELECT, AUTH and HELLO: the command goes to a shared connection of the
  * pool of the identity it asks for, where it is a no-op if Redis accepts it
@@ -1261,7 +1283,7 @@ void px_client_on_tunnel_reset(px_client *c) {
 static int cmd_state(px_client *c, int id, const char *frame) {
     const resp_arg *a = c->rq.argv;
     int argc = c->rq.argc;
-    int kind, db = c->db, proto = c->proto;
+    int kind, db = c->db, proto = c->proto, bad_at = 0, auth_at = 0;
     const char *user = c->user, *pass = c->pass;
     resp_buf *b = &c->scratch;
 
@@ -1272,13 +1294,7 @@ static int cmd_state(px_client *c, int id, const char *frame) {
         long long v;
         /* an index no db has: Redis answers it, after its NOAUTH and ACL
          * checks, with the error for what is wrong; it changes nothing */
-        if (!resp_string2ll(a[1].ptr, a[1].len, &v) || v > INT_MAX || v < 0) {
-            px_upstream *u = shared_conn(c);
-            if (u == NULL) return reply_unavailable(c, c->pool), DISPATCH_DONE;
-            if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
-            forward_current(c, u, frame);
-            return DISPATCH_DONE;
-        }
+        if (!resp_string2ll(a[1].ptr, a[1].len, &v) || v > INT_MAX || v < 0) return forward_refused(c, frame);
         db = (int)v;
         snprintf(num, sizeof num, "%d", db);
         c->pend_db = db;
@@ -1308,25 +1324,21 @@ static int cmd_state(px_client *c, int id, const char *frame) {
             }
             proto = (int)v;
         }
-        for (int i = 2; i < argc; i++) {
+        /* Redis 7.0 applies the options one by one (AUTH logs in, SETNAME
+         * names) and stops at the first it refuses, keeping what it did;
+         * then it wants the client logged in */
+        for (int i = 2; i < argc && !bad_at; i++) {
             int more = argc - i - 1;
             if (resp_arg_is(a[i].ptr, a[i].len, "AUTH") && more >= 2) {
+                auth_at = i;
                 set_str(&c->pend_user, a[i + 1].ptr, a[i + 1].len);
                 set_str(&c->pend_pass, a[i + 2].ptr, a[i + 2].len);
                 i += 2;
-            } else if (resp_arg_is(a[i].ptr, a[i].len, "SETNAME") && more >= 1) {
-                if (!valid_name(a[i + 1].ptr, a[i + 1].len)) {
-                    clear_pending_state(c);
-                    reply_error(c, "ERR Client names cannot contain spaces, newlines or special characters.");
-                    return DISPATCH_DONE;
-                }
+            } else if (resp_arg_is(a[i].ptr, a[i].len, "SETNAME") && more >= 1 && valid_name(a[i + 1].ptr, a[i + 1].len)) {
                 set_str(&c->pend_name, a[i + 1].ptr, a[i + 1].len);
                 i += 1;
             } else {
-                clear_pending_state(c);
-                reply_error(c, "ERR Syntax error in HELLO option '%.*s'", (int)(a[i].len > 64 ? 64 : a[i].len),
-                            a[i].ptr);
-                return DISPATCH_DONE;
+                bad_at = i; /* an invalid name, or not an option */
             }
         }
         if (c->pend_pass != NULL) {
@@ -1334,12 +1346,28 @@ static int cmd_state(px_client *c, int id, const char *frame) {
             user = c->pend_user;
             pass = c->pend_pass;
         }
+        if (bad_at) proto = c->proto; /* Redis did not get that far */
         c->pend_proto = proto;
         kind = PX_REQ_HELLO;
         char pv[4];
         snprintf(pv, sizeof pv, "%d", proto);
         resp_buf_reset(b);
-        if (c->pend_pass != NULL)
+        if (bad_at) {
+            /* Redis refuses what the client sent from bad_at on, after the
+             * login the options before it ask for (done again: a no-op on
+             * a connection of that identity): that refusal is success */
+            resp_arg hello[7] = {{"HELLO", 5}, {pv, strlen(pv)}};
+            int n = 2;
+            if (c->pend_pass != NULL) {
+                hello[n++] = (resp_arg){"AUTH", 4};
+                hello[n++] = a[auth_at + 1];
+                hello[n++] = a[auth_at + 2];
+            }
+            hello[n++] = a[bad_at];
+            /* a name: the option and the name Redis refuses */
+            if (bad_at + 1 < argc && resp_arg_is(a[bad_at].ptr, a[bad_at].len, "SETNAME")) hello[n++] = a[bad_at + 1];
+            resp_enc_command(b, n, hello);
+        } else if (c->pend_pass != NULL)
             resp_enc_commandv(b, "HELLO", pv, "AUTH", c->pend_user, c->pend_pass, NULL);
         else
             resp_enc_commandv(b, "HELLO", pv, NULL);
@@ -1363,7 +1391,8 @@ static int cmd_state(px_client *c, int id, const char *frame) {
         clear_pending_state(c);
         return DISPATCH_WAIT;
     }
-    forward_to(c, u, kind, b->data, b->len, 0);
+    px_req *r = forward_to(c, u, kind, b->data, b->len, 0);
+    if (r != NULL && bad_at) r->aux_flags |= PX_AUX_HELLO_REFUSED;
     c->barrier = 1;
     return DISPATCH_DONE;
 }

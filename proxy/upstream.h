@@ -109,6 +109,9 @@ enum px_aux_flag {
                                   reply, for Redis keeps the transaction
                                   open if it refuses it (an ACL without
                                   DISCARD) */
+    PX_AUX_HELLO_REFUSED = 1 << 22, /* a HELLO with an option Redis refuses
+                                       (client.c cmd_state): that error means
+                                       the options before it held */
 };
 
 typedef struct px_req {

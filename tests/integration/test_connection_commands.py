@@ -380,3 +380,34 @@ def test_client_info_describes_the_clients_own_connection(proxy, upstream):
         assert admin.cmd("CLIENT", "KILL", "ID", str(cid)).value == 1
         with pytest.raises(ConnectionClosed):
             c.cmd("PING", timeout=3)
+
+
+def test_hello_with_an_option_redis_refuses(redis_factory, ref_factory, proxy_factory):
+    """Redis 7.0 applies HELLO's options one by one (AUTH logs in, SETNAME
+    names) and stops at the first it refuses (an invalid name, not an
+    option), keeping what it did, and not switching protocol: the session
+    through the proxy ends up with the same login and name."""
+    up = redis_factory(requirepass="pw", args=["--user", "alice", "on", ">apw", "~*", "&*", "+@all"])
+    ref = ref_factory(like=up)
+    proxy = proxy_factory(up=up, upstream_url="redis://default:pw@127.0.0.1:%d" % up.port)
+    with proxy.raw() as c:
+        wait_until(lambda: c.cmd("PING").raw.startswith(b"-NOAUTH"), what="the proxy to learn about the password")
+    for server in (up, ref):
+        server.client().hset("h", "a", "1")
+    who = [("ACL", "WHOAMI"), ("CLIENT", "GETNAME"), ("HGETALL", "h")]
+    steps = [("HELLO", "3", "SETNAME", "a b"), ("HELLO", "3", "SETNAME", "n0", "FOO"), ("CLIENT", "GETNAME"),
+             ("HELLO", "3", "AUTH", "alice", "bad", "SETNAME", "a b"),
+             ("HELLO", "3", "AUTH", "alice", "apw", "SETNAME", "a b"), *who,
+             ("HELLO", "2", "SETNAME", "a b", "SETNAME", "ok"), *who,
+             ("HELLO", "3", "SETNAME", "n1", "AUTH", "default", "pw", "SETNAME", "c d"), *who,
+             ("HELLO", "3", "AUTH", "alice", "apw", "FOO", "bar"), *who,
+             ("HELLO", "3", "SETNAME", "n2", "AUTH", "default"), *who,
+             ("HELLO", "3", "SETNAME", "n3", "SETNAME"), *who]
+
+    def run(ep):
+        with ep.raw() as c:
+            return [norm(c.cmd(*s).raw) for s in steps]
+
+    want = run(ref)
+    assert want[5] == b"$5\r\nalice\r\n" and want[13] == b"$7\r\ndefault\r\n", want
+    assert run(proxy) == want
