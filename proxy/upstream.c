@@ -619,6 +619,11 @@ static int is_noauth(const char *data, size_t len) {
     return len >= 8 && memcmp(data, "-NOAUTH ", 8) == 0;
 }
 
+static int is_max_clients(const char *data, size_t len) {
+    static const char full[] = "-ERR max number of clients reached";
+    return len >= sizeof full - 1 && memcmp(data, full, sizeof full - 1) == 0;
+}
+
 /* Redis wants a password: clients without credentials get its limits. */
 static void learn_noauth(px_server *srv) {
     if (srv->open_access == 0) return;
@@ -651,10 +656,12 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         int is_err = type == '-' || type == '!';
         if (is_err && is_noauth(data, len)) learn_noauth(u->srv);
         if (u->probe_access && u->handshake_left == 1) {
-            /* the last handshake reply: the access probe, never a failure */
+            /* the last handshake reply: the access probe, a failure only
+             * when Redis is full (it closes the connection after that
+             * error, which the requests waiting get, as a direct client) */
             up_learn_access(u->srv, data, len, is_err);
             u->probe_access = 0;
-            is_err = 0;
+            if (!is_max_clients(data, len)) is_err = 0;
         }
         if (is_err) {
             /* Redis refused the identity: every request queued behind gets

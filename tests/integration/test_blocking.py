@@ -184,3 +184,25 @@ def test_wait_counts_the_writes_the_client_sent_before_it(redis_factory, proxy, 
             assert a.cmd("WAIT", "1", "300").raw == b":0\r\n"
     finally:
         replica.proc.send_signal(signal.SIGCONT)
+
+
+def test_blocking_commands_beyond_redis_maxclients_get_redis_error(redis_factory, proxy_factory):
+    """Each blocking command takes a connection of its own; once Redis is
+    full it answers a new connection with its maxclients error and closes
+    it. A client past that gets Redis's error, as direct, not a lost
+    connection."""
+    up = redis_factory(args=["--maxclients", "12"])
+    proxy = proxy_factory(up=up)
+    conns = [proxy.raw() for _ in range(16)]
+    try:
+        with proxy.raw() as c:
+            assert c.cmd("PING").raw == b"+PONG\r\n"  # the shared connections are up
+        for c in conns:
+            c.send_cmd("BLPOP", "q", "3")
+        got = [c.read_frame(timeout=10).raw for c in conns]
+    finally:
+        for c in conns:
+            c.close()
+    refused = [g for g in got if g != b"*-1\r\n"]
+    assert refused and len(refused) < len(got), got
+    assert set(refused) == {b"-ERR max number of clients reached\r\n"}, got
