@@ -149,18 +149,30 @@ static void reply_simple(px_client *c, const char *s) {
     reply_buf(c, &c->scratch);
 }
 
-static void reply_error(px_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void reply_error(px_client *c, const char *fmt, ...) {
+static void enc_verror(resp_buf *out, const char *fmt, va_list ap) {
     char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     /* an error line must not contain CR or LF */
     for (char *p = msg; *p; p++)
         if (*p == '\r' || *p == '\n') *p = ' ';
+    resp_enc_error(out, msg);
+}
+
+static void enc_error(resp_buf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void enc_error(resp_buf *out, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    enc_verror(out, fmt, ap);
+    va_end(ap);
+}
+
+static void reply_error(px_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void reply_error(px_client *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
     resp_buf_reset(&c->scratch);
-    resp_enc_error(&c->scratch, msg);
+    enc_verror(&c->scratch, fmt, ap);
+    va_end(ap);
     reply_buf(c, &c->scratch);
 }
 
@@ -1122,18 +1134,6 @@ static int client_local_sub(const px_client *c) {
     const resp_arg *a = c->rq.argv;
     if (resp_arg_is(a[1].ptr, a[1].len, "SETNAME")) return CLIENT_SETNAME;
     return resp_arg_is(a[1].ptr, a[1].len, "GETNAME") ? CLIENT_GETNAME : CLIENT_SETINFO;
-}
-
-static void enc_error(resp_buf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void enc_error(resp_buf *out, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    for (char *p = msg; *p; p++)
-        if (*p == '\r' || *p == '\n') *p = ' ';
-    resp_enc_error(out, msg);
 }
 
 /* Redis's answer to the command, in out; a change it makes goes to
