@@ -408,10 +408,13 @@ static void discard_send(px_client *c, px_req *r) {
 }
 
 static void discard_reply(px_client *c, const px_req *r, const char *data, size_t len) {
+    static const char no_multi[] = "-ERR DISCARD without MULTI";
     int ok = !r->lost && resp_frame_is_ok(data, len);
     c->barrier = 0;
     if (c->mode == PX_MODE_PINNED) permission_learn(c, r, ok, &c->pool->discard_epoch);
-    if (!ok && !r->lost) c->in_multi = 1;
+    /* refused, unless there was no transaction (its MULTI was refused) */
+    if (!ok && !r->lost && !(len >= sizeof no_multi - 1 && memcmp(data, no_multi, sizeof no_multi - 1) == 0))
+        c->in_multi = 1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -854,6 +857,20 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
     if (queued && r->aux_flags == 0) r->run = 1;
 }
 
+/* The name the client gave us on its own connection, so that CLIENT LIST
+ * and CLIENT INFO on Redis show it on the connection that is really the
+ * client's; none, where the connection's last client left a name on it. */
+static void pinned_name(px_client *c, px_upstream *u) {
+    resp_buf b;
+    resp_buf_init(&b);
+    resp_enc_commandv(&b, "CLIENT", "SETNAME", c->name != NULL ? c->name : "", NULL);
+    u->named = c->name != NULL;
+    px_req *r = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
+    /* in a tunnel too: its reply is matched before the tunnel's bytes */
+    if (r != NULL) px_upstream_send(u, r, b.data, b.len);
+    resp_buf_deinit(&b);
+}
+
 /* Takes a connection of the client's own. Returns 0, or -1 after replying
  * with the reason it could not be had. */
 static int pin_new(px_client *c, int mode) {
@@ -864,19 +881,7 @@ static int pin_new(px_client *c, int mode) {
     }
     c->pinned = u;
     c->mode = mode;
-    if (c->name != NULL || u->named) {
-        /* the name the client gave us, so that CLIENT LIST on Redis shows it
-         * on the connection that is really the client's; none, where the
-         * connection's last client left a name on it */
-        resp_buf b;
-        resp_buf_init(&b);
-        resp_enc_commandv(&b, "CLIENT", "SETNAME", c->name != NULL ? c->name : "", NULL);
-        u->named = c->name != NULL;
-        px_req *r = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
-        /* in a tunnel too: its reply is matched before the tunnel's bytes */
-        if (r != NULL) px_upstream_send(u, r, b.data, b.len);
-        resp_buf_deinit(&b);
-    }
+    if (c->name != NULL || u->named) pinned_name(c, u);
     return 0;
 }
 
@@ -1052,7 +1057,8 @@ static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) 
         return DISPATCH_DONE;
     }
     int multi_denied = c->pool->txn_denied == px_acl_mark(c->srv);
-    if (id == CMD_DISCARD && (multi_denied || permission_known(c, c->pool->discard_epoch))) {
+    int discard_known = permission_known(c, c->pool->discard_epoch) && c->pool->discard_denied != px_acl_mark(c->srv);
+    if (id == CMD_DISCARD && (multi_denied || discard_known)) {
         /* (with MULTI refused now nothing of it can be on Redis) */
         txn_local_end(c, 0);
         reply_simple(c, "OK");
@@ -1174,6 +1180,8 @@ static void client_local_apply(px_client *c) {
     free(*c->pend_field);
     *c->pend_field = c->pend_value;
     c->pend_value = NULL;
+    /* a session on a connection of its own (WATCH) renames that too */
+    if (c->pend_field == &c->name && c->mode == PX_MODE_PINNED && c->pinned != NULL) pinned_name(c, c->pinned);
     c->pend_field = NULL;
 }
 
@@ -1263,6 +1271,10 @@ void px_client_on_tunnel_reset(px_client *c) {
     resume_input(c);
 }
 
+static int args_equal(const resp_arg *x, const resp_arg *y) {
+    return x->len == y->len && memcmp(x->ptr, y->ptr, x->len) == 0;
+}
+
 /* A SELECT that Redis can only refuse goes as it is to the session's
  * shared connection, for Redis to answer after its own checks
  * (NOAUTH, ACL), which come first. */
@@ -1330,6 +1342,13 @@ static int cmd_state(px_client *c, int id, const char *frame) {
         for (int i = 2; i < argc && !bad_at; i++) {
             int more = argc - i - 1;
             if (resp_arg_is(a[i].ptr, a[i].len, "AUTH") && more >= 2) {
+                if (auth_at && !(args_equal(&a[auth_at + 1], &a[i + 1]) && args_equal(&a[auth_at + 2], &a[i + 2]))) {
+                    /* Redis logs in as each in turn and stops at the first
+                     * it refuses: sidecache can check one identity only */
+                    clear_pending_state(c);
+                    reply_error(c, "ERR sidecache: HELLO with two different AUTH options is not supported");
+                    return DISPATCH_DONE;
+                }
                 auth_at = i;
                 set_str(&c->pend_user, a[i + 1].ptr, a[i + 1].len);
                 set_str(&c->pend_pass, a[i + 2].ptr, a[i + 2].len);

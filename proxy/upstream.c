@@ -603,6 +603,7 @@ static void note_readonly(px_upstream *u, const char *data, size_t len) {
 static void up_txn_refused(px_upstream *u, const char *data, size_t len, int discard) {
     if (u->state == PX_UP_CLOSED) return;
     if (u->pool != NULL) *(discard ? &u->pool->discard_denied : &u->pool->txn_denied) = px_acl_mark(u->srv);
+    if (u->pool != NULL && discard) u->pool->discard_epoch = 0; /* ask Redis again */
     px_warning("Redis refused a MULTI, EXEC or DISCARD of sidecache id=%llu reply=\"%.*s\"; "
                "sidecache adds no more of them for this user",
                (unsigned long long)u->id, (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);

@@ -282,3 +282,38 @@ def test_a_check_teaches_that_discard_is_allowed(proxy_factory):
         assert transcript(c, [("MULTI",), ("SET", "a", "1"), ("DISCARD",), ("MULTI",), ("DISCARD",)]) == [
             b"+OK\r\n", b"+QUEUED\r\n", b"+OK\r\n", b"+OK\r\n", b"+OK\r\n"]
     assert sidecache_info(p)["txn_pinned"] == before
+
+
+def test_discard_without_multi_leaves_no_transaction_open(redis_factory, proxy_factory):
+    """MULTI denied, DISCARD allowed. Pipelined MULTI, DISCARD: Redis says
+    NOPERM, then 'DISCARD without MULTI'; the session is in no transaction,
+    so a BLPOP after it blocks as a blocking command (upstream-timeout does
+    not cut it) and gets nil after its 3 s."""
+    up = redis_factory()
+    proxy = proxy_factory(up=up, args=("--upstream-timeout", "1"))
+    deny(up, "multi")
+    with proxy.raw() as c:  # the proxy learns that MULTI is denied
+        c.cmd("MULTI")
+        c.cmd("SET", "x", "1")
+    with proxy.raw() as c:
+        c.send(encode("MULTI") + encode("DISCARD"))
+        got = [f.raw for f in c.read_frames(2)]
+        assert got[0].startswith(b"-NOPERM") and got[1] == b"-ERR DISCARD without MULTI\r\n", got
+        assert c.cmd("BLPOP", "q", "3", timeout=10).raw == b"*-1\r\n"
+
+
+def test_discard_denied_after_the_proxy_learnt_it_was_allowed(proxy, upstream, ref):
+    """DISCARD denied directly on Redis after the proxy had learnt that the
+    user may DISCARD: once a check's DISCARD is refused, the client's own
+    DISCARD goes to Redis again (NOPERM; the SET after it is queued and
+    EXEC aborts), not +OK with the SET run at once."""
+    learn = [("MULTI",), ("SET", "a", "1"), ("DISCARD",), ("MULTI",), ("DISCARD",)]
+    with proxy.raw() as c:
+        assert transcript(c, learn)[-1] == b"+OK\r\n"
+    for server in (upstream, ref):
+        deny(server, "discard")
+    steps = [("MULTI",), ("SET", "a", "1"), ("DISCARD",), ("SET", "k", "v"), ("EXEC",), ("GET", "k")]
+    with ref.raw() as r, proxy.raw() as c:
+        want = transcript(r, steps)
+        assert want[2].startswith(b"-NOPERM"), want
+        assert transcript(c, steps) == want

@@ -411,3 +411,32 @@ def test_hello_with_an_option_redis_refuses(redis_factory, ref_factory, proxy_fa
     want = run(ref)
     assert want[5] == b"$5\r\nalice\r\n" and want[13] == b"$7\r\ndefault\r\n", want
     assert run(proxy) == want
+
+
+def test_client_info_after_setname_on_a_session_with_its_own_connection(proxy, ref):
+    """After WATCH the session has a connection of its own; a CLIENT SETNAME
+    then renames that connection too, so CLIENT INFO shows the name."""
+    steps = [("WATCH", "k"), ("CLIENT", "SETNAME", "late"), ("CLIENT", "INFO")]
+
+    def run(ep):
+        with ep.raw() as c:
+            out = [c.cmd(*s).raw for s in steps]
+        return re.search(rb" name=(\S*) ", out[-1]).group(1)
+
+    assert run(ref) == b"late"
+    assert run(proxy) == b"late"
+
+
+def test_hello_with_two_different_logins_is_refused(redis_factory, proxy_factory):
+    """Redis logs in as each AUTH of a HELLO in turn and stops at the first
+    it refuses; sidecache checks one identity per HELLO, so it refuses a
+    HELLO with two different AUTH options with a clear error rather than
+    let one through that Redis would refuse."""
+    up = redis_factory(requirepass="pw", args=["--user", "alice", "on", ">apw", "~*", "&*", "+@all"])
+    proxy = proxy_factory(up=up, upstream_url="redis://default:pw@127.0.0.1:%d" % up.port)
+    with proxy.raw() as c:
+        assert c.cmd("HELLO", "3", "AUTH", "alice", "bad", "AUTH", "default", "pw").raw == (
+            b"-ERR sidecache: HELLO with two different AUTH options is not supported\r\n")
+        assert c.cmd("GET", "k").raw.startswith(b"-NOAUTH")
+        assert c.cmd("HELLO", "2", "AUTH", "alice", "apw", "AUTH", "alice", "apw").raw.startswith(b"*14\r\n")
+        assert c.cmd("ACL", "WHOAMI").raw == b"$5\r\nalice\r\n"
