@@ -1130,9 +1130,9 @@ static void cmd_echo(px_client *c) {
  * password a client without one gets NOAUTH; so they are answered here only
  * once Redis has let this identity send that subcommand (pool
  * client_epoch). Until then Redis is asked with a form of it that changes
- * nothing (an invalid name; GETNAME as it is): its refusal (NOPERM, NOAUTH)
- * is relayed, anything else means allowed, and the client gets the answer
- * made here (client_local_reply). Nothing else is sent meanwhile.
+ * nothing (an invalid name; GETNAME as it is): its refusal (NOPERM, NOAUTH,
+ * BUSY, ...) is relayed; if it ran, the client gets the answer made here
+ * (client_local_reply). Nothing else is sent meanwhile.
  */
 enum client_local_sub { CLIENT_SETNAME, CLIENT_GETNAME, CLIENT_SETINFO };
 
@@ -1216,11 +1216,23 @@ static int client_local_ask(px_client *c, int sub) {
     return DISPATCH_DONE;
 }
 
-/* Redis's reply to client_local_ask: relayed if a refusal, else replaced
- * by the answer made here (copied to out: r goes before it is written). */
+/* Whether Redis's reply to a probe says it ran the subcommand: a value,
+ * or the error for the invalid value it was given (or, before 7.2, for
+ * SETINFO, which it does not know). Anything else (NOPERM, NOAUTH, BUSY,
+ * LOADING, ...) is Redis's answer to the client. */
+static int client_probe_ran(const char *data, size_t len) {
+    static const char *const ran[] = {"-ERR Client names ", "-ERR lib-name ", "-ERR unknown subcommand "};
+    if (!resp_frame_is_error(data, len)) return 1;
+    for (size_t i = 0; i < sizeof ran / sizeof ran[0]; i++)
+        if (len > strlen(ran[i]) && memcmp(data, ran[i], strlen(ran[i])) == 0) return 1;
+    return 0;
+}
+
+/* Redis's reply to client_local_ask: relayed unless it ran the probe, else
+ * replaced by the answer made here (copied to out: r goes before it is
+ * written). */
 static void client_local_reply(px_client *c, px_req *r, const char **data, size_t *len, resp_buf *out) {
-    int refused = r->lost || (*len >= 7 && (memcmp(*data, "-NOPERM", 7) == 0 || memcmp(*data, "-NOAUTH", 7) == 0));
-    if (refused) return;
+    if (r->lost || !client_probe_ran(*data, *len)) return;
     permission_learn(c, r, 1, &c->pool->client_epoch[c->pend_client]);
     if (resp_buf_append(out, r->aux, r->aux_len) != 0) return client_close(c, "out of memory");
     *data = out->data;
@@ -1238,7 +1250,7 @@ static int cmd_client_local(px_client *c) {
 
 /* The session as a new connection's, in the upstream's db, on the shared
  * connections of the upstream's identity; then +RESET. */
-static void session_reset(px_client *c) {
+static void session_reset(px_client *c, int reply) {
     c->txn_acl = 0;
     unpin(c, 0);
     c->proto = 2;
@@ -1248,7 +1260,7 @@ static void session_reset(px_client *c) {
     free(c->name), c->name = NULL;
     px_pool *p = px_pool_ref(c->srv, NULL, NULL, c->db, 2);
     if (p != NULL) switch_pool(c, p);
-    reply_simple(c, "RESET");
+    if (reply) reply_simple(c, "RESET");
 }
 
 static int cmd_reset(px_client *c) {
@@ -1258,15 +1270,16 @@ static int cmd_reset(px_client *c) {
      * it; its keys are purged all the same (every reply is in: what ran, if
      * Redis had refused the MULTI, has run) */
     px_caching_txn_abandon(c);
-    session_reset(c);
+    session_reset(c, 1);
     return DISPATCH_DONE;
 }
 
 void px_client_on_tunnel_reset(px_client *c) {
     if (c->state == PX_CLIENT_CLOSED || c->mode != PX_MODE_TUNNEL) return;
-    /* Redis's +RESET: every reply before it was relayed; the connection
-     * is closed (a tunnel's is never reused), the session starts afresh */
-    session_reset(c);
+    /* every reply up to the RESET's was relayed (Redis's +RESET among them,
+     * if it sent one); the connection is closed (a tunnel's is never
+     * reused), the session starts afresh */
+    session_reset(c, 0);
     c->barrier = 0;
     resume_input(c);
 }
@@ -1524,10 +1537,11 @@ static int client_dispatch(px_client *c, const char *frame) {
         if (c->pinned != NULL && c->rq.argc == 1 && resp_arg_is(a[0].ptr, a[0].len, "RESET")) {
             /* Redis's RESET ends what made the tunnel (subscriptions,
              * MONITOR, CLIENT REPLY, tracking) and also logs the connection
-             * out and selects db 0: at its +RESET the session leaves the
-             * tunnel as cmd_reset does (px_client_on_tunnel_reset), and
-             * nothing after it is read until then */
-            c->pinned->reset_awaited = 1;
+             * out and selects db 0: once its reply is relayed the session
+             * leaves the tunnel as cmd_reset does
+             * (px_client_on_tunnel_reset), and nothing after it is read
+             * until then */
+            px_upstream_send_reset_marker(c->pinned);
             c->barrier = 1;
         }
         return DISPATCH_DONE;

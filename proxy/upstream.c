@@ -23,6 +23,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -650,6 +652,41 @@ static void up_learn_access(px_server *srv, const char *data, size_t len, int is
         learn_noauth(srv);
 }
 
+/*
+ * The end of a tunnel at a client's RESET. Redis's reply to the RESET is no
+ * mark: a RESET after CLIENT REPLY SKIP gets none, and a script may return
+ * the status RESET. So a command follows it whose reply nothing else
+ * gives: HELLO with an option named by this process's nonce, which Redis
+ * refuses (syntax error) before it does anything, logged in or not.
+ */
+static char reset_nonce[40];
+
+static const char *reset_marker(void) {
+    if (reset_nonce[0] == '\0') {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 40);
+        x ^= x >> 33, x *= 0xff51afd7ed558ccdULL, x ^= x >> 33; /* mixed: not guessable from the time */
+        snprintf(reset_nonce, sizeof reset_nonce, "sidecache-reset-%016llx", (unsigned long long)x);
+    }
+    return reset_nonce;
+}
+
+void px_upstream_send_reset_marker(px_upstream *u) {
+    resp_buf b;
+    resp_buf_init(&b);
+    resp_enc_commandv(&b, "HELLO", "2", reset_marker(), NULL);
+    px_upstream_send_raw(u, b.data, b.len);
+    resp_buf_deinit(&b);
+    u->reset_awaited = 1;
+}
+
+static int reset_marker_reply(const char *data, size_t len) {
+    static const char head[] = "-ERR Syntax error in HELLO option '";
+    size_t hlen = sizeof head - 1, mlen = strlen(reset_marker());
+    return len == hlen + mlen + 3 && memcmp(data, head, hlen) == 0 && memcmp(data + hlen, reset_marker(), mlen) == 0;
+}
+
 /* One whole reply frame from Redis. */
 static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     char type = u->rp.type;
@@ -683,9 +720,9 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     }
     if (u->tunnel && u->head == NULL) {
         /* internal requests sent before the tunnel opened answer first */
-        if (u->reset_awaited && len == 8 && memcmp(data, "+RESET\r\n", 8) == 0) {
-            /* the reply to the client's RESET (no push or message is a
-             * simple string): the client writes +RESET itself */
+        if (u->reset_awaited && reset_marker_reply(data, len)) {
+            /* everything up to the client's RESET, its reply included (if
+             * Redis sent one: not after CLIENT REPLY SKIP), was relayed */
             u->reset_awaited = 0;
             if (u->owner != NULL) px_client_on_tunnel_reset(u->owner);
             return;

@@ -207,7 +207,8 @@ typedef struct px_upstream {
     struct px_client *owner;   /* pinned to this client, or NULL (shared) */
     int tunnel;                /* relay bytes to owner without matching */
     int reset_awaited;         /* tunnel: the client sent RESET (reading nothing
-                                  more) and Redis's +RESET is to come */
+                                  more), and the marker behind it is to be
+                                  answered (px_upstream_send_reset_marker) */
     int shared_index;          /* index in pool->shared, or -1 */
     uint64_t id;               /* for logs */
     uint64_t tracked_epoch;    /* tracking on, for this caching epoch (0: off) */
@@ -262,6 +263,9 @@ void px_upstream_extend(px_upstream *u, px_req *r, const char *data, size_t len,
 
 /* Appends raw bytes with no reply expected to be matched (tunnels only). */
 void px_upstream_send_raw(px_upstream *u, const char *data, size_t len);
+/* Behind a client's RESET in a tunnel: a command whose reply ends the
+ * tunnel (px_client_on_tunnel_reset) once all before it was relayed. */
+void px_upstream_send_reset_marker(px_upstream *u);
 
 /* Fails every pending request with `why` and closes the connection. */
 void px_upstream_close(px_upstream *u, const char *why);

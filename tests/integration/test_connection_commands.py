@@ -440,3 +440,46 @@ def test_hello_with_two_different_logins_is_refused(redis_factory, proxy_factory
         assert c.cmd("GET", "k").raw.startswith(b"-NOAUTH")
         assert c.cmd("HELLO", "2", "AUTH", "alice", "apw", "AUTH", "alice", "apw").raw.startswith(b"*14\r\n")
         assert c.cmd("ACL", "WHOAMI").raw == b"$5\r\nalice\r\n"
+
+
+def test_client_name_commands_while_redis_runs_a_long_script(redis_factory, ref_factory, proxy_factory):
+    """A script past lua-time-limit makes Redis answer BUSY to CLIENT
+    SETNAME and GETNAME: the proxy, not knowing yet whether it may answer
+    them, relays that BUSY (and sets no name), as Redis does."""
+    args = ["--lua-time-limit", "100"]
+    up = redis_factory(args=args)
+    ref = ref_factory(like=up)
+    proxy = proxy_factory(up=up)
+    steps = [("CLIENT", "SETNAME", "x"), ("CLIENT", "GETNAME")]
+
+    def during_busy_script(server, ep):
+        with server.raw() as s, ep.raw() as c:
+            s.send_cmd("EVAL", "local t = redis.call('TIME') while true do end", "0")
+            time.sleep(0.5)
+            got = [c.cmd(*st, timeout=5).raw for st in steps]
+            with server.raw() as k:
+                assert k.cmd("SCRIPT", "KILL").raw == b"+OK\r\n"
+            s.read_frame(timeout=5)
+            got.append(c.cmd("CLIENT", "GETNAME", timeout=5).raw)
+            return got
+
+    want = during_busy_script(ref, ref)
+    assert want[0].startswith(b"-BUSY") and want[2] == b"$-1\r\n", want
+    assert during_busy_script(up, proxy) == want
+
+
+@pytest.mark.parametrize("sticky", [("CLIENT", "INFO"), ("CLIENT", "ID"), ("SELECT", "1"), ("READONLY",)],
+                         ids=lambda s: " ".join(s))
+def test_name_set_while_watching_survives_a_command_with_connection_state(proxy, ref, sticky):
+    """WATCH gives the session a connection of its own; a name set then
+    must stay the session's when a command with connection state keeps
+    that connection for good (its GETNAME then goes to Redis)."""
+    steps = [("WATCH", "k"), ("CLIENT", "SETNAME", "w"), sticky, ("CLIENT", "GETNAME"), ("UNWATCH",),
+             ("CLIENT", "GETNAME")]
+
+    def scenario(ep):
+        with ep.raw() as c:
+            out = [c.cmd(*s).raw for s in steps]
+        return [o for s, o in zip(steps, out) if s[0] != "CLIENT" or s[1] != "INFO" and s[1] != "ID"]
+
+    assert_same_runs(scenario, proxy, ref)

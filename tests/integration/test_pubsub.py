@@ -232,6 +232,41 @@ def test_reset_in_a_tunnel_behind_requirepass_and_a_db(redis_factory, ref_factor
     assert_same_runs(scenario, proxy, ref)
 
 
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-by-one", "pipelined"])
+def test_reset_in_a_tunnel_that_redis_does_not_answer(proxy, ref, pipelined):
+    """CLIENT REPLY SKIP, then RESET: Redis sends no reply to that RESET
+    (the skip was armed for it) and goes on. The session must go on too,
+    not wait for ever for a +RESET that never comes."""
+    steps = [("CLIENT", "REPLY", "SKIP"), ("RESET",), ("PING",), ("GET", "k"), ("RESET",), ("PING", "x")]
+
+    def scenario(ep):
+        with ep.raw() as c:
+            if pipelined:
+                c.send(b"".join(encode(*s) for s in steps))
+            else:
+                for s in steps:
+                    c.send(encode(*s))
+                    time.sleep(0.05)
+            return [f.raw for f in c.read_frames(4, timeout=5)]
+
+    assert_same_runs(scenario, proxy, ref)
+
+
+def test_a_status_reply_reset_does_not_end_the_tunnel(proxy, ref):
+    """A script may return the status RESET: in a tunnel that is a reply
+    like any other, relayed; only the client's RESET ends the tunnel, after
+    every reply before it (its own +RESET included)."""
+    script = ("EVAL", "return {ok='RESET'}", "0")
+
+    def scenario(ep):
+        with ep.raw() as c:
+            assert c.cmd("CLIENT", "TRACKING", "ON").raw == b"+OK\r\n"
+            c.send(encode(*script) + encode("SET", "rk", "1") + encode("RESET") + encode(*script) + encode("PING"))
+            return [f.raw for f in c.read_frames(5, timeout=5)]
+
+    assert_same_runs(scenario, proxy, ref)
+
+
 @pytest.mark.proxy_only
 def test_reset_ends_the_tunnel(proxy_factory, upstream):
     """After RESET in a tunnel (its +RESET relayed once Redis sent it), the
