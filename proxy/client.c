@@ -237,6 +237,7 @@ static void clear_pending_state(px_client *c) {
     free(c->pend_user), c->pend_user = NULL;
     free(c->pend_pass), c->pend_pass = NULL;
     free(c->pend_name), c->pend_name = NULL;
+    free(c->pend_name_early), c->pend_name_early = NULL;
     free(c->pend_value), c->pend_value = NULL;
     c->pend_field = NULL;
 }
@@ -435,8 +436,38 @@ static int early_add(px_client *c, px_req *r, const char *data, size_t len) {
 
 static void client_local_apply(px_client *c);
 
-static void apply_state_change(px_client *c, px_req *r, int ok) {
+/* Whether Redis accepted a session change: its reply is no error, or for
+ * a HELLO with an option it refuses, that refusal (the options before it
+ * held). */
+static int state_accepted(const px_req *r, const char *data, size_t len) {
+    static const char name[] = "-ERR Client names ", syntax[] = "-ERR Syntax error in HELLO option ";
+    if (r->aux_flags & PX_AUX_HELLO_REFUSED)
+        return (len > sizeof name - 1 && memcmp(data, name, sizeof name - 1) == 0) ||
+               (len > sizeof syntax - 1 && memcmp(data, syntax, sizeof syntax - 1) == 0);
+    return !resp_frame_is_error(data, len);
+}
+
+/* A HELLO Redis refused: Redis 7.0 names the connection as it goes, so
+ * the SETNAMEs before an AUTH it refused (WRONGPASS), or all of them before
+ * it wants the client logged in (NOAUTH), hold all the same. */
+static void hello_refused(px_client *c, const char *data, size_t len) {
+    static const char wrongpass[] = "-WRONGPASS", noauth[] = "-NOAUTH HELLO";
+    char **name = NULL;
+    if (len > sizeof wrongpass - 1 && memcmp(data, wrongpass, sizeof wrongpass - 1) == 0)
+        name = &c->pend_name_early;
+    else if (len > sizeof noauth - 1 && memcmp(data, noauth, sizeof noauth - 1) == 0)
+        name = &c->pend_name;
+    if (name == NULL || *name == NULL) return;
+    free(c->name);
+    c->name = (*name)[0] ? *name : NULL;
+    if (c->name == NULL) free(*name);
+    *name = NULL;
+}
+
+static void apply_state_change(px_client *c, px_req *r, const char *data, size_t len) {
     px_pool *target = NULL;
+    int ok = state_accepted(r, data, len);
+    if (!ok && r->kind == PX_REQ_HELLO) hello_refused(c, data, len);
     if (ok && r->kind == PX_REQ_CLIENT_LOCAL) {
         client_local_apply(c); /* the session's identity is unchanged */
     } else if (ok) {
@@ -579,17 +610,6 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     if (answered == 2) client_close(c, "WATCH answered ahead was refused");
 }
 
-/* Whether Redis accepted a session change: its reply is no error, or for
- * a HELLO with an option it refuses, that refusal (the options before it
- * held). */
-static int state_accepted(const px_req *r, const char *data, size_t len) {
-    static const char name[] = "-ERR Client names ", syntax[] = "-ERR Syntax error in HELLO option ";
-    if (r->aux_flags & PX_AUX_HELLO_REFUSED)
-        return (len > sizeof name - 1 && memcmp(data, name, sizeof name - 1) == 0) ||
-               (len > sizeof syntax - 1 && memcmp(data, syntax, sizeof syntax - 1) == 0);
-    return !resp_frame_is_error(data, len);
-}
-
 static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len) {
     c->inflight--;
     if (c->inflight == 0) c->inflight_on = NULL;
@@ -599,7 +619,7 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
         if (c->inflight == 0) queue_reap(c);
         return;
     }
-    if (r->kind != PX_REQ_CLIENT) apply_state_change(c, r, state_accepted(r, data, len));
+    if (r->kind != PX_REQ_CLIENT) apply_state_change(c, r, data, len);
 
     if (r == c->slots_head) {
         slot_pop(c, r);
@@ -1363,6 +1383,8 @@ static int cmd_state(px_client *c, int id, const char *frame) {
                     return DISPATCH_DONE;
                 }
                 auth_at = i;
+                /* the name so far holds even if this AUTH is refused */
+                set_str(&c->pend_name_early, c->pend_name, c->pend_name ? strlen(c->pend_name) : 0);
                 set_str(&c->pend_user, a[i + 1].ptr, a[i + 1].len);
                 set_str(&c->pend_pass, a[i + 2].ptr, a[i + 2].len);
                 i += 2;

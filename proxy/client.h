@@ -125,6 +125,7 @@ typedef struct px_client {
     /* pending session change, applied when Redis accepts it */
     int pend_db, pend_proto;
     char *pend_user, *pend_pass, *pend_name;
+    char *pend_name_early;     /* HELLO: the name given before its AUTH */
     /* a CLIENT SETNAME / GETNAME / SETINFO that waits for Redis's
      * permission (client.c): which, and the field it sets with its value */
     int pend_client;

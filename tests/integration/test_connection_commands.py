@@ -394,6 +394,9 @@ def test_hello_with_an_option_redis_refuses(redis_factory, ref_factory, proxy_fa
         wait_until(lambda: c.cmd("PING").raw.startswith(b"-NOAUTH"), what="the proxy to learn about the password")
     for server in (up, ref):
         server.client().hset("h", "a", "1")
+    # not logged in: Redis names the connection, then wants a login
+    unauthenticated = [("HELLO", "3", "SETNAME", "early"), ("AUTH", "pw"), ("CLIENT", "GETNAME")]
+    assert_same_steps(proxy, ref, unauthenticated, auth=False)
     who = [("ACL", "WHOAMI"), ("CLIENT", "GETNAME"), ("HGETALL", "h")]
     steps = [("HELLO", "3", "SETNAME", "a b"), ("HELLO", "3", "SETNAME", "n0", "FOO"), ("CLIENT", "GETNAME"),
              ("HELLO", "3", "AUTH", "alice", "bad", "SETNAME", "a b"),
@@ -402,7 +405,9 @@ def test_hello_with_an_option_redis_refuses(redis_factory, ref_factory, proxy_fa
              ("HELLO", "3", "SETNAME", "n1", "AUTH", "default", "pw", "SETNAME", "c d"), *who,
              ("HELLO", "3", "AUTH", "alice", "apw", "FOO", "bar"), *who,
              ("HELLO", "3", "SETNAME", "n2", "AUTH", "default"), *who,
-             ("HELLO", "3", "SETNAME", "n3", "SETNAME"), *who]
+             ("HELLO", "3", "SETNAME", "n3", "SETNAME"), *who,
+             ("HELLO", "3", "SETNAME", "n4", "AUTH", "alice", "bad", "SETNAME", "n5"), *who,
+             ("HELLO", "3", "SETNAME", "", "AUTH", "alice", "bad"), *who]
 
     def run(ep):
         with ep.raw() as c:
