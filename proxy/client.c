@@ -1294,8 +1294,18 @@ static int cmd_reset(px_client *c) {
     return DISPATCH_DONE;
 }
 
+/* The tunnel an ACL command went through has ended: that command has run
+ * by now, or never will, so what is known of permissions is learnt anew. */
+static void tunnel_acl_settle(px_client *c) {
+    if (!c->tunnel_acl) return;
+    c->tunnel_acl = 0;
+    c->srv->acl_unsettled--;
+    c->srv->acl_epoch++;
+}
+
 void px_client_on_tunnel_reset(px_client *c) {
     if (c->state == PX_CLIENT_CLOSED || c->mode != PX_MODE_TUNNEL) return;
+    tunnel_acl_settle(c);
     /* every reply up to the RESET's was relayed (Redis's +RESET among them,
      * if it sent one); the connection is closed (a tunnel's is never
      * reused), the session starts afresh */
@@ -1382,9 +1392,10 @@ static int cmd_state(px_client *c, int id, const char *frame) {
                     reply_error(c, "ERR sidecache: HELLO with two different AUTH options is not supported");
                     return DISPATCH_DONE;
                 }
+                /* the name so far holds even if this AUTH is refused (only
+                 * the same credentials may follow: refused at the first) */
+                if (!auth_at) set_str(&c->pend_name_early, c->pend_name, c->pend_name ? strlen(c->pend_name) : 0);
                 auth_at = i;
-                /* the name so far holds even if this AUTH is refused */
-                set_str(&c->pend_name_early, c->pend_name, c->pend_name ? strlen(c->pend_name) : 0);
                 set_str(&c->pend_user, a[i + 1].ptr, a[i + 1].len);
                 set_str(&c->pend_pass, a[i + 2].ptr, a[i + 2].len);
                 i += 2;
@@ -1878,12 +1889,7 @@ void px_client_close(px_client *c, const char *why) {
     if (c->next) c->next->prev = c->prev;
     c->prev = c->next = NULL;
     c->srv->nclients--;
-    if (c->tunnel_acl) {
-        /* its ACL command has run by now, or never will: learn anew */
-        c->tunnel_acl = 0;
-        c->srv->acl_unsettled--;
-        c->srv->acl_epoch++;
-    }
+    tunnel_acl_settle(c);
     px_io_close(&c->io);
     /* Written-but-unsent slots go now; slots still awaited stay on their
      * upstream FIFO and are dropped when their reply comes. */

@@ -23,11 +23,10 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <openssl/rand.h>
 
 #include "proxy/caching.h"
 #include "proxy/client.h"
@@ -656,35 +655,33 @@ static void up_learn_access(px_server *srv, const char *data, size_t len, int is
  * The end of a tunnel at a client's RESET. Redis's reply to the RESET is no
  * mark: a RESET after CLIENT REPLY SKIP gets none, and a script may return
  * the status RESET. So a command follows it whose reply nothing else
- * gives: HELLO with an option named by this process's nonce, which Redis
- * refuses (syntax error) before it does anything, logged in or not.
+ * gives: HELLO with an option named by a random nonce, fresh for each
+ * RESET (MONITOR shows it), which Redis refuses (syntax error) before it
+ * does anything, logged in or not. Its reply is the error that names the
+ * nonce (also where HELLO is renamed: unknown command).
  */
-static char reset_nonce[40];
-
-static const char *reset_marker(void) {
-    if (reset_nonce[0] == '\0') {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t x = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 40);
-        x ^= x >> 33, x *= 0xff51afd7ed558ccdULL, x ^= x >> 33; /* mixed: not guessable from the time */
-        snprintf(reset_nonce, sizeof reset_nonce, "sidecache-reset-%016llx", (unsigned long long)x);
-    }
-    return reset_nonce;
-}
-
 void px_upstream_send_reset_marker(px_upstream *u) {
+    unsigned char r[8];
+    uint64_t x = 0;
+    if (RAND_bytes(r, sizeof r) == 1)
+        memcpy(&x, r, sizeof x);
+    else
+        x = (uint64_t)px_now_us() * 0x9e3779b97f4a7c15ULL ^ u->id;
+    snprintf(u->reset_nonce, sizeof u->reset_nonce, "sidecache-reset-%016llx", (unsigned long long)x);
     resp_buf b;
     resp_buf_init(&b);
-    resp_enc_commandv(&b, "HELLO", "2", reset_marker(), NULL);
+    resp_enc_commandv(&b, "HELLO", "2", u->reset_nonce, NULL);
     px_upstream_send_raw(u, b.data, b.len);
     resp_buf_deinit(&b);
     u->reset_awaited = 1;
 }
 
-static int reset_marker_reply(const char *data, size_t len) {
-    static const char head[] = "-ERR Syntax error in HELLO option '";
-    size_t hlen = sizeof head - 1, mlen = strlen(reset_marker());
-    return len == hlen + mlen + 3 && memcmp(data, head, hlen) == 0 && memcmp(data + hlen, reset_marker(), mlen) == 0;
+static int reset_marker_reply(const px_upstream *u, const char *data, size_t len) {
+    size_t n = strlen(u->reset_nonce);
+    if (len < n + 3 || data[0] != '-') return 0;
+    for (size_t i = 1; i + n <= len; i++)
+        if (memcmp(data + i, u->reset_nonce, n) == 0) return 1;
+    return 0;
 }
 
 /* One whole reply frame from Redis. */
@@ -720,7 +717,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     }
     if (u->tunnel && u->head == NULL) {
         /* internal requests sent before the tunnel opened answer first */
-        if (u->reset_awaited && reset_marker_reply(data, len)) {
+        if (u->reset_awaited && reset_marker_reply(u, data, len)) {
             /* everything up to the client's RESET, its reply included (if
              * Redis sent one: not after CLIENT REPLY SKIP), was relayed */
             u->reset_awaited = 0;

@@ -209,6 +209,7 @@ typedef struct px_upstream {
     int reset_awaited;         /* tunnel: the client sent RESET (reading nothing
                                   more), and the marker behind it is to be
                                   answered (px_upstream_send_reset_marker) */
+    char reset_nonce[40];      /* that marker's */
     int shared_index;          /* index in pool->shared, or -1 */
     uint64_t id;               /* for logs */
     uint64_t tracked_epoch;    /* tracking on, for this caching epoch (0: off) */

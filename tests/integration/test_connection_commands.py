@@ -488,3 +488,16 @@ def test_name_set_while_watching_survives_a_command_with_connection_state(proxy,
         return [o for s, o in zip(steps, out) if s[0] != "CLIENT" or s[1] != "INFO" and s[1] != "ID"]
 
     assert_same_runs(scenario, proxy, ref)
+
+
+def test_hello_refused_at_the_first_of_two_equal_logins_keeps_the_name_before_it(redis_factory, ref_factory,
+                                                                                  proxy_factory):
+    """Redis 7.0 stops at the first AUTH it refuses: the name given before
+    that one holds, not one given between the two."""
+    up = redis_factory(args=["--user", "u", "on", ">good", "~*", "&*", "+@all"])
+    ref = ref_factory(like=up)
+    proxy = proxy_factory(up=up)
+    steps = [("CLIENT", "SETNAME", "orig"),
+             ("HELLO", "2", "SETNAME", "a", "AUTH", "u", "bad", "SETNAME", "b", "AUTH", "u", "bad"),
+             ("CLIENT", "GETNAME")]
+    assert_same_steps(proxy, ref, steps)

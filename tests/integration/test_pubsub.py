@@ -267,6 +267,76 @@ def test_a_status_reply_reset_does_not_end_the_tunnel(proxy, ref):
     assert_same_runs(scenario, proxy, ref)
 
 
+def drain(c, quiet=1.0):
+    """Every frame that arrives until the line is quiet for `quiet` s."""
+    out = []
+    while True:
+        try:
+            out.append(c.read_frame(timeout=quiet).raw)
+        except Exception:
+            return out
+
+
+def test_reset_in_a_tunnel_where_hello_is_renamed(redis_factory, ref_factory, proxy_factory):
+    """The proxy ends a tunnel at the reply to a HELLO it sends behind the
+    client's RESET; where HELLO is renamed, that reply is 'unknown command',
+    which must end the tunnel just the same (and not reach the client)."""
+    up = redis_factory(args=["--rename-command", "HELLO", ""])
+    ref = ref_factory(like=up)
+    proxy = proxy_factory(up=up)
+
+    def scenario(ep):
+        with ep.raw() as c:
+            c.cmd("SUBSCRIBE", "x")
+            c.send(encode("RESET") + encode("PING"))
+            return drain(c, 1.5)
+
+    assert_same_runs(scenario, proxy, ref)
+
+
+def test_a_marker_seen_in_monitor_does_not_end_another_tunnel(proxy, ref):
+    """MONITOR shows the HELLO that ends a tunnel at RESET, nonce included;
+    each RESET has a fresh one, so a client that sends a nonce it saw does
+    not end its own tunnel early: it gets every reply, as from Redis."""
+    with proxy.raw() as m, proxy.raw() as c:
+        assert m.cmd("MONITOR").raw == b"+OK\r\n"
+        c.cmd("SUBSCRIBE", "ch")
+        c.cmd("RESET")
+        seen = [f for f in drain(m, 0.5) if b"sidecache-reset-" in f]
+        nonce = seen[0].split(b'"')[-2].decode() if seen else "sidecache-reset-x"  # direct: none
+
+    def scenario(ep):
+        with ep.raw() as c:
+            c.cmd("CLIENT", "REPLY", "ON")
+            c.send(encode("HELLO", "2", nonce) + encode("RESET") + encode("PING"))
+            return drain(c)
+
+    assert_same_runs(scenario, proxy, ref)
+
+
+@pytest.mark.proxy_only
+def test_an_acl_command_in_a_tunnel_is_settled_when_the_tunnel_resets(proxy, upstream):
+    """ACL SETUSER in a tunnel, then RESET: the tunnel is over, so what the
+    proxy knows of permissions is settled again, and UNWATCH is answered
+    locally again for every client (not sent to Redis each time until that
+    client disconnects)."""
+    def unwatch_calls():
+        stats = upstream.client().info("commandstats")
+        return stats.get("cmdstat_unwatch", {}).get("calls", 0)
+
+    with proxy.raw() as a, proxy.raw() as b:
+        a.cmd("CLIENT", "REPLY", "ON")
+        a.cmd("ACL", "SETUSER", "foo", "on")
+        assert a.cmd("RESET").raw == b"+RESET\r\n"
+        assert a.cmd("PING").raw == b"+PONG\r\n"
+        for _ in range(3):
+            assert b.cmd("UNWATCH").raw == b"+OK\r\n"
+        before = unwatch_calls()
+        for _ in range(5):
+            assert b.cmd("UNWATCH").raw == b"+OK\r\n"
+        assert unwatch_calls() == before
+
+
 @pytest.mark.proxy_only
 def test_reset_ends_the_tunnel(proxy_factory, upstream):
     """After RESET in a tunnel (its +RESET relayed once Redis sent it), the
