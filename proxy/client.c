@@ -1828,6 +1828,16 @@ static void client_on_drain(void *arg) {
 
 static void client_on_event(void *arg, int what, int err) {
     px_client *c = arg;
+    if (what == PX_IO_PEER_CLOSED) {
+        /* Closed while its input is paused (a barrier, a wait for another
+         * connection, backpressure). Redis reads a close at once and
+         * frees the client, a blocked one with the commands it has not
+         * run; so here, unless input the client sent before it is still
+         * to go (err: unread in the socket). Otherwise a client gone
+         * behind a BLPOP 0 would hold its connections until that returns. */
+        if (err == 0 && (px_io_input_len(&c->io) == 0 || c->blocking)) client_close(c, "client closed connection");
+        return;
+    }
     client_close(c, what == PX_IO_EOF ? "client closed connection" : strerror(err));
 }
 
@@ -1864,6 +1874,7 @@ px_client *px_client_new(px_server *srv, int fd, const char *addr, int tls) {
         free(c);
         return NULL;
     }
+    px_io_watch_close(&c->io);
     c->next = srv->clients;
     if (srv->clients) srv->clients->prev = c;
     srv->clients = c;

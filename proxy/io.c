@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -446,15 +447,31 @@ void px_io_write_buffer(px_io *io, struct evbuffer *buf) {
 
 size_t px_io_pending(const px_io *io) { return (io->out ? evbuffer_get_length(io->out) : 0) + io->ref_len; }
 
+void px_io_watch_close(px_io *io) { io->watch_close = 1; }
+
+static void io_closed_cb(evutil_socket_t fd, short what, void *arg) {
+    px_io *io = arg;
+    int unread = 0;
+    if (io->closed || io->reading) return;
+    if (ioctl(fd, FIONREAD, &unread) != 0) unread = 1;
+    io->ops->on_event(io->arg, PX_IO_PEER_CLOSED, unread);
+}
+
 void px_io_pause_read(px_io *io) {
     if (io->reading && !io->closed) {
         event_del(io->rev);
         io->reading = 0;
+        /* TLS may hold read bytes of its own: not watched */
+        if (io->watch_close && io->ssl == NULL && io->fd >= 0) {
+            if (io->cev == NULL) io->cev = event_new(io->srv->base, io->fd, EV_CLOSED, io_closed_cb, io);
+            if (io->cev != NULL) event_add(io->cev, NULL);
+        }
     }
 }
 
 void px_io_resume_read(px_io *io) {
     if (!io->reading && !io->closed) {
+        if (io->cev) event_del(io->cev);
         event_add(io->rev, NULL);
         io->reading = 1;
     }
@@ -474,6 +491,7 @@ void px_io_close(px_io *io) {
     io_drop_ref(io);
     if (io->rev) event_del(io->rev);
     if (io->wev) event_del(io->wev);
+    if (io->cev) event_del(io->cev);
     io->reading = io->want_write = 0;
     if (io->ssl != NULL) {
         SSL_shutdown(io->ssl); /* close_notify, best effort: no waiting */
@@ -502,6 +520,8 @@ void px_io_deinit(px_io *io) {
     if (io->srv != NULL) px_io_settle(io->srv);
     if (io->rev) event_free(io->rev);
     if (io->wev) event_free(io->wev);
+    if (io->cev) event_free(io->cev);
+    io->cev = NULL;
     free(io->own);
     io->own = NULL;
     io->in_buf = NULL;

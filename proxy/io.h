@@ -35,6 +35,10 @@ enum px_io_event {
     PX_IO_EOF = 1,       /* the peer closed */
     PX_IO_ERROR = 2,     /* a socket error; err holds errno */
     PX_IO_CONNECTED = 3, /* a connect finished */
+    PX_IO_PEER_CLOSED = 4, /* reading paused, the peer closed (or shut down
+                              its writing); err holds the bytes it sent
+                              that are still unread in the socket. Only
+                              with px_io_watch_close, once per pause */
 };
 
 typedef struct px_io_ops {
@@ -54,6 +58,8 @@ typedef struct px_io {
     char *own;            /* kept input, owned */
     size_t own_cap;
     struct event *rev, *wev;
+    struct event *cev;    /* px_io_watch_close: the peer's close while paused */
+    int watch_close;
     const px_io_ops *ops;
     void *arg;
     int connecting;       /* waiting for connect() to finish */
@@ -68,6 +74,11 @@ typedef struct px_io {
     int tls_read_wants_write;  /* SSL_read needs the socket writable first */
     int tls_write_wants_read;  /* SSL_write needs the socket readable first */
 } px_io;
+
+/* While its reading is paused, the io reports the peer's close
+ * (PX_IO_PEER_CLOSED) rather than leave it unseen until reading resumes;
+ * where the event backend can tell (EV_CLOSED), on plain sockets. */
+void px_io_watch_close(px_io *io);
 
 /* Sets up the buffers of an io that has no socket yet: writes are kept
  * until px_io_attach or px_io_connect gives it one. Returns 0 or -1 (OOM). */

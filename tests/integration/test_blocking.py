@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from helpers import HOST, assert_same_runs, wait_until
+from helpers import HOST, assert_same_runs, encode, wait_until
 
 # name -> (setup commands, blocking command, unblocking command, expected reply
 #          bytes in RESP2, expected reply bytes in RESP3, check after)
@@ -206,3 +206,36 @@ def test_blocking_commands_beyond_redis_maxclients_get_redis_error(redis_factory
     refused = [g for g in got if g != b"*-1\r\n"]
     assert refused and len(refused) < len(got), got
     assert set(refused) == {b"-ERR max number of clients reached\r\n"}, got
+
+
+def redis_clients(server):
+    with server.raw(auth=True) as a:
+        info = a.cmd("INFO", "clients").raw.decode()
+    return int(info.split("connected_clients:")[1].split("\r\n")[0])
+
+
+@pytest.mark.parametrize("after", [("GET", "x"), ("RESET",)], ids=["command-waiting", "tunnel-reset"])
+def test_client_gone_behind_a_blocked_command_frees_its_connection(proxy, ref, upstream, after):
+    """A client that sends BLPOP never 0 and something the proxy holds back
+    behind it (a GET waiting for the BLPOP's connection; a RESET in a
+    tunnel), then disconnects: Redis frees it at once, and so must the
+    proxy, closing the connection the BLPOP blocks, rather than hold both
+    until the BLPOP returns (here: never)."""
+    def scenario(ep):
+        server = upstream if ep is proxy else ref
+        with ep.raw() as c0:
+            c0.cmd("PING")
+        before = redis_clients(server)
+        for _ in range(3):
+            c = ep.raw()
+            if after == ("RESET",):
+                c.cmd("CLIENT", "REPLY", "ON")  # a tunnel
+            c.send(encode("BLPOP", "never", "0") + encode(*after))
+            time.sleep(0.1)
+            c.close()
+        deadline = time.monotonic() + 5
+        while redis_clients(server) > before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return [("Redis connections left behind", redis_clients(server) - before)]
+
+    assert_same_runs(scenario, proxy, ref)
