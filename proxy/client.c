@@ -1826,19 +1826,35 @@ static void client_on_drain(void *arg) {
     if (c->input_paused && !c->barrier) resume_input(c);
 }
 
+/*
+ * The client closed its side. Redis runs every command it had read before
+ * and writes their replies, so a client that shuts down its writing after
+ * a pipeline (nc -N, a health check) still reads them; it frees a blocked
+ * client at once, with the commands it has not run. So here: a client
+ * blocked goes now; another gets the replies to what it sent, then goes.
+ */
+static void client_on_peer_close(px_client *c) {
+    if (c->blocking)
+        client_close(c, "client closed connection");
+    else
+        close_after_replies(c);
+}
+
 static void client_on_event(void *arg, int what, int err) {
     px_client *c = arg;
     if (what == PX_IO_PEER_CLOSED) {
-        /* Closed while its input is paused (a barrier, a wait for another
-         * connection, backpressure). Redis reads a close at once and
-         * frees the client, a blocked one with the commands it has not
-         * run; so here, unless input the client sent before it is still
-         * to go (err: unread in the socket). Otherwise a client gone
-         * behind a BLPOP 0 would hold its connections until that returns. */
-        if (err == 0 && (px_io_input_len(&c->io) == 0 || c->blocking)) client_close(c, "client closed connection");
+        /* closed while its input is paused (a barrier, a wait for another
+         * connection, backpressure): seen at once, or a client gone behind
+         * a BLPOP 0 would hold its connections until that returns. Input
+         * still to go (err: unread in the socket) is read on first, and
+         * its end seen then. */
+        if (err == 0 && (px_io_input_len(&c->io) == 0 || c->blocking)) client_on_peer_close(c);
         return;
     }
-    client_close(c, what == PX_IO_EOF ? "client closed connection" : strerror(err));
+    if (what == PX_IO_EOF)
+        client_on_peer_close(c);
+    else
+        client_close(c, strerror(err));
 }
 
 static const px_io_ops client_io_ops = {client_on_read, client_on_drain, client_on_event};

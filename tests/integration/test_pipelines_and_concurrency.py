@@ -275,3 +275,35 @@ def test_whole_pipeline_written_before_reading(proxy, ref):
         buf = (buf + chunk)[-len(want) * 2:]
     assert got == n * len(want) and buf.endswith(want)
     s.close()
+
+
+def read_to_eof(sock, timeout=5.0):
+    sock.settimeout(timeout)
+    out = b""
+    while True:
+        d = sock.recv(65536)
+        if not d:
+            return out
+        out += d
+
+
+@pytest.mark.parametrize("case", ["pipeline", "blocked"])
+def test_client_that_shuts_down_its_writing_gets_redis_answers(proxy, ref, case):
+    """A client that sends its commands and then shuts down its writing (nc
+    -N, a health check) gets the replies to all of them, then the close, as
+    from Redis; a client blocked (BLPOP 0) when it does that is freed at
+    once, with no reply, as by Redis."""
+    import socket
+    commands = {
+        "pipeline": [("PING",), ("SET", "hc", "1"), ("GET", "hc"), ("INCR", "hc"), ("MULTI",), ("INCR", "hc"),
+                     ("EXEC",), ("GET", "nokey")],
+        "blocked": [("BLPOP", "never", "0"), ("PING",)],
+    }[case]
+
+    def scenario(ep):
+        with socket.create_connection((ep.host, ep.port)) as s:
+            s.sendall(b"".join(encode(*c) for c in commands))
+            s.shutdown(socket.SHUT_WR)
+            return [read_to_eof(s)]
+
+    assert_same_runs(scenario, proxy, ref)
