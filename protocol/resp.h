@@ -232,9 +232,14 @@ void resp_reply_reset(resp_reply_parser *p);
  * Null is "$-1", "*-1" or "_" only; streamed "$?"/"*?" types are refused. */
 int resp_reply_parse(resp_reply_parser *p, const char *buf, size_t len);
 
-/* A whole reply frame (data, len) at a glance: exactly +OK; an error
- * (simple, or a RESP3 blob error); Redis's EXECABORT (it ran nothing of the
- * transaction and left MULTI); Redis's NOPERM (the user's ACL refused). */
+/* A whole reply frame (data, len) at a glance: begins with prefix (an
+ * error's code and text, say); exactly +OK; an error (simple, or a RESP3
+ * blob error); Redis's EXECABORT (it ran nothing of the transaction and
+ * left MULTI); Redis's NOPERM (the user's ACL refused). */
+static inline int resp_frame_starts_with(const char *data, size_t len, const char *prefix) {
+    size_t n = strlen(prefix);
+    return len >= n && memcmp(data, prefix, n) == 0;
+}
 static inline int resp_frame_is_ok(const char *data, size_t len) {
     return len == 5 && memcmp(data, "+OK\r\n", 5) == 0;
 }
@@ -242,10 +247,10 @@ static inline int resp_frame_is_error(const char *data, size_t len) {
     return len > 0 && (data[0] == '-' || data[0] == '!');
 }
 static inline int resp_frame_is_execabort(const char *data, size_t len) {
-    return len >= 10 && memcmp(data, "-EXECABORT", 10) == 0;
+    return resp_frame_starts_with(data, len, "-EXECABORT");
 }
 static inline int resp_frame_is_noperm(const char *data, size_t len) {
-    return len >= 8 && memcmp(data, "-NOPERM ", 8) == 0;
+    return resp_frame_starts_with(data, len, "-NOPERM ");
 }
 
 /* ------------------------------------------------------------------------ */

@@ -409,12 +409,11 @@ static void discard_send(px_client *c, px_req *r) {
 }
 
 static void discard_reply(px_client *c, const px_req *r, const char *data, size_t len) {
-    static const char no_multi[] = "-ERR DISCARD without MULTI";
     int ok = !r->lost && resp_frame_is_ok(data, len);
     c->barrier = 0;
     if (c->mode == PX_MODE_PINNED) permission_learn(c, r, ok, &c->pool->discard_epoch);
     /* refused, unless there was no transaction (its MULTI was refused) */
-    if (!ok && !r->lost && !(len >= sizeof no_multi - 1 && memcmp(data, no_multi, sizeof no_multi - 1) == 0))
+    if (!ok && !r->lost && !resp_frame_starts_with(data, len, "-ERR DISCARD without MULTI"))
         c->in_multi = 1;
 }
 
@@ -440,10 +439,9 @@ static void client_local_apply(px_client *c);
  * a HELLO with an option it refuses, that refusal (the options before it
  * held). */
 static int state_accepted(const px_req *r, const char *data, size_t len) {
-    static const char name[] = "-ERR Client names ", syntax[] = "-ERR Syntax error in HELLO option ";
     if (r->aux_flags & PX_AUX_HELLO_REFUSED)
-        return (len > sizeof name - 1 && memcmp(data, name, sizeof name - 1) == 0) ||
-               (len > sizeof syntax - 1 && memcmp(data, syntax, sizeof syntax - 1) == 0);
+        return resp_frame_starts_with(data, len, "-ERR Client names ") ||
+               resp_frame_starts_with(data, len, "-ERR Syntax error in HELLO option ");
     return !resp_frame_is_error(data, len);
 }
 
@@ -451,11 +449,10 @@ static int state_accepted(const px_req *r, const char *data, size_t len) {
  * the SETNAMEs before an AUTH it refused (WRONGPASS), or all of them before
  * it wants the client logged in (NOAUTH), hold all the same. */
 static void hello_refused(px_client *c, const char *data, size_t len) {
-    static const char wrongpass[] = "-WRONGPASS", noauth[] = "-NOAUTH HELLO";
     char **name = NULL;
-    if (len > sizeof wrongpass - 1 && memcmp(data, wrongpass, sizeof wrongpass - 1) == 0)
+    if (resp_frame_starts_with(data, len, "-WRONGPASS"))
         name = &c->pend_name_early;
-    else if (len > sizeof noauth - 1 && memcmp(data, noauth, sizeof noauth - 1) == 0)
+    else if (resp_frame_starts_with(data, len, "-NOAUTH HELLO"))
         name = &c->pend_name;
     if (name == NULL || *name == NULL) return;
     free(c->name);
@@ -1244,7 +1241,7 @@ static int client_probe_ran(const char *data, size_t len) {
     static const char *const ran[] = {"-ERR Client names ", "-ERR lib-name ", "-ERR unknown subcommand "};
     if (!resp_frame_is_error(data, len)) return 1;
     for (size_t i = 0; i < sizeof ran / sizeof ran[0]; i++)
-        if (len > strlen(ran[i]) && memcmp(data, ran[i], strlen(ran[i])) == 0) return 1;
+        if (resp_frame_starts_with(data, len, ran[i])) return 1;
     return 0;
 }
 

@@ -618,12 +618,11 @@ static int block_exec_refused(const char *data, size_t len) {
 }
 
 static int is_noauth(const char *data, size_t len) {
-    return len >= 8 && memcmp(data, "-NOAUTH ", 8) == 0;
+    return resp_frame_starts_with(data, len, "-NOAUTH ");
 }
 
 static int is_max_clients(const char *data, size_t len) {
-    static const char full[] = "-ERR max number of clients reached";
-    return len >= sizeof full - 1 && memcmp(data, full, sizeof full - 1) == 0;
+    return resp_frame_starts_with(data, len, "-ERR max number of clients reached");
 }
 
 /* Redis wants a password: clients without credentials get its limits. */
