@@ -743,6 +743,9 @@ class Stress:
         raise RuntimeError("no model for %r" % (cmd,))
 
     # -------------------------------------------------------------- writers
+    def keys_of_all(self, db, cmds):
+        return [k for cmd in cmds for k in self.keys_of(db, cmd)]
+
     def keys_of(self, db, cmd):
         name = cmd[0].upper()
         if name in ("FLUSHDB", "FLUSHALL", "SWAPDB"):
@@ -1018,10 +1021,7 @@ class Stress:
             if cmd[0] in ("FLUSHDB", "FLUSHALL", "PEXPIRE", "EXPIRE", "GETEX") or "PX" in cmd[3:]:
                 continue
             cmds.append(cmd)
-        keys = []
-        for cmd in cmds:
-            keys += self.keys_of(db, cmd)
-        with self.writing(keys, ep) as (ks, win):
+        with self.writing(self.keys_of_all(db, cmds), ep) as (ks, win):
             self.settle_ttls(ks)
             cur = self.cur_of(ks)
             seq = []   # ("w", cmd, expected) | ("r", readcmd, key)
@@ -1083,10 +1083,7 @@ class Stress:
         cmds = [cm for cm in cmds if cm[0] not in ("FLUSHALL",)]
         if not cmds:
             return
-        keys = []
-        for cmd in cmds:
-            keys += self.keys_of(db, cmd)
-        with self.writing(keys, ep) as (ks, win):
+        with self.writing(self.keys_of_all(db, cmds), ep) as (ks, win):
             self.settle_ttls(ks)
             cur = self.cur_of(ks)
             # a read queued inside MULTI goes to Redis with it (C2)
