@@ -194,7 +194,7 @@ static void pause_input(px_client *c) {
 }
 
 static void resume_input(px_client *c) {
-    if (c->state != PX_CLIENT_ACTIVE) return;
+    if (c->state != PX_CLIENT_ACTIVE || c->output_waiting) return;
     if (c->backlogged) {
         if (c->nslots >= PX_CLIENT_MAX_SLOTS / 2 || c->inflight_bytes >= PX_CLIENT_MAX_INFLIGHT_BYTES / 2 ||
             pinned_output(c) >= PX_CLIENT_MAX_INFLIGHT_BYTES / 2)
@@ -206,6 +206,68 @@ static void resume_input(px_client *c) {
         px_io_resume_read(&c->io);
         /* bytes already buffered produce no new read event */
         client_process(c);
+    }
+}
+
+/*
+ * upstream-output-limit. The bounds above are per client: toward a Redis
+ * that stopped reading (SIGSTOP, a long script, a fork stall) every client
+ * could add 64 MB. So what waits to be written to Redis is bounded for all
+ * clients together too: past the limit no client is read (its bytes wait
+ * in the socket buffers), and once half of it is written the clients read
+ * again, in the order they paused. Nothing is refused or lost, and no
+ * deadlock: what waits there leaves whenever Redis reads, which does not
+ * depend on any client being read.
+ */
+static int upstream_output_full(const px_server *srv) {
+    long long limit = srv->cfg->upstream_output_limit;
+    return limit > 0 && srv->upstream_output >= (size_t)limit;
+}
+
+static void output_wait(px_client *c) {
+    px_server *srv = c->srv;
+    pause_input(c);
+    if (c->output_waiting) return;
+    if (srv->output_waiters == NULL && px_now_ms() >= srv->output_limit_log_ms) {
+        px_notice("upstream-output-limit reached: %zu bytes wait to be written to Redis; clients are not read until "
+                  "half of them are written",
+                  srv->upstream_output);
+        srv->output_limit_log_ms = px_now_ms() + 60000;
+    }
+    c->output_waiting = 1;
+    c->output_wait_next = NULL;
+    c->output_wait_prev = srv->output_waiters_tail;
+    if (srv->output_waiters_tail != NULL)
+        srv->output_waiters_tail->output_wait_next = c;
+    else
+        srv->output_waiters = c;
+    srv->output_waiters_tail = c;
+    srv->noutput_waiters++;
+    srv->output_limit_pauses++;
+}
+
+static void output_wait_end(px_client *c) {
+    px_server *srv = c->srv;
+    if (!c->output_waiting) return;
+    if (c->output_wait_prev != NULL)
+        c->output_wait_prev->output_wait_next = c->output_wait_next;
+    else
+        srv->output_waiters = c->output_wait_next;
+    if (c->output_wait_next != NULL)
+        c->output_wait_next->output_wait_prev = c->output_wait_prev;
+    else
+        srv->output_waiters_tail = c->output_wait_prev;
+    c->output_wait_prev = c->output_wait_next = NULL;
+    c->output_waiting = 0;
+    srv->noutput_waiters--;
+}
+
+void px_clients_output_wake(px_server *srv) {
+    /* each waiter at most once: one that fills it again waits at the end */
+    for (size_t n = srv->noutput_waiters; n > 0 && srv->output_waiters != NULL && !upstream_output_full(srv); n--) {
+        px_client *c = srv->output_waiters;
+        output_wait_end(c);
+        if (!c->barrier) resume_input(c);
     }
 }
 
@@ -1767,6 +1829,10 @@ static void client_process_input(px_client *c) {
         size_t len;
         const char *data = px_io_input(&c->io, &len);
         if (len == 0) break;
+        if (upstream_output_full(c->srv)) {
+            output_wait(c);
+            return;
+        }
         if (c->rq.need != 0 && len < c->rq.need) {
             if ((long long)len > c->srv->cfg->client_query_buffer_limit) goto too_big;
             break;
@@ -1913,6 +1979,7 @@ void px_client_close(px_client *c, const char *why) {
     if (c->next) c->next->prev = c->prev;
     c->prev = c->next = NULL;
     c->srv->nclients--;
+    output_wait_end(c);
     tunnel_acl_settle(c);
     px_io_close(&c->io);
     /* Written-but-unsent slots go now; slots still awaited stay on their
@@ -1941,6 +2008,7 @@ void px_client_close(px_client *c, const char *why) {
 }
 
 void px_client_free(px_client *c) {
+    output_wait_end(c); /* (client_close did) */
     px_io_deinit(&c->io);
     px_pool_unref(c->pool);
     resp_req_deinit(&c->rq);

@@ -117,6 +117,10 @@ typedef struct px_client {
     size_t inflight_bytes;     /* bytes of the requests holding them */
     int backlogged;            /* input paused: too many slots or bytes held,
                                   until half of them are answered */
+    /* input paused: upstream-output-limit reached, until what waits to be
+     * written to Redis falls to half of it (srv->output_waiters) */
+    int output_waiting;
+    struct px_client *output_wait_prev, *output_wait_next;
     int inflight;              /* requests awaiting an upstream reply */
     px_upstream *inflight_on;  /* the connection they were sent on */
     int barrier;               /* a state change awaits its reply: read nothing */
@@ -161,6 +165,11 @@ void px_clients_access_learned(px_server *srv);
 /* The client's own connection wrote all it had: a client whose input
  * paused for its backlog (PX_CLIENT_MAX_INFLIGHT_BYTES) may read again. */
 void px_client_upstream_drained(px_client *c);
+
+/* What waits to be written to Redis fell to half of upstream-output-limit
+ * (or the limit was raised): the clients paused for it read again, first
+ * paused first, as long as it stays under the limit (srv->output_wake_ev). */
+void px_clients_output_wake(px_server *srv);
 
 /* Tunnel bytes from the client's own connection. */
 void px_client_on_tunnel_data(px_client *c, const char *data, size_t len);

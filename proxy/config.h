@@ -87,6 +87,7 @@ typedef struct px_config {
     int proto_max_nesting;         /* obsolete: read and checked, not used */
     int partial_command_timeout;   /* seconds a started request may take to arrive; 0 = no limit */
     long long client_output_buffer_limit; /* bytes pending per client output */
+    long long upstream_output_limit; /* bytes waiting to be written to Redis, all connections; 0 = no limit */
 
     /* the cache */
     int profile;                   /* enum px_profile: rules that come built in */

@@ -445,6 +445,27 @@ void px_io_write_buffer(px_io *io, struct evbuffer *buf) {
     if (!io->want_write) io_queue_flush(io);
 }
 
+static void io_count_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg) {
+    px_server *srv = arg;
+    srv->upstream_output += info->n_added;
+    srv->upstream_output -= info->n_deleted;
+    if (info->n_deleted > 0) px_server_upstream_output_fell(srv);
+}
+
+void px_io_count_output(px_io *io) {
+    if (io->count_cb == NULL && io->out != NULL) io->count_cb = evbuffer_add_cb(io->out, io_count_cb, io->srv);
+}
+
+/* What a closed io's output still holds will not be written: no longer
+ * counted. */
+static void io_uncount_output(px_io *io) {
+    if (io->count_cb == NULL) return;
+    evbuffer_remove_cb_entry(io->out, io->count_cb);
+    io->count_cb = NULL;
+    io->srv->upstream_output -= evbuffer_get_length(io->out);
+    px_server_upstream_output_fell(io->srv);
+}
+
 size_t px_io_pending(const px_io *io) { return (io->out ? evbuffer_get_length(io->out) : 0) + io->ref_len; }
 
 void px_io_watch_close(px_io *io) { io->watch_close = 1; }
@@ -489,6 +510,7 @@ void px_io_close(px_io *io) {
     if (io->closed) return;
     io->closed = 1;
     io_drop_ref(io);
+    io_uncount_output(io);
     if (io->rev) event_del(io->rev);
     if (io->wev) event_del(io->wev);
     if (io->cev) event_del(io->cev);
@@ -526,6 +548,7 @@ void px_io_deinit(px_io *io) {
     io->own = NULL;
     io->in_buf = NULL;
     io->in_off = io->in_end = io->own_cap = 0;
+    io_uncount_output(io);
     if (io->out) evbuffer_free(io->out);
     io->rev = io->wev = NULL;
     io->out = NULL;

@@ -28,6 +28,7 @@
 #include "proxy/server.h"
 
 struct evbuffer;
+struct evbuffer_cb_entry;
 struct event;
 struct ssl_st;
 
@@ -73,7 +74,14 @@ typedef struct px_io {
     struct ssl_st *ssl;        /* TLS session, or NULL (owned) */
     int tls_read_wants_write;  /* SSL_read needs the socket writable first */
     int tls_write_wants_read;  /* SSL_write needs the socket readable first */
+    struct evbuffer_cb_entry *count_cb; /* px_io_count_output */
 } px_io;
+
+/* From now on until it closes, io's output counts in srv->upstream_output,
+ * and what leaves it calls px_server_upstream_output_fell. For connections
+ * to Redis: what all clients together make wait there is bounded
+ * (upstream-output-limit). Call with the output empty (after px_io_setup). */
+void px_io_count_output(px_io *io);
 
 /* While its reading is paused, the io reports the peer's close
  * (PX_IO_PEER_CLOSED) rather than leave it unseen until reading resumes;

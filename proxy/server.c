@@ -63,6 +63,18 @@ void px_server_schedule_reap(px_server *srv) {
     if (srv->reap_ev != NULL) event_active(srv->reap_ev, EV_TIMEOUT, 0);
 }
 
+static void output_wake_cb(evutil_socket_t fd, short what, void *arg) {
+    px_clients_output_wake(arg);
+}
+
+void px_server_upstream_output_fell(px_server *srv) {
+    if (srv->output_waiters == NULL || srv->output_wake_ev == NULL) return;
+    long long limit = srv->cfg->upstream_output_limit;
+    /* half the limit: a client woken has room for a good part of its
+     * pipeline, not one command before it pauses again */
+    if (limit == 0 || srv->upstream_output <= (size_t)limit / 2) event_active(srv->output_wake_ev, EV_TIMEOUT, 0);
+}
+
 /* Runs after the read callbacks of a loop iteration: every socket they
  * wrote to is written once (see io.h). */
 static void flush_cb(evutil_socket_t fd, short what, void *arg) {
@@ -174,6 +186,8 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
     cfg->timeout = fresh->timeout;
     cfg->client_query_buffer_limit = fresh->client_query_buffer_limit;
     cfg->client_output_buffer_limit = fresh->client_output_buffer_limit;
+    cfg->upstream_output_limit = fresh->upstream_output_limit;
+    px_server_upstream_output_fell(srv);
     cfg->proto_max_bulk_len = fresh->proto_max_bulk_len;
     cfg->max_multibulk_len = fresh->max_multibulk_len;
     srv->req_limits.max_bulk_len = cfg->proto_max_bulk_len;
@@ -233,6 +247,7 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     }
     srv.flush_ev = event_new(srv.base, -1, 0, flush_cb, &srv);
     srv.reap_ev = event_new(srv.base, -1, 0, reap_cb, &srv);
+    srv.output_wake_ev = event_new(srv.base, -1, 0, output_wake_cb, &srv);
     srv.cron_ev = event_new(srv.base, -1, EV_PERSIST, cron_cb, &srv);
     srv.sig_term = evsignal_new(srv.base, SIGTERM, on_stop_signal, &srv);
     srv.sig_int = evsignal_new(srv.base, SIGINT, on_stop_signal, &srv);
@@ -303,6 +318,7 @@ out:
     }
     if (srv.sentinel_ev != NULL) event_free(srv.sentinel_ev);
     event_free(srv.reap_ev);
+    event_free(srv.output_wake_ev);
     event_free(srv.cron_ev);
     event_free(srv.sig_term);
     event_free(srv.sig_int);

@@ -62,6 +62,16 @@ typedef struct px_server {
     /* every plain read goes here first (proxy/io.c, "Input") */
     char io_read_buf[PX_IO_READ_CHUNK];
     struct event *flush_ev;
+    /* bytes waiting to be written to Redis on every upstream connection but
+     * the invalidation one (px_io_count_output), and the clients not read
+     * while it is over upstream-output-limit, first paused first
+     * (proxy/client.c) */
+    size_t upstream_output;
+    struct px_client *output_waiters, *output_waiters_tail;
+    size_t noutput_waiters;
+    uint64_t output_limit_pauses;
+    int64_t output_limit_log_ms; /* its notice is not logged again before this */
+    struct event *output_wake_ev;
 
     /* the upstream's address, resolved when first needed and again after a
      * failed connect (Redis may have moved) */
@@ -127,6 +137,10 @@ int64_t px_now_us(void);
  * iteration began: no system call, for the latency histograms (a reply is
  * read in a later iteration than its request was written). */
 int64_t px_loop_now_us(struct px_server *srv);
+
+/* What waits to be written to Redis fell (or upstream-output-limit
+ * changed): clients paused for it are woken once it is at half the limit. */
+void px_server_upstream_output_fell(px_server *srv);
 
 /* Asks for px_server_reap() at the end of this loop iteration. */
 void px_server_schedule_reap(px_server *srv);

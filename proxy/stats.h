@@ -27,6 +27,9 @@ struct px_server;
     X(upstream_connections, gauge, "Connections to Redis (shared and pinned, not the invalidation one)")  \
     X(pinned_connections, gauge, "Upstream connections pinned to one client")                               \
     X(upstream_pools, gauge, "Identities (user, db, protocol) with connections or clients")                \
+    X(upstream_output_bytes, gauge, "Bytes waiting to be written to Redis, all connections")                \
+    X(clients_paused_upstream_output, gauge, "Clients not read: upstream-output-limit reached")           \
+    X(upstream_output_limit_pauses, counter, "Times a client stopped being read for upstream-output-limit")\
     X(batch_blocks, counter, "Write batches sent as MULTI/EXEC blocks")                                    \
     X(batch_commands, counter, "Commands sent in write batches")                                           \
     X(batch_replays, counter, "Write batches refused (EXECABORT) and sent again one by one")               \

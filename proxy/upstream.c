@@ -400,6 +400,7 @@ static px_upstream *up_connect(px_pool *p) {
         snprintf(cause, sizeof cause, "out of memory");
         goto fail;
     }
+    px_io_count_output(&u->io);
     if (px_upstream_resolve(srv, cause, sizeof cause) != 0) goto fail;
     if (px_io_connect(&u->io, (struct sockaddr *)&srv->up_sa, srv->up_salen) != 0) {
         snprintf(cause, sizeof cause, "%s", strerror(errno));

@@ -19,13 +19,14 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 
 import pytest
 
 from faulthelpers import Metrics, RssSampler, direct_get, mb, proc_status
-from helpers import HOST, Err, RawClient, encode, free_port
+from helpers import HOST, Err, RawClient, encode, free_port, port_accepts
 
 pytestmark = [pytest.mark.proxy_only, pytest.mark.timeout(40)]
 
@@ -582,6 +583,84 @@ def test_pipeline_to_stopped_redis_is_bounded(proxy_factory, upstream):
     assert upstream.raw(auth=True).cmd("STRLEN", "big%d" % (n - 1)).value == len(value)
     print("\n[pipeline to a stopped Redis] proxy RSS grew %.1f MB while %d MB waited" % (mb(grown), mb(len(payload))))
     assert grown < 160 * MB, "proxy RSS grew %.1f MB" % mb(grown)
+
+
+def test_many_clients_to_stopped_redis_are_bounded_together(proxy_factory, upstream):
+    """The per-client bound lets each client hold 64 MB for a Redis that
+    stopped reading; 8 clients pipelining 40 MB each used to make the proxy
+    hold all 320 MB. upstream-output-limit bounds them together: past it no
+    client is read (the rest waits in the socket buffers), and when Redis
+    reads again every client is read again, in turn, and every command is
+    answered, in order, and stored."""
+    nclients, n, value = 8, 400, b"v" * 100000
+    mport = free_port()
+    p = proxy_factory(args=("--upstream-output-limit", "32mb", "--metrics-port", str(mport)))
+    m = Metrics(mport)
+    clients = [p.raw() for _ in range(nclients)]
+    for c in clients:
+        assert c.cmd("SET", "warm", "1").raw == b"+OK\r\n"  # its upstream connection exists
+    sends = [BackgroundSend(c, b"".join(encode("SET", "many%d:%d" % (i, j), value) for j in range(n)))
+             for i, c in enumerate(clients)]
+    base = proc_status(p.proc.pid)["VmRSS"]
+    with stopped(upstream):
+        for s in sends:
+            s.t.start()
+        m.wait(lambda d: d["clients_paused_upstream_output"] == nclients, 10, "every client paused")
+        time.sleep(1)  # the proxy reads what it will
+        grown = proc_status(p.proc.pid)["VmRSS"] - base
+        d = m.get()
+        assert d["upstream_output_bytes"] < 40 * MB, d["upstream_output_bytes"]
+        assert d["upstream_output_limit_pauses"] >= nclients
+    for c in clients:
+        assert [f.raw for f in c.read_many_fast(n, timeout=60)] == [b"+OK\r\n"] * n
+    for s in sends:
+        s.join()
+    m.wait(lambda d: d["clients_paused_upstream_output"] == 0 and d["upstream_output_bytes"] == 0, 5, "none paused")
+    with upstream.raw(auth=True) as d:
+        assert [d.call("STRLEN", "many%d:%d" % (i, n - 1)) for i in range(nclients)] == [len(value)] * nclients
+    print("\n[%d clients to a stopped Redis] proxy RSS grew %.1f MB while %d MB waited"
+          % (nclients, mb(grown), mb(nclients * n * len(value))))
+    assert grown < 100 * MB, "proxy RSS grew %.1f MB" % mb(grown)
+
+
+def test_reload_that_lifts_upstream_output_limit_reads_paused_clients(tmp_path, upstream):
+    """Clients paused at upstream-output-limit are read again as soon as a
+    reload (SIGHUP) lifts the limit, Redis still stopped; then everything is
+    answered."""
+    n, value = 200, b"v" * 100000
+    port, mport = free_port(), free_port()
+    conf = tmp_path / "sidecache.conf"
+    text = "upstream redis://127.0.0.1:%d\nport %d\nmetrics-port %d\nupstream-output-limit %%s\n" % (
+        upstream.port, port, mport)
+    conf.write_text(text % "8mb")
+    bin_ = os.environ.get("SIDECACHE_BIN") or os.path.join(os.path.dirname(__file__), "..", "..", "sidecache")
+    proc = subprocess.Popen([bin_, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        m = Metrics(mport)
+        deadline = time.monotonic() + 5
+        while not port_accepts(port):
+            assert time.monotonic() < deadline, "the proxy does not listen"
+            time.sleep(0.05)
+        clients = [RawClient(port) for _ in range(2)]
+        for c in clients:
+            assert c.cmd("SET", "warm", "1").raw == b"+OK\r\n"
+        sends = [BackgroundSend(c, b"".join(encode("SET", "lift%d:%d" % (i, j), value) for j in range(n)))
+                 for i, c in enumerate(clients)]
+        with stopped(upstream):
+            for s in sends:
+                s.t.start()
+            m.wait(lambda d: d["clients_paused_upstream_output"] == 2, 10, "both clients paused")
+            conf.write_text(text % "0")
+            proc.send_signal(signal.SIGHUP)
+            m.wait(lambda d: d["clients_paused_upstream_output"] == 0 and d["upstream_output_bytes"] > 16 * MB,
+                   10, "the clients read again")
+        for c in clients:
+            assert [f.raw for f in c.read_many_fast(n, timeout=60)] == [b"+OK\r\n"] * n
+        for s in sends:
+            s.join()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
 
 
 @pytest.mark.parametrize("session", ["watch-multi", "tunnel"])
