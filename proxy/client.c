@@ -62,22 +62,35 @@ static void queue_reap(px_client *c) {
 /* ------------------------------------------------------------------------ */
 /* output and slots */
 
-static void check_output_limit(px_client *c);
+static void check_output_limit(px_client *c, size_t unread);
 static void slot_pop(px_client *c, px_req *r);
 
 static void client_write(px_client *c, const void *data, size_t len) {
     if (c->io.closed) return;
+    size_t unread = px_io_pending(&c->io);
     px_io_write(&c->io, data, len);
-    check_output_limit(c);
+    check_output_limit(c, unread);
 }
 
-static void check_output_limit(px_client *c) {
+/* client-output-buffer-limit is judged on the output a client left unread
+ * when more comes (unread: pending before it was added), not on a reply
+ * itself: a client that reads gets any one reply, however large, as from
+ * Redis (whose normal clients have no limit), and one that reads nothing
+ * is dropped at its next reply past the limit. */
+static void check_output_limit(px_client *c, size_t unread) {
     long long limit = c->srv->cfg->client_output_buffer_limit;
-    if (limit > 0 && (long long)px_io_pending(&c->io) > limit) {
+    if (limit > 0 && (long long)unread > limit) {
         px_warning("client output buffer limit reached id=%llu addr=%s bytes=%zu limit=%lld",
                    (unsigned long long)c->id, c->addr, px_io_pending(&c->io), limit);
         client_close(c, "output buffer limit");
     }
+}
+
+/* Moves an early reply (or run) to the client's output. */
+static void client_write_early(px_client *c, px_req *r) {
+    size_t unread = px_io_pending(&c->io);
+    px_io_write_buffer(&c->io, r->early);
+    check_output_limit(c, unread);
 }
 
 /* Writes out every slot at the head whose reply is present. */
@@ -85,18 +98,13 @@ static void client_flush_slots(px_client *c) {
     px_req *r;
     while ((r = c->slots_head) != NULL && r->done) {
         slot_pop(c, r);
-        if (r->early != NULL && !c->io.closed) {
-            px_io_write_buffer(&c->io, r->early);
-            check_output_limit(c);
-        }
+        if (r->early != NULL && !c->io.closed) client_write_early(c, r);
         px_req_release(c->srv, r);
     }
     /* a run now at the head: the replies it already has go out, the rest
      * will be written as they come (px_client_on_reply_part) */
-    if (r != NULL && r->early != NULL && !c->io.closed && evbuffer_get_length(r->early) > 0) {
-        px_io_write_buffer(&c->io, r->early);
-        check_output_limit(c);
-    }
+    if (r != NULL && r->early != NULL && !c->io.closed && evbuffer_get_length(r->early) > 0)
+        client_write_early(c, r);
 }
 
 static void slot_append(px_client *c, px_req *r) {

@@ -406,6 +406,21 @@ class BackgroundSend:
         self.sock.close()
 
 
+def test_one_reply_above_the_output_limit_reaches_a_client_that_reads(upstream, proxy_factory):
+    """client-output-buffer-limit is for output a client leaves unread: one
+    reply larger than the limit (a 20 MB value, limit 8mb) reaches a client
+    that reads it, as from Redis, and the connection stays. It used to be
+    closed the moment the reply was queued."""
+    p = proxy_factory(args=("--client-output-buffer-limit", "8mb"))
+    value = b"x" * (20 * MB)
+    with upstream.raw(auth=True) as d:
+        assert d.call("SET", "huge", value) == b"OK"
+    with p.raw(auth=True, timeout=30) as c:
+        assert c.call("GET", "huge") == value
+        assert c.call("PING") == b"PONG"
+    assert output_limit_closes(p) == 0
+
+
 def test_slow_reader_of_cache_hits_is_disconnected(upstream, proxy_factory):
     """Hits count in the output limit too: a client that pipelines small
     GETs of a large cached value (20 request bytes for 60 KB of reply each)
