@@ -1196,8 +1196,9 @@ void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
     struct px_caching *pc = srv->caching;
     if (pc != NULL && len > 0 && data[0] == '-' &&
         (starts_with(data, len, "-LOADING") || starts_with(data, len, "-READONLY") ||
-         starts_with(data, len, "-MASTERDOWN"))) {
-        /* Redis is not (or no longer) the master we cached from (C6) */
+         starts_with(data, len, "-MASTERDOWN") || starts_with(data, len, "-MOVED "))) {
+        /* Redis is not (or no longer) the master we cached from (C6); a
+         * cluster node answers MOVED for a slot it no longer holds */
         flush_cache(pc);
         pc->flush_failover++;
     }

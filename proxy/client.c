@@ -17,8 +17,10 @@
  */
 #include "proxy/client.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "protocol/cluster.h"
 #include "protocol/commands.h"
 #include "proxy/batch.h"
 #include "proxy/caching.h"
@@ -567,6 +570,59 @@ static void apply_state_change(px_client *c, px_req *r, const char *data, size_t
     c->barrier = 0;
 }
 
+/* CLUSTER SLOTS, where key-prefix puts every cached key in one slot. */
+static int wants_cluster_rewrite(px_client *c) {
+    const resp_arg *a = c->rq.argv;
+    const char *prefix = c->srv->cfg->key_prefix;
+    return c->rq.argc == 2 && resp_arg_is(a[0].ptr, a[0].len, "CLUSTER") && resp_arg_is(a[1].ptr, a[1].len, "SLOTS") &&
+           cluster_prefix_slot(prefix, strlen(prefix)) >= 0;
+}
+
+/* A socket address as text and port; 0, or -1 for one that is not IP. */
+static int ip_text(const struct sockaddr_storage *ss, char *host, size_t hlen, int *port) {
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        *port = ntohs(in->sin_port);
+        return inet_ntop(AF_INET, &in->sin_addr, host, (socklen_t)hlen) ? 0 : -1;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+        *port = ntohs(in6->sin6_port);
+        return inet_ntop(AF_INET6, &in6->sin6_addr, host, (socklen_t)hlen) ? 0 : -1;
+    }
+    return -1;
+}
+
+/* CLUSTER SLOTS's reply naming, as the master of the key-prefix's slot,
+ * this proxy at the address the client reached it by, so that a cluster
+ * client (JuiceFS's) sends the volume's commands here. Only while that
+ * master is the upstream: once the slot moved (a failover, a resharding)
+ * the client goes to its new master itself, and the cache is emptied by
+ * the MOVED Redis answers here (C6). Returns 0, or -1 to relay the reply
+ * unchanged (also to a client on a unix socket: no address to name). */
+static int cluster_slots_here(px_client *c, const char *data, size_t len, resp_buf *out) {
+    px_server *srv = c->srv;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char host[INET6_ADDRSTRLEN], up_ip[INET6_ADDRSTRLEN], other[300];
+    int port;
+    const char *prefix = srv->cfg->key_prefix;
+    int slot = cluster_prefix_slot(prefix, strlen(prefix));
+    if (slot < 0 || c->io.fd < 0 || getsockname(c->io.fd, (struct sockaddr *)&ss, &sl) != 0 ||
+        ip_text(&ss, host, sizeof host, &port) != 0)
+        return -1;
+    cluster_self up = {.hosts = {srv->cfg->up.host, NULL}, .port = srv->cfg->up.port};
+    if (srv->up_salen > 0 && ip_text(&srv->up_sa, up_ip, sizeof up_ip, &up.port) == 0) up.hosts[1] = up_ip;
+    int rc = cluster_slots_rewrite(data, len, (unsigned)slot, &up, host, port, out, other, sizeof other);
+    if (rc == -2 && !srv->cluster_other_logged) {
+        px_notice("CLUSTER SLOTS: the master of slot %d (key-prefix %s) is %s, not the upstream: relayed unchanged, "
+                  "cluster clients go there directly; point upstream at it to cache the volume",
+                  slot, prefix, other);
+        srv->cluster_other_logged = 1;
+    }
+    return rc == 0 ? 0 : -1;
+}
+
 /* INFO's reply with the "# sidecache" section appended; the same type
  * (bulk, or RESP3 verbatim text). Returns 0, or -1 to relay it unchanged. */
 static int info_with_section(px_client *c, const char *data, size_t len, resp_buf *out) {
@@ -672,7 +728,15 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
         data = rewritten.data;
         len = rewritten.len;
     }
+    resp_buf topology;
+    resp_buf_init(&topology);
+    if ((r->aux_flags & PX_AUX_CLUSTER_SLOTS) && c->state != PX_CLIENT_CLOSED &&
+        cluster_slots_here(c, data, len, &topology) == 0) {
+        data = topology.data;
+        len = topology.len;
+    }
     on_reply_deliver(c, r, data, answered ? 0 : len);
+    resp_buf_deinit(&topology);
     resp_buf_deinit(&rewritten);
     if (answered == 2) client_close(c, "WATCH answered ahead was refused");
 }
@@ -833,6 +897,7 @@ static px_req *forward_current(px_client *c, px_upstream *u, const char *frame) 
     px_req *r = forward_to(c, u, PX_REQ_CLIENT, data, len, u == c->pinned && !c->rq.is_inline);
     if (r != NULL && !c->in_multi) {
         if (wants_info_section(c)) r->aux_flags |= PX_AUX_INFO;
+        if (wants_cluster_rewrite(c)) r->aux_flags |= PX_AUX_CLUSTER_SLOTS;
         if (resp_acl_changes(c->rq.argc, c->rq.argv)) r->aux_flags |= PX_AUX_ACL;
     }
     return r;

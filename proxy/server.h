@@ -116,6 +116,7 @@ typedef struct px_server {
      * so nothing is learned of permissions until they close (client.c) */
     int acl_unsettled;
 
+    int cluster_other_logged;  /* CLUSTER SLOTS named another master (client.c) */
     int stopping;              /* SIGTERM seen: finish in-flight work, then exit */
     int64_t stop_deadline_ms;
     int exit_code;

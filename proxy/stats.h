@@ -61,7 +61,7 @@ struct px_server;
     X(cache_flushes_tracking_lost, counter, "Flushes: tracking lost or its keep-alive late")               \
     X(cache_flushes_null_invalidation, counter, "Flushes: Redis sent a null invalidation (FLUSHALL)")     \
     X(cache_flushes_write_unknown_keys, counter, "Flushes: a write whose keys cannot be known")            \
-    X(cache_flushes_failover, counter, "Flushes: Redis answered LOADING, READONLY or MASTERDOWN")          \
+    X(cache_flushes_failover, counter, "Flushes: Redis answered LOADING, READONLY, MASTERDOWN or MOVED")       \
     X(cache_entries, gauge, "Entries in the cache")                                                         \
     X(cache_pending_fills, gauge, "Reads in flight that may fill the cache")                               \
     X(cache_reclaiming, gauge, "Purged entries (of a large group) whose memory is not freed yet")          \

@@ -112,6 +112,9 @@ enum px_aux_flag {
     PX_AUX_HELLO_REFUSED = 1 << 22, /* a HELLO with an option Redis refuses
                                        (client.c cmd_state): that error means
                                        the options before it held */
+    PX_AUX_CLUSTER_SLOTS = 1 << 23, /* CLUSTER SLOTS: the master of the
+                                       key-prefix's slot is named as sidecache
+                                       (protocol/cluster.h) */
 };
 
 typedef struct px_req {

@@ -283,8 +283,8 @@ func rawPing(c net.Conn, password string) error {
 }
 
 // startRedis starts redis-server on a free loopback port in a temporary
-// directory and returns the port.
-func startRedis(t *testing.T, password string) int {
+// directory, with extra arguments, and returns the port.
+func startRedis(t *testing.T, password string, extra ...string) int {
 	t.Helper()
 	bin := os.Getenv("REDIS_SERVER")
 	if bin == "" {
@@ -300,6 +300,7 @@ func startRedis(t *testing.T, password string) int {
 		if password != "" {
 			argv = append(argv, "--requirepass", password)
 		}
+		argv = append(argv, extra...)
 		p, err := startProc(t, "redis-server", filepath.Join(dir, fmt.Sprintf("redis-%d.log", port)), argv...)
 		if err != nil {
 			t.Fatalf("%v", err)
@@ -321,10 +322,11 @@ func startRedis(t *testing.T, password string) int {
 	return 0
 }
 
-// startProxy starts sidecache in front of redis on rport and returns its port.
+// startProxy starts sidecache in front of redis on rport, with extra
+// arguments, and returns its port.
 // With a password, the upstream URL carries it (the proxy's own connections to
 // Redis must authenticate); clients still have to authenticate themselves.
-func startProxy(t *testing.T, bin string, rport int, password string) int {
+func startProxy(t *testing.T, bin string, rport int, password string, extra ...string) int {
 	t.Helper()
 	dir := t.TempDir()
 	up := fmt.Sprintf("redis://127.0.0.1:%d", rport)
@@ -336,6 +338,7 @@ func startProxy(t *testing.T, bin string, rport int, password string) int {
 		port := freePort(t)
 		argv := []string{bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 			"--upstream", up, "--loglevel", "notice"}
+		argv = append(argv, extra...)
 		p, err := startProc(t, "sidecache", filepath.Join(dir, fmt.Sprintf("sidecache-%d.log", port)), argv...)
 		if err != nil {
 			t.Fatalf("%v", err)

@@ -1,0 +1,127 @@
+/*
+ * protocol/cluster.c — hash slots and the CLUSTER SLOTS rewrite (cluster.h).
+ */
+#include "protocol/cluster.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+/* CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0, as Redis's
+ * crc16.c. Bit by bit: a topology reply holds one key, not many. */
+static uint16_t crc16(const char *p, size_t n) {
+    uint16_t crc = 0;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= (uint16_t)((unsigned char)p[i] << 8);
+        for (int b = 0; b < 8; b++) crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+    }
+    return crc;
+}
+
+/* The hash tag of key: [*at, *at + *n), or 0 when it has none. */
+static int hash_tag(const char *key, size_t len, size_t *at, size_t *n) {
+    const char *open = memchr(key, '{', len);
+    if (open == NULL) return 0;
+    size_t s = (size_t)(open - key) + 1;
+    const char *close = memchr(key + s, '}', len - s);
+    if (close == NULL || close == key + s) return 0;
+    *at = s;
+    *n = (size_t)(close - (key + s));
+    return 1;
+}
+
+unsigned cluster_key_slot(const char *key, size_t len) {
+    size_t at, n;
+    if (hash_tag(key, len, &at, &n)) return crc16(key + at, n) & (CLUSTER_SLOTS - 1);
+    return crc16(key, len) & (CLUSTER_SLOTS - 1);
+}
+
+int cluster_prefix_slot(const char *prefix, size_t len) {
+    size_t at, n;
+    /* the first '{' of every key is the prefix's, and so is the '}' after
+     * it: what follows the prefix cannot change the tag */
+    if (!hash_tag(prefix, len, &at, &n)) return -1;
+    return (int)cluster_key_slot(prefix, len);
+}
+
+/* Bytes of the one value at data[at], or 0 when it is not one whole value. */
+static size_t value_len(const char *data, size_t len, size_t at) {
+    resp_limits lim;
+    resp_reply_parser p;
+    resp_limits_default(&lim);
+    resp_reply_init(&p, &lim);
+    size_t n = resp_reply_parse(&p, data + at, len - at) == RESP_OK ? p.frame_len : 0;
+    resp_reply_deinit(&p);
+    return n;
+}
+
+static int is_self(const cluster_self *up, const char *ip, size_t iplen, long long port) {
+    if (port != up->port) return 0;
+    if (iplen == 0) return 1;
+    for (int i = 0; i < 2; i++)
+        if (up->hosts[i] != NULL && strlen(up->hosts[i]) == iplen && memcmp(up->hosts[i], ip, iplen) == 0) return 1;
+    return 0;
+}
+
+/* The range r (n bytes) with its master replaced, into out. Returns 0, -2
+ * (the master is not up: its address in other), or -1 (a shape Redis does
+ * not send, or no memory). */
+static int rewrite_range(const char *r, size_t n, const cluster_self *up, const char *host, int port, resp_buf *out,
+                         char *other, size_t other_len) {
+    long long elems, start, end, parts, mport;
+    size_t i = resp_read_int_line(r, n, 0, '*', &elems);
+    if (i == 0 || (i = resp_read_int_line(r, n, i, ':', &start)) == 0 ||
+        (i = resp_read_int_line(r, n, i, ':', &end)) == 0)
+        return -1;
+    size_t master = i, master_len = value_len(r, n, master);
+    size_t j = resp_read_int_line(r, n, master, '*', &parts);
+    const char *ip;
+    size_t iplen, k;
+    if (master_len == 0 || j == 0 || parts < 2 || resp_read_bulk(r, n, j, &ip, &iplen, &k) != 1 ||
+        (k = resp_read_int_line(r, n, k, ':', &mport)) == 0)
+        return -1;
+    if (!is_self(up, ip, iplen, mport)) {
+        snprintf(other, other_len, "%.*s:%lld", (int)(iplen > 255 ? 255 : iplen), ip, mport);
+        return -2;
+    }
+    /* the master's id, the third part, stays */
+    size_t id_len = parts >= 3 ? value_len(r, n, k) : 0;
+    if (parts >= 3 && id_len == 0) return -1;
+    int e = resp_buf_append(out, r, master); /* *M :start :end */
+    e |= resp_enc_array(out, id_len ? 3 : 2);
+    e |= resp_enc_bulk_str(out, host);
+    e |= resp_enc_int(out, port);
+    if (id_len) e |= resp_buf_append(out, r + k, id_len);
+    /* its replicas, as they were */
+    e |= resp_buf_append(out, r + master + master_len, n - master - master_len);
+    return e ? -1 : 0;
+}
+
+int cluster_slots_rewrite(const char *data, size_t len, unsigned slot, const cluster_self *up, const char *host,
+                          int port, resp_buf *out, char *other, size_t other_len) {
+    long long nranges;
+    size_t at = resp_read_int_line(data, len, 0, '*', &nranges);
+    if (at == 0 || nranges <= 0) return -1;
+    size_t keep = out->len;
+    int done = 0, rc = resp_buf_append(out, data, at);
+    for (long long k = 0; k < nranges && rc == 0; k++) {
+        size_t n = value_len(data, len, at);
+        long long elems, start, end;
+        size_t i = n ? resp_read_int_line(data + at, n, 0, '*', &elems) : 0;
+        if (i == 0 || elems < 3 || (i = resp_read_int_line(data + at, n, i, ':', &start)) == 0 ||
+            resp_read_int_line(data + at, n, i, ':', &end) == 0) {
+            rc = -1;
+            break;
+        }
+        if (!done && start <= (long long)slot && (long long)slot <= end) {
+            rc = rewrite_range(data + at, n, up, host, port, out, other, other_len);
+            done = 1;
+        } else {
+            rc = resp_buf_append(out, data + at, n);
+        }
+        at += n;
+    }
+    if (rc == 0 && done && at == len) return 0;
+    out->len = keep;
+    return rc == -2 ? -2 : -1;
+}

@@ -1,0 +1,52 @@
+/*
+ * protocol/cluster.h — what sidecache needs of Redis Cluster: hash slots,
+ * and its own address in the topology a client reads.
+ *
+ * JuiceFS on Redis Cluster puts every key of a volume under the hash tag
+ * {N}, so the whole volume lives in one slot on one master. A client that
+ * finds a cluster (CLUSTER INFO) reads the topology (CLUSTER SLOTS) and
+ * then talks to the nodes themselves: relayed unchanged, that topology
+ * sends it around sidecache. So sidecache, in front of the master that
+ * holds the volume's slot, names itself as the master of that slot's
+ * range; the other ranges keep their nodes.
+ *
+ * Pure code: no I/O.
+ */
+#ifndef SIDECACHE_PROTOCOL_CLUSTER_H
+#define SIDECACHE_PROTOCOL_CLUSTER_H
+
+#include <stddef.h>
+
+#include "protocol/resp.h"
+
+#define CLUSTER_SLOTS 16384
+
+/* The hash slot of a key, as Redis computes it (CRC16 of the key, or of
+ * its hash tag: what lies between the first '{' and the next '}', when
+ * that is not empty). */
+unsigned cluster_key_slot(const char *key, size_t len);
+
+/* The slot of every key that begins with prefix, or -1 when keys with
+ * this prefix may fall in any slot (no complete, non-empty hash tag). */
+int cluster_prefix_slot(const char *prefix, size_t len);
+
+/* The node sidecache stands in for: the names its address goes by (host
+ * as configured, the address it resolved to) and its port. */
+typedef struct cluster_self {
+    const char *hosts[2];
+    int port;
+} cluster_self;
+
+/* A CLUSTER SLOTS reply (RESP2 or RESP3: data, len, one whole frame) with
+ * the master of the range that holds slot replaced by host:port, when that
+ * master is the node `up` (by address and port; an empty address, a node
+ * that has not learned its own, matches by port). The node keeps its id;
+ * its networking metadata (a hostname a client could prefer) is left out.
+ * Returns 0 with the new reply appended to out; otherwise out is unchanged
+ * and: -2, the slot's master is another node (at *other, other_len
+ * bytes, "host:port"); -1, an error reply, no range holds slot, or a shape
+ * Redis does not send. */
+int cluster_slots_rewrite(const char *data, size_t len, unsigned slot, const cluster_self *up, const char *host,
+                          int port, resp_buf *out, char *other, size_t other_len);
+
+#endif

@@ -1,0 +1,117 @@
+"""
+tests/integration/test_cluster.py — sidecache in front of a Redis Cluster
+master, with key-prefix {N} (JuiceFS keeps a volume under that hash tag,
+in one slot): CLUSTER SLOTS names sidecache, at the address the client
+reached it by, as the master of that slot's range, so that a cluster
+client sends the volume's commands through it. Everything else of the
+reply is Redis's, byte for byte. (A go-redis ClusterClient against a
+two-master cluster: tests/interop/cluster_test.go.)
+"""
+import time
+
+import pytest
+
+pytestmark = pytest.mark.proxy_only
+
+
+@pytest.fixture
+def cluster_node(redis_factory):
+    """A one-node cluster holding every slot."""
+    n = redis_factory(args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"), name="cluster")
+    with n.raw(auth=True) as c:
+        assert c.call("CLUSTER", "ADDSLOTSRANGE", "0", "16383") == b"OK"
+        deadline = time.monotonic() + 10
+        while b"cluster_state:ok" not in c.call("CLUSTER", "INFO"):
+            assert time.monotonic() < deadline, "the cluster did not come up"
+            time.sleep(0.05)
+    return n
+
+
+def slots_reply(target, protocol):
+    with target.raw(auth=True, protocol=protocol) as c:
+        return c.cmd("CLUSTER", "SLOTS").raw
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_cluster_slots_names_sidecache_as_the_master_of_the_volume_slot(proxy_factory, cluster_node, protocol):
+    p = proxy_factory(up=cluster_node, args=("--key-prefix", "{1}"))
+    with cluster_node.raw(auth=True) as c:
+        node_id = c.call("CLUSTER", "MYID")
+    direct = slots_reply(cluster_node, protocol)
+    meta = b"*0\r\n" if protocol == 2 else b"%0\r\n"
+    # a node that met no other knows no address of its own: ""
+    master = b"*4\r\n$0\r\n\r\n:%d\r\n$40\r\n%s\r\n%s" % (cluster_node.port, node_id, meta)
+    assert direct == b"*1\r\n*3\r\n:0\r\n:16383\r\n" + master
+    here = b"*3\r\n$9\r\n127.0.0.1\r\n:%d\r\n$40\r\n%s\r\n" % (p.port, node_id)
+    assert slots_reply(p, protocol) == b"*1\r\n*3\r\n:0\r\n:16383\r\n" + here
+
+
+@pytest.mark.parametrize("prefix", [None, "jfs:", "{}"], ids=["no-prefix", "no-tag", "empty-tag"])
+def test_cluster_slots_is_relayed_unchanged_without_a_hash_tag_prefix(proxy_factory, cluster_node, prefix):
+    """Keys that may fall in any slot: no one master to stand for."""
+    p = proxy_factory(up=cluster_node, args=("--key-prefix", prefix) if prefix else ())
+    assert slots_reply(p, 2) == slots_reply(cluster_node, 2)
+
+
+def test_volume_reads_through_the_named_master_hit_the_cache(proxy_factory, cluster_node):
+    p = proxy_factory(up=cluster_node, args=("--key-prefix", "{1}"))
+    with p.raw(auth=True) as c:
+        deadline = time.monotonic() + 10
+        while b"tracking_state:active" not in c.call("INFO", "sidecache"):
+            assert time.monotonic() < deadline, "tracking not active"
+            time.sleep(0.02)
+        assert c.call("SET", "{1}i2", "attr") == b"OK"
+        assert [c.call("GET", "{1}i2") for _ in range(3)] == [b"attr"] * 3
+        info = c.call("INFO", "sidecache").decode()
+    assert int(info.split("cache_hits:")[1].split("\r\n")[0]) >= 1
+    assert "tracking_state:active" in info
+
+
+@pytest.fixture
+def two_masters(redis_factory):
+    """A cluster of two masters: A with slots 0-8191, B with 8192-16383 ({1}
+    is slot 9842, on B). Returns (A, B, A's id, B's id)."""
+    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+    a, b = redis_factory(args=args, name="node-a"), redis_factory(args=args, name="node-b")
+    with a.raw(auth=True) as ca, b.raw(auth=True) as cb:
+        assert ca.call("CLUSTER", "ADDSLOTSRANGE", "0", "8191") == b"OK"
+        assert cb.call("CLUSTER", "ADDSLOTSRANGE", "8192", "16383") == b"OK"
+        assert ca.call("CLUSTER", "MEET", "127.0.0.1", str(b.port)) == b"OK"
+        deadline = time.monotonic() + 20
+        while not all(b"cluster_state:ok" in c.call("CLUSTER", "INFO") and len(c.call("CLUSTER", "SLOTS")) == 2
+                      for c in (ca, cb)):
+            assert time.monotonic() < deadline, "the two nodes did not form a cluster"
+            time.sleep(0.05)
+        return a, b, ca.call("CLUSTER", "MYID"), cb.call("CLUSTER", "MYID")
+
+
+def test_volume_slot_moved_away_empties_the_cache_and_names_the_new_master(proxy_factory, two_masters):
+    """The volume's slot moves from the upstream (B) to A, as in a
+    resharding: Redis answers the proxy MOVED, which the client gets as is
+    and which empties the cache (C6), and CLUSTER SLOTS through the proxy
+    now names A, as Redis does, not the proxy."""
+    a, b, id_a, id_b = two_masters
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
+    with p.raw(auth=True) as c:
+        deadline = time.monotonic() + 10
+        while b"tracking_state:active" not in c.call("INFO", "sidecache"):
+            assert time.monotonic() < deadline, "tracking not active"
+            time.sleep(0.02)
+        assert b"127.0.0.1\r\n:%d\r\n" % p.port in c.cmd("CLUSTER", "SLOTS").raw
+        assert c.call("SET", "{1}i2", "v1") == b"OK"
+        assert [c.call("GET", "{1}i2") for _ in range(2)] == [b"v1"] * 2
+        with a.raw(auth=True) as ca, b.raw(auth=True) as cb:
+            assert ca.call("CLUSTER", "SETSLOT", "9842", "IMPORTING", id_b) == b"OK"
+            assert cb.call("CLUSTER", "SETSLOT", "9842", "MIGRATING", id_a) == b"OK"
+            assert cb.call("MIGRATE", "127.0.0.1", str(a.port), "", "0", "5000", "KEYS", "{1}i2") == b"OK"
+            for n in (ca, cb):
+                assert n.call("CLUSTER", "SETSLOT", "9842", "NODE", id_a) == b"OK"
+            assert ca.call("SET", "{1}i2", "v2") == b"OK"
+            direct = cb.cmd("GET", "{1}i2").raw
+            direct_slots = cb.cmd("CLUSTER", "SLOTS").raw
+        assert direct == b"-MOVED 9842 127.0.0.1:%d\r\n" % a.port
+        flushes = int(c.call("INFO", "sidecache").decode().split("cache_flushes_failover:")[1].split("\r\n")[0])
+        assert c.cmd("GET", "{1}i2").raw == direct
+        info = c.call("INFO", "sidecache").decode()
+        assert int(info.split("cache_flushes_failover:")[1].split("\r\n")[0]) == flushes + 1
+        assert c.cmd("CLUSTER", "SLOTS").raw == direct_slots

@@ -1,0 +1,166 @@
+package interop
+
+// Redis Cluster. JuiceFS keeps a volume on a cluster under the hash tag {N}
+// (N: the db number in its URL), so all of it lives in one slot, on one
+// master, and it talks to the cluster with a go-redis ClusterClient, which
+// reads the topology (CLUSTER SLOTS) and then goes to the nodes itself.
+// sidecache, in front of the master of that slot with key-prefix {N}, names
+// itself as that slot's master: the volume's commands come through it and
+// its reads hit the cache, while the other ranges keep their own nodes.
+//
+// The cluster here: two masters, A with slots 0-8191 and B with 8192-16383;
+// {1} is slot 9842, on B.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// startCluster starts two cluster nodes, gives each half of the slots and
+// has them meet; it returns their ports once both see the whole cluster.
+func startCluster(t *testing.T, ctx context.Context) (int, int) {
+	t.Helper()
+	args := []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", "5000"}
+	a, b := startRedis(t, "", args...), startRedis(t, "", args...)
+	ca, cb := nodeClient(t, a), nodeClient(t, b)
+	must(t, ca.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 8191).Err())
+	must(t, cb.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 8192, 16383).Err())
+	must(t, ca.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", b).Err())
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ready := true
+		for _, c := range []*redis.Client{ca, cb} {
+			info, err := c.ClusterInfo(ctx).Result()
+			slots, err2 := c.ClusterSlots(ctx).Result()
+			if err != nil || err2 != nil || !strings.Contains(info, "cluster_state:ok") ||
+				!strings.Contains(info, "cluster_known_nodes:2") || len(slots) != 2 {
+				ready = false
+			}
+		}
+		if ready {
+			return a, b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the two nodes did not form a cluster")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func nodeClient(t *testing.T, port int) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cacheHits reads cache_hits from the proxy's INFO.
+func cacheHits(t *testing.T, ctx context.Context, c *redis.Client) int {
+	t.Helper()
+	info, err := c.Info(ctx, "sidecache").Result()
+	must(t, err)
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "cache_hits:"); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	t.Fatalf("no cache_hits in INFO: %q", info)
+	return 0
+}
+
+func TestClusterClientSendsTheVolumeSlotThroughSidecache(t *testing.T) {
+	if targetDirect() {
+		t.Skip("the topology through sidecache names sidecache")
+	}
+	ctx := testCtx(t, 60*time.Second)
+	a, b := startCluster(t, ctx)
+	pport := startProxy(t, proxyBin(t), b, "", "--key-prefix", "{1}")
+	paddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(pport))
+	proxy, nodeA, nodeB := nodeClient(t, pport), nodeClient(t, a), nodeClient(t, b)
+
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{paddr}})
+	t.Cleanup(func() { _ = cc.Close() })
+	must(t, cc.Ping(ctx).Err())
+
+	// the masters it uses: sidecache for {1}'s range, A for the other
+	var masters []string
+	must(t, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		masters = append(masters, c.Options().Addr)
+		return nil
+	}))
+	sort.Strings(masters)
+	want := []string{paddr, net.JoinHostPort("127.0.0.1", strconv.Itoa(a))}
+	sort.Strings(want)
+	if fmt.Sprint(masters) != fmt.Sprint(want) {
+		t.Fatalf("masters %v, want %v (sidecache and node A)", masters, want)
+	}
+
+	// the volume's inode attribute: written, then read twice; the second
+	// read is a hit
+	must(t, cc.Set(ctx, "{1}i2", "attr-v1", 0).Err())
+	hits := cacheHits(t, ctx, proxy)
+	for i := 0; i < 2; i++ {
+		if v, err := cc.Get(ctx, "{1}i2").Result(); err != nil || v != "attr-v1" {
+			t.Fatalf("GET {1}i2 = %q, %v", v, err)
+		}
+	}
+	if got := cacheHits(t, ctx, proxy); got <= hits {
+		t.Fatalf("cache_hits %d -> %d: the volume's reads did not reach the cache", hits, got)
+	}
+
+	// a write on node B itself, by another client: the cluster client
+	// reads the new value, not the cached one
+	must(t, nodeB.Set(ctx, "{1}i2", "attr-v2", 0).Err())
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		v, err := cc.Get(ctx, "{1}i2").Result()
+		must(t, err)
+		if v == "attr-v2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET {1}i2 through sidecache still %q after a write on the node", v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// a JuiceFS-style transaction on the volume's keys (WATCH, MULTI/EXEC)
+	err := cc.Watch(ctx, func(tx *redis.Tx) error {
+		n, err := tx.Get(ctx, "{1}nextinode").Int()
+		if err != nil && err != redis.Nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, "{1}nextinode", n+100, 0)
+			p.Set(ctx, "{1}i3", "attr-3", 0)
+			return nil
+		})
+		return err
+	}, "{1}nextinode")
+	must(t, err)
+	if v, err := nodeB.Get(ctx, "{1}i3").Result(); err != nil || v != "attr-3" {
+		t.Fatalf("node B: {1}i3 = %q, %v", v, err)
+	}
+
+	// a key of A's range goes to A, as before
+	must(t, cc.Set(ctx, "bar", "on-a", 0).Err())
+	if v, err := nodeA.Get(ctx, "bar").Result(); err != nil || v != "on-a" {
+		t.Fatalf("node A: bar = %q, %v", v, err)
+	}
+}

@@ -1,0 +1,139 @@
+/*
+ * tests/unit/test_cluster.c — protocol/cluster.c: hash slots (the values
+ * are what redis-server 7.0's CLUSTER KEYSLOT answers) and the CLUSTER
+ * SLOTS rewrite that names sidecache as the master of one slot.
+ */
+#include "protocol/cluster.h"
+
+#include <string.h>
+
+#include "unit.h"
+
+static unsigned slot_of(const char *key) {
+    return cluster_key_slot(key, strlen(key));
+}
+
+static void test_key_slots_are_redis_slots(void) {
+    CHECK_EQ_INT(slot_of("foo"), 12182);
+    CHECK_EQ_INT(slot_of("bar"), 5061);
+    CHECK_EQ_INT(slot_of("1"), 9842);
+    CHECK_EQ_INT(slot_of("{1}i2"), 9842);
+    CHECK_EQ_INT(slot_of("{1}d1"), 9842);
+    /* an empty tag, or none, hashes the whole key */
+    CHECK_EQ_INT(slot_of("a{}b"), 13694);
+    CHECK_EQ_INT(slot_of("{}"), 15257);
+    CHECK_EQ_INT(slot_of("{a"), 10276);
+    CHECK_EQ_INT(slot_of("1}{2"), 694);
+    /* the first tag counts */
+    CHECK_EQ_INT(slot_of("x{y}z{w}"), 12222);
+}
+
+static void test_prefix_slot_needs_a_whole_tag(void) {
+    CHECK_EQ_INT(cluster_prefix_slot("{1}", 3), 9842);
+    CHECK_EQ_INT(cluster_prefix_slot("jfs{1}", 6), 9842);
+    CHECK_EQ_INT(cluster_prefix_slot("", 0), -1);
+    CHECK_EQ_INT(cluster_prefix_slot("jfs:", 4), -1);
+    CHECK_EQ_INT(cluster_prefix_slot("{}", 2), -1);
+    /* "{1" + "}..." would make a tag of what follows the prefix */
+    CHECK_EQ_INT(cluster_prefix_slot("{1", 2), -1);
+}
+
+#define ID_A "$40\r\naaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n"
+#define ID_B "$40\r\nbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\r\n"
+#define ID_R "$40\r\nrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr\r\n"
+
+/* the node sidecache is in front of: 10.0.0.2:7001 */
+static const cluster_self up_b = {.hosts = {"redis-b.internal", "10.0.0.2"}, .port = 7001};
+static const cluster_self up_a = {.hosts = {"10.0.0.1", NULL}, .port = 7000};
+
+static void check_rewrite(const char *in, unsigned slot, const cluster_self *up, const char *want) {
+    resp_buf out;
+    char other[64];
+    resp_buf_init(&out);
+    REQUIRE(cluster_slots_rewrite(in, strlen(in), slot, up, "127.0.0.1", 6400, &out, other, sizeof other) == 0);
+    CHECK_MEM(out.data, out.len, want);
+    resp_buf_deinit(&out);
+}
+
+static void test_the_master_of_the_slot_becomes_sidecache(void) {
+    /* two ranges, the second with a replica and RESP3 metadata */
+    const char *in = "*2\r\n"
+                     "*3\r\n:0\r\n:8191\r\n*4\r\n$8\r\n10.0.0.1\r\n:7000\r\n" ID_A "*0\r\n"
+                     "*4\r\n:8192\r\n:16383\r\n*4\r\n$8\r\n10.0.0.2\r\n:7001\r\n" ID_B
+                     "%1\r\n$8\r\nhostname\r\n$2\r\nn2\r\n"
+                     "*4\r\n$8\r\n10.0.0.3\r\n:7002\r\n" ID_R "%0\r\n";
+    check_rewrite(in, 9842, &up_b,
+                  "*2\r\n"
+                  "*3\r\n:0\r\n:8191\r\n*4\r\n$8\r\n10.0.0.1\r\n:7000\r\n" ID_A "*0\r\n"
+                  "*4\r\n:8192\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:6400\r\n" ID_B
+                  "*4\r\n$8\r\n10.0.0.3\r\n:7002\r\n" ID_R "%0\r\n");
+    check_rewrite(in, 0, &up_a,
+                  "*2\r\n"
+                  "*3\r\n:0\r\n:8191\r\n*3\r\n$9\r\n127.0.0.1\r\n:6400\r\n" ID_A
+                  "*4\r\n:8192\r\n:16383\r\n*4\r\n$8\r\n10.0.0.2\r\n:7001\r\n" ID_B
+                  "%1\r\n$8\r\nhostname\r\n$2\r\nn2\r\n"
+                  "*4\r\n$8\r\n10.0.0.3\r\n:7002\r\n" ID_R "%0\r\n");
+    /* Redis before 7 (no metadata), and before 4 (no id); a node that has
+     * not learned its own address (alone) names none */
+    check_rewrite("*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$0\r\n\r\n:7000\r\n" ID_A, 16383, &up_a,
+                  "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:6400\r\n" ID_A);
+    check_rewrite("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$8\r\n10.0.0.1\r\n:7000\r\n", 5, &up_a,
+                  "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:6400\r\n");
+}
+
+static void test_nothing_to_rewrite_leaves_the_reply(void) {
+    const char *cases[] = {
+        "-ERR This instance has cluster support disabled\r\n",
+        "*0\r\n",
+        /* no range holds the slot */
+        "*1\r\n*3\r\n:0\r\n:100\r\n*3\r\n$8\r\n10.0.0.1\r\n:7000\r\n" ID_A,
+        /* cut short, or more after the reply */
+        "*2\r\n*3\r\n:0\r\n:100\r\n*3\r\n$8\r\n10.0.0.1\r\n:7000\r\n" ID_A,
+        "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$8\r\n10.0.0.1\r\n:7000\r\n" ID_A "+extra\r\n",
+        /* shapes Redis does not send */
+        "*1\r\n*2\r\n:0\r\n:16383\r\n",
+        "*1\r\n*3\r\n:0\r\n:16383\r\n$1\r\nx\r\n",
+        "*1\r\n*3\r\n:0\r\n:16383\r\n*1\r\n$1\r\nx\r\n",
+        "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$-1\r\n:7000\r\n" ID_A,
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        resp_buf out;
+        char other[64];
+        resp_buf_init(&out);
+        resp_buf_append(&out, "kept", 4);
+        CHECK_EQ_INT(cluster_slots_rewrite(cases[i], strlen(cases[i]), 1000, &up_a, "h", 1, &out, other, sizeof other),
+                     -1);
+        CHECK_MEM(out.data, out.len, "kept");
+        resp_buf_deinit(&out);
+    }
+}
+
+/* After a failover or a resharding the slot's master is another node: the
+ * reply stays as it is, and names that node for the log. */
+static void test_another_master_is_left_alone(void) {
+    const char *cases[] = {
+        "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$8\r\n10.0.0.9\r\n:7001\r\n" ID_B,
+        "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$8\r\n10.0.0.2\r\n:7002\r\n" ID_B,
+        "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$0\r\n\r\n:7000\r\n" ID_B,
+    };
+    const char *named[] = {"10.0.0.9:7001", "10.0.0.2:7002", ":7000"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        resp_buf out;
+        char other[64] = "";
+        resp_buf_init(&out);
+        CHECK_EQ_INT(cluster_slots_rewrite(cases[i], strlen(cases[i]), 9842, &up_b, "h", 1, &out, other, sizeof other),
+                     -2);
+        CHECK_EQ_INT(out.len, 0);
+        CHECK(strcmp(other, named[i]) == 0);
+        resp_buf_deinit(&out);
+    }
+}
+
+int main(void) {
+    RUN(test_key_slots_are_redis_slots);
+    RUN(test_prefix_slot_needs_a_whole_tag);
+    RUN(test_the_master_of_the_slot_becomes_sidecache);
+    RUN(test_nothing_to_rewrite_leaves_the_reply);
+    RUN(test_another_master_is_left_alone);
+    return unit_report();
+}
