@@ -27,6 +27,14 @@ def cluster_node(redis_factory):
     return n
 
 
+def wait_tracking_active(c):
+    """(The test helpers' Stats sends SELECT, which a cluster refuses.)"""
+    deadline = time.monotonic() + 10
+    while b"tracking_state:active" not in c.call("INFO", "sidecache"):
+        assert time.monotonic() < deadline, "tracking not active"
+        time.sleep(0.02)
+
+
 def slots_reply(target, protocol):
     with target.raw(auth=True, protocol=protocol) as c:
         return c.cmd("CLUSTER", "SLOTS").raw
@@ -56,10 +64,7 @@ def test_cluster_slots_is_relayed_unchanged_without_a_hash_tag_prefix(proxy_fact
 def test_volume_reads_through_the_named_master_hit_the_cache(proxy_factory, cluster_node):
     p = proxy_factory(up=cluster_node, args=("--key-prefix", "{1}"))
     with p.raw(auth=True) as c:
-        deadline = time.monotonic() + 10
-        while b"tracking_state:active" not in c.call("INFO", "sidecache"):
-            assert time.monotonic() < deadline, "tracking not active"
-            time.sleep(0.02)
+        wait_tracking_active(c)
         assert c.call("SET", "{1}i2", "attr") == b"OK"
         assert [c.call("GET", "{1}i2") for _ in range(3)] == [b"attr"] * 3
         info = c.call("INFO", "sidecache").decode()
@@ -93,10 +98,7 @@ def test_volume_slot_moved_away_empties_the_cache_and_names_the_new_master(proxy
     a, b, id_a, id_b = two_masters
     p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
     with p.raw(auth=True) as c:
-        deadline = time.monotonic() + 10
-        while b"tracking_state:active" not in c.call("INFO", "sidecache"):
-            assert time.monotonic() < deadline, "tracking not active"
-            time.sleep(0.02)
+        wait_tracking_active(c)
         assert b"127.0.0.1\r\n:%d\r\n" % p.port in c.cmd("CLUSTER", "SLOTS").raw
         assert c.call("SET", "{1}i2", "v1") == b"OK"
         assert [c.call("GET", "{1}i2") for _ in range(2)] == [b"v1"] * 2
