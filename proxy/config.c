@@ -782,31 +782,68 @@ out:
 
 static int is_directive_word(const char *s) { return s[0] == '-' && s[1] == '-'; }
 
+/* A config file's name: any word not an option; "-" is standard input. */
+static int is_file_word(const char *s) { return s[0] != '-' || strcmp(s, "-") == 0; }
+
+/* The index of the config file named after --test-config (`--test-config FILE`,
+ * as README shows), 0 for none, or -1 with err set when it names two or a
+ * stray option. Its other argument may only be -v. */
+static int test_config_file_index(int argc, char **argv, char *err, size_t errlen) {
+    int at = 0;
+    for (int k = 1; k < argc; k++) {
+        if (strcmp(argv[k], "--test-config") != 0) continue;
+        for (int j = k + 1; j < argc && !is_directive_word(argv[j]); j++) {
+            if (strcmp(argv[j], "-v") == 0) continue;
+            if (!is_file_word(argv[j])) {
+                seterr(err, errlen, "argument '--test-config': unknown option '%.64s' "
+                       "(only a config file and -v)", argv[j]);
+                return -1;
+            }
+            if (at != 0 || is_file_word(argv[1])) {
+                seterr(err, errlen, "argument '--test-config': unexpected argument '%.64s' "
+                       "(a config file was already given)", argv[j]);
+                return -1;
+            }
+            at = j;
+        }
+    }
+    return at;
+}
+
 int px_config_from_args(px_config *c, int argc, char **argv, int *test_only,
                         char *err, size_t errlen) {
     char reason[512];
-    int i = 1;
+    int i = 1, testing = 0, verbose = 0, file_at = 0;
 
     if (test_only) *test_only = 0;
     if (err && errlen) err[0] = '\0';
     /* Help and version win over everything, and read no file. */
     for (int k = 1; k < argc; k++) {
         if (strcmp(argv[k], "-h") == 0 || strcmp(argv[k], "--help") == 0) return PX_ARGS_HELP;
+        if (strcmp(argv[k], "--test-config") == 0) testing = 1;
     }
+    /* -v asks for the config dump wherever it stands beside --test-config
+     * (`sidecache -v --test-config` must not print a version instead), and
+     * is --version only without it. */
     for (int k = 1; k < argc; k++) {
         if (strcmp(argv[k], "--version") == 0) return PX_ARGS_VERSION;
-        if (strcmp(argv[k], "-v") == 0 && !(k > 1 && strcmp(argv[k - 1], "--test-config") == 0))
-            return PX_ARGS_VERSION;
+        if (strcmp(argv[k], "-v") == 0 && !testing) return PX_ARGS_VERSION;
     }
 
-    if (argc > 1 && (argv[1][0] != '-' || strcmp(argv[1], "-") == 0)) {
-        if (px_config_load_file(c, argv[1], err, errlen) < 0) return -1;
-        i = 2;
-    }
+    if ((file_at = test_config_file_index(argc, argv, err, errlen)) < 0) return -1;
+    if (argc > 1 && is_file_word(argv[1])) file_at = 1;
+    /* The file first, wherever it is named: the command line wins over it. */
+    if (file_at != 0 && px_config_load_file(c, argv[file_at], err, errlen) < 0) return -1;
+    if (file_at == 1) i = 2;
     while (i < argc) {
         const char *word = argv[i];
         int first = i + 1, end = first;
 
+        if (testing && strcmp(word, "-v") == 0) {
+            verbose = 1;
+            i++;
+            continue;
+        }
         if (!is_directive_word(word) || word[2] == '\0') {
             if (word[0] == '-')
                 seterr(err, errlen, "unknown option '%.64s'", word);
@@ -817,13 +854,9 @@ int px_config_from_args(px_config *c, int argc, char **argv, int *test_only,
         }
         while (end < argc && !is_directive_word(argv[end])) end++;
         if (strcmp(word, "--test-config") == 0) {
-            int verbose = end - first == 1 && strcmp(argv[first], "-v") == 0;
-            if (end - first > 0 && !verbose) {
-                seterr(err, errlen, "argument '--test-config': unexpected argument '%.64s' "
-                       "(only -v)", argv[first]);
-                return -1;
-            }
-            if (test_only) *test_only = verbose ? 2 : 1;
+            /* its arguments, -v or the file loaded above, were checked there */
+            for (int k = first; k < end; k++)
+                if (strcmp(argv[k], "-v") == 0) verbose = 1;
         } else if (px_config_set(c, word + 2, end - first, argv + first, reason,
                                  sizeof(reason)) < 0) {
             seterr(err, errlen, "argument '%.64s': %s", word, reason);
@@ -831,6 +864,7 @@ int px_config_from_args(px_config *c, int argc, char **argv, int *test_only,
         }
         i = end;
     }
+    if (test_only && testing) *test_only = verbose ? 2 : 1;
     return px_config_check(c, err, errlen);
 }
 
@@ -992,15 +1026,18 @@ void px_config_help(FILE *f, const char *prog) {
     if (prog == NULL) prog = "sidecache";
     fprintf(f,
             "Usage: %s [config-file] [--directive value ...] [--test-config [-v]]\n"
+            "       %s --test-config [-v] config-file [--directive value ...]\n"
             "       %s -h | --help\n"
             "       %s -v | --version\n"
             "\n"
             "The config file uses redis.conf syntax (\"-\" reads it from standard input).\n"
             "Each --directive given on the command line overrides the file.\n"
-            "--test-config checks the configuration and exits; -v also prints it.\n"
+            "--test-config checks the configuration and exits 0 if it loads; with -v\n"
+            "(anywhere beside --test-config) it also prints the effective configuration.\n"
+            "Without --test-config, -v is --version.\n"
             "\n"
             "Directives:\n",
-            prog, prog, prog);
+            prog, prog, prog, prog);
     for (size_t i = 0; i < PX_NDIRECTIVES; i++) {
         const px_directive *d = &px_directives[i];
         char opt[96];

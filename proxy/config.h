@@ -139,16 +139,18 @@ int px_config_load_file(px_config *c, const char *path, char *err, size_t errlen
  *
  * Details:
  * - argv[1] is the config file unless it starts with "-"; "-" alone reads
- *   the file from standard input, as redis-server does.
+ *   the file from standard input, as redis-server does. The file may also
+ *   follow --test-config (`--test-config FILE`); naming two is an error.
  * - The file is loaded first, then the directives apply in order, then
  *   px_config_check runs. Command-line errors read
  *   "argument '--port': port must be between 0 and 65535 (got 70000)".
- * - *test_only (may be NULL) is 0 without --test-config, 1 with it and 2 with
- *   `--test-config -v` (the caller then prints the config: px_config_dump).
- * - "-h"/"--help" anywhere returns PX_ARGS_HELP, "-v"/"--version" anywhere
- *   (except as the argument of --test-config) PX_ARGS_VERSION, before any
- *   file is read; err is "" and the caller prints px_config_help or its
- *   version and exits 0.
+ * - *test_only (may be NULL) is 0 without --test-config, 1 with it and 2 when
+ *   a "-v" word stands anywhere beside it (the caller then prints the config:
+ *   px_config_dump).
+ * - "-h"/"--help" anywhere returns PX_ARGS_HELP, "--version" anywhere, or
+ *   "-v" without --test-config, PX_ARGS_VERSION, before any file is read;
+ *   err is "" and the caller prints px_config_help or its version and
+ *   exits 0.
  * On -1, c may hold part of the settings; the caller exits.
  */
 int px_config_from_args(px_config *c, int argc, char **argv, int *test_only,

@@ -19,10 +19,12 @@ int main(int argc, char **argv) {
     rc = px_config_from_args(&cfg, argc, argv, &test_only, err, sizeof err);
     if (rc == PX_ARGS_HELP) {
         px_config_help(stdout, argv[0]);
+        rc = 0; /* asked for: scripts and image builds check the exit status */
         goto done;
     }
     if (rc == PX_ARGS_VERSION) {
         printf("sidecache %s\n", SIDECACHE_VERSION);
+        rc = 0;
         goto done;
     }
     if (rc != 0) {

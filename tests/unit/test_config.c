@@ -696,8 +696,14 @@ static void test_args_errors(void) {
     CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 1, "--"), -1);
     CHECK_STR(err, "unknown option '--'");
     CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 3, "--port", "1", "--"), -1);
-    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 3, "--test-config", "x", "--port"), -1);
-    CHECK_STR(err, "argument '--test-config': unexpected argument 'x' (only -v)");
+    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 2, "--test-config", "-x"), -1);
+    CHECK_STR(err, "argument '--test-config': unknown option '-x' (only a config file and -v)");
+    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 3, "--test-config", "a", "b"), -1);
+    CHECK_STR(err, "argument '--test-config': unexpected argument 'b' (a config file was "
+              "already given)");
+    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 3, "a", "--test-config", "b"), -1);
+    CHECK_STR(err, "argument '--test-config': unexpected argument 'b' (a config file was "
+              "already given)");
     {
         char want[512];
         CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 3, bad, "--port", "5"), -1);
@@ -728,6 +734,26 @@ static void test_args_flags(void) {
     CHECK_EQ_INT(args(&c, NULL, err, sizeof(err), 1, "--test-config"), 0); /* NULL is fine */
     px_config_deinit(&c);
 
+    /* README's form: the file after --test-config, loaded before the directives
+     * wherever they stand; -v anywhere beside --test-config means the dump */
+    px_config_init(&c);
+    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 2, "--test-config", path), 0);
+    CHECK_EQ_INT(t, 1);
+    CHECK_EQ_INT(c.port, 7100);
+    px_config_deinit(&c);
+    px_config_init(&c);
+    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 5, "--port", "7102", "--test-config", "-v", path),
+                 0);
+    CHECK_EQ_INT(t, 2);
+    CHECK_EQ_INT(c.port, 7102);
+    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 2, "-v", "--test-config"), 0);
+    CHECK_EQ_INT(t, 2);
+    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 3, path, "-v", "--test-config"), 0);
+    CHECK_EQ_INT(t, 2);
+    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 2, "--test-config", "/nonexistent"), -1);
+    CHECK_HAS(err, "/nonexistent");
+    px_config_deinit(&c);
+
     /* help and version: before anything else, even a bad file or directive */
     px_config_init(&c);
     strcpy(err, "junk");
@@ -740,7 +766,9 @@ static void test_args_flags(void) {
     CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 1, "-v"), PX_ARGS_VERSION);
     CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 3, "--port", "99999", "--version"),
                  PX_ARGS_VERSION);
-    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 2, "-v", "--test-config"), PX_ARGS_VERSION);
+    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 2, path, "-v"), PX_ARGS_VERSION);
+    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 2, "--version", "--test-config"),
+                 PX_ARGS_VERSION);
     CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 2, "--version", "--help"), PX_ARGS_HELP);
     CHECK_EQ_INT(c.port, 6380); /* nothing applied */
     px_config_deinit(&c);
@@ -1158,6 +1186,7 @@ static void test_help(void) {
     px_config_help(f, "sc");
     fclose(f);
     CHECK_HAS(buf, "Usage: sc [config-file] [--directive value ...] [--test-config [-v]]\n");
+    CHECK_HAS(buf, "sc --test-config [-v] config-file [--directive value ...]\n");
     CHECK_HAS(buf, "sc -v | --version");
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) CHECK_HAS(buf, names[i]);
     CHECK_HAS(buf, "default: 512mb");

@@ -1,0 +1,64 @@
+"""The command line as scripts, image builds and README use it: --help and
+--version exit 0, and `--test-config` takes the config file after it, with
+-v (anywhere beside it) printing the effective configuration."""
+import os
+import subprocess
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIDECACHE_BIN = os.environ.get("SIDECACHE_BIN") or os.path.join(HERE, "..", "..", "sidecache")
+
+pytestmark = pytest.mark.proxy_only
+
+
+def run(*args):
+    return subprocess.run([SIDECACHE_BIN] + [str(a) for a in args], capture_output=True,
+                          text=True, timeout=10)
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_exits_0(flag):
+    r = run(flag)
+    assert r.returncode == 0, r
+    assert "Usage:" in r.stdout
+    assert "--test-config" in r.stdout
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["-v"], ["conf/sidecache.conf", "-v"]])
+def test_version_exits_0(argv):
+    r = run(*[os.path.join(HERE, "..", "..", a) if a.endswith(".conf") else a for a in argv])
+    assert r.returncode == 0, r
+    assert r.stdout.startswith("sidecache "), r
+
+
+def test_test_config_takes_the_file_after_it(tmp_path):
+    conf = tmp_path / "c.conf"
+    conf.write_text("port 7123\n")
+    r = run("--test-config", conf)
+    assert r.returncode == 0, r
+    assert r.stdout == "sidecache: configuration OK\n"
+
+
+@pytest.mark.parametrize("order", [
+    ["FILE", "--test-config", "-v"],
+    ["--test-config", "-v", "FILE"],
+    ["--test-config", "FILE", "-v"],
+    ["-v", "--test-config", "FILE"],
+    ["FILE", "-v", "--test-config"],
+])
+def test_test_config_v_prints_the_config_in_any_order(tmp_path, order):
+    conf = tmp_path / "c.conf"
+    conf.write_text("port 7123\n")
+    r = run(*[conf if a == "FILE" else a for a in order])
+    assert r.returncode == 0, r
+    assert "\nport 7123\n" in r.stdout, r
+    assert r.stdout.endswith("sidecache: configuration OK\n")
+
+
+def test_test_config_rejects_a_second_file(tmp_path):
+    conf = tmp_path / "c.conf"
+    conf.write_text("port 7123\n")
+    r = run(conf, "--test-config", conf)
+    assert r.returncode == 1, r
+    assert "a config file was already given" in r.stderr
