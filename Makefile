@@ -3,7 +3,7 @@
 #   make            build ./sidecache (-Wall -Wextra -Werror)
 #   make test       unit + integration + interop tests (installs test deps first)
 #   make run        run the proxy in the foreground; starts a local redis-server
-#                   on a free port when UPSTREAM is not given
+#                   on a free port when no upstream is given (UPSTREAM, or in ARGS)
 #   make SANITIZE=1 ...   the same with ASan + UBSan (what CI runs)
 #   make bench      the benchmark scripts in bench/ (not part of make test)
 
