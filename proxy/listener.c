@@ -130,6 +130,52 @@ static int add_listener(px_server *srv, struct evconnlistener *l, const char *wh
     return 0;
 }
 
+/* Makes room at path for the unix socket: only a stale socket of an earlier
+ * run, which nobody accepts on, is removed. Returns 0, or -1 after logging
+ * why the path is not ours to take: a socket another process accepts on (a
+ * second sidecache with the same config would cut every client of the first
+ * off) or a file that is not a socket (a typo must not delete it). */
+static int clear_stale_unixsocket(const char *path) {
+    struct stat st;
+    struct sockaddr_un sun;
+    int fd, rc, err;
+
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return 0;
+        px_warning("cannot listen addr=%s err=\"%s\"", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        px_warning("cannot listen addr=%s err=\"exists and is not a socket (left as it is)\"", path);
+        return -1;
+    }
+    memset(&sun, 0, sizeof sun);
+    sun.sun_family = AF_UNIX;
+    snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
+    /* non-blocking: a live listener with a full backlog answers EAGAIN at
+     * once instead of keeping the start waiting */
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        px_warning("cannot listen addr=%s err=\"%s\"", path, strerror(errno));
+        return -1;
+    }
+    rc = connect(fd, (struct sockaddr *)&sun, sizeof sun);
+    err = errno;
+    close(fd);
+    if (rc != 0 && err == ECONNREFUSED) {
+        unlink(path);
+        return 0;
+    }
+    if (rc != 0 && err == ENOENT) return 0; /* removed meanwhile */
+    if (rc == 0 || err == EAGAIN || err == EINPROGRESS)
+        px_warning("cannot listen addr=%s err=\"unix socket in use: another process accepts on it\"",
+                   path);
+    else
+        px_warning("cannot listen addr=%s err=\"cannot tell whether the socket is in use: %s\"", path,
+                   strerror(err));
+    return -1;
+}
+
 int px_listeners_open(px_server *srv) {
     px_config *cfg = srv->cfg;
     srv->accept_resume_ev = evtimer_new(srv->base, resume_accepting, srv);
@@ -168,11 +214,12 @@ int px_listeners_open(px_server *srv) {
         memset(&sun, 0, sizeof sun);
         sun.sun_family = AF_UNIX;
         snprintf(sun.sun_path, sizeof sun.sun_path, "%s", cfg->unixsocket);
-        unlink(cfg->unixsocket); /* a stale socket from an earlier run */
+        if (clear_stale_unixsocket(cfg->unixsocket) != 0) return -1;
         struct evconnlistener *l = evconnlistener_new_bind(srv->base, on_accept, srv,
                                                            LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 511,
                                                            (struct sockaddr *)&sun, sizeof sun);
         if (add_listener(srv, l, cfg->unixsocket) != 0) return -1;
+        srv->unixsocket_bound = 1;
         if (cfg->unixsocketperm != 0 && chmod(cfg->unixsocket, (mode_t)cfg->unixsocketperm) != 0) {
             px_warning("cannot chmod unixsocket path=%s err=\"%s\"", cfg->unixsocket, strerror(errno));
             return -1;
@@ -190,5 +237,8 @@ void px_listeners_close(px_server *srv) {
     srv->nlisteners = 0;
     if (srv->accept_resume_ev != NULL) event_free(srv->accept_resume_ev);
     srv->accept_resume_ev = NULL;
-    if (srv->cfg->unixsocket[0] != '\0') unlink(srv->cfg->unixsocket);
+    /* only our own socket: a start that failed (its TCP port, or the path,
+     * taken by another instance) must not remove that instance's */
+    if (srv->unixsocket_bound) unlink(srv->cfg->unixsocket);
+    srv->unixsocket_bound = 0;
 }

@@ -10,7 +10,9 @@
 
 #include "proxy/server.h"
 
-/* Opens every configured listener. Returns 0, or -1 after logging why. */
+/* Opens every configured listener. Returns 0, or -1 after logging why; an
+ * existing unixsocket path is replaced only when it is a stale socket (one a
+ * running process accepts on, or a file that is not a socket, fails the start). */
 int px_listeners_open(px_server *srv);
 /* Stops accepting (graceful stop) and frees the listeners. */
 void px_listeners_close(px_server *srv);

@@ -41,6 +41,7 @@ typedef struct px_server {
 
     struct evconnlistener *listeners[PX_MAX_LISTENERS];
     int nlisteners;
+    int unixsocket_bound; /* the unixsocket path is ours to remove at exit */
     /* accept() errors (proxy/listener.c): the timer that turns the
      * listeners back on after a pause, and the log's pace */
     struct event *accept_resume_ev;
