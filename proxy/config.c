@@ -91,7 +91,7 @@ static char px_default_bind[] = "127.0.0.1";
 static const px_directive px_directives[] = {
     {.name = "upstream", .type = PX_CT_UPSTREAM, PX_FIELD(upstream),
      .off2 = offsetof(px_config, up), .def = "redis://127.0.0.1:6379", .arg = "<url>",
-     .help = "Redis to proxy: redis://[user:pass@]host[:port][/db] or unix:///path[?db=N]"},
+     .help = "Redis to proxy: redis://[user:pass@]host[:port][/db], rediss://... (TLS) or unix:///path[?db=N]"},
     {.name = "upstream-sentinel", .type = PX_CT_APPEND, PX_FIELD(sentinel), .off2 = offsetof(px_config, nsentinel),
      .min = 2, .max = 1, .def = "", .arg = "<master-name> <host:port>[,<host:port>...]",
      .help = "Take the upstream's address from Redis Sentinel and follow its failovers"},
@@ -1276,7 +1276,7 @@ int px_upstream_parse(const char *url, px_upstream_addr *out, char *err, size_t 
     memset(&a, 0, sizeof(a));
     a.port = 6379;
     if (url == NULL || *url == '\0') {
-        seterr(err, errlen, "upstream: empty URL (use redis://host:port or unix:///path)");
+        seterr(err, errlen, "upstream: empty URL (use redis://host:port, rediss://host:port or unix:///path)");
         return -1;
     }
     for (const char *p = url; *p; p++) {
@@ -1319,11 +1319,11 @@ int px_upstream_parse(const char *url, px_upstream_addr *out, char *err, size_t 
                url, url);
         return -1;
     } else if (scheme_ok) {
-        seterr(err, errlen, "upstream: unknown scheme '%.*s' (use redis:// or unix://)",
+        seterr(err, errlen, "upstream: unknown scheme '%.*s' (use redis://, rediss:// or unix://)",
                (int)(slen > 32 ? 32 : slen), url);
         return -1;
     } else {
-        seterr(err, errlen, "upstream: not a URL (use redis://host:port or unix:///path)");
+        seterr(err, errlen, "upstream: not a URL (use redis://host:port, rediss://host:port or unix:///path)");
         return -1;
     }
     *out = a;

@@ -579,8 +579,8 @@ static void test_file_errors(void) {
     px_config_deinit(&c);
 
     CHECK_EQ_INT(load_str(&c, "upstream http://x\n", err, sizeof(err), &path), -1);
-    snprintf(want, sizeof(want), "%s:1: upstream: unknown scheme 'http' (use redis:// or "
-             "unix://)", path);
+    snprintf(want, sizeof(want), "%s:1: upstream: unknown scheme 'http' (use redis://, "
+             "rediss:// or unix://)", path);
     CHECK_STR(err, want);
     px_config_deinit(&c);
 
@@ -907,8 +907,8 @@ static void test_upstream_good(void) {
 
 static void test_upstream_bad(void) {
     static const struct { const char *url; const char *err; } cases[] = {
-        {"", "upstream: empty URL (use redis://host:port or unix:///path)"},
-        {"http://host", "upstream: unknown scheme 'http' (use redis:// or unix://)"},
+        {"", "upstream: empty URL (use redis://host:port, rediss://host:port or unix:///path)"},
+        {"http://host", "upstream: unknown scheme 'http' (use redis://, rediss:// or unix://)"},
         {"rediss:host", "upstream: expected '//' after 'rediss:' (rediss://host:port)"},
         {"redis:host", "upstream: expected '//' after 'redis:' (redis://host:port)"},
         {"localhost:6379", "upstream: 'localhost:6379' has no scheme (did you mean "
@@ -917,8 +917,8 @@ static void test_upstream_bad(void) {
                            "redis://127.0.0.1:6379?)"},
         {"/tmp/redis.sock", "upstream: '/tmp/redis.sock' has no scheme (did you mean "
                             "unix:///tmp/redis.sock?)"},
-        {"localhost", "upstream: not a URL (use redis://host:port or unix:///path)"},
-        {"user:secret@host:1", "upstream: unknown scheme 'user' (use redis:// or unix://)"},
+        {"localhost", "upstream: not a URL (use redis://host:port, rediss://host:port or unix:///path)"},
+        {"user:secret@host:1", "upstream: unknown scheme 'user' (use redis://, rediss:// or unix://)"},
         {"redis://", "upstream: missing host (redis://host:port)"},
         {"redis://:6379", "upstream: missing host (redis://host:port)"},
         {"redis://u:p@", "upstream: missing host (redis://host:port)"},
@@ -1025,7 +1025,7 @@ static void test_upstream_directive(void) {
     CHECK_EQ_INT(c.up.db, 1);
     /* a bad URL leaves both the text and the parsed address as they were */
     CHECK_EQ_INT(set1(&c, "upstream", "http://10.0.0.6", err, sizeof(err)), -1);
-    CHECK_STR(err, "upstream: unknown scheme 'http' (use redis:// or unix://)");
+    CHECK_STR(err, "upstream: unknown scheme 'http' (use redis://, rediss:// or unix://)");
     CHECK_STR(c.upstream, "redis://u:p@10.0.0.5:6390/1");
     CHECK_STR(c.up.host, "10.0.0.5");
     CHECK_STR(c.up.pass, "p");
