@@ -991,35 +991,87 @@ static void write_value(FILE *f, const px_directive *d, const px_config *c, int 
     }
 }
 
+/* Writes the line(s) of d in c: none for a repeatable directive not given. */
+static void dump_directive(const px_directive *d, const px_config *c, FILE *f, int flags) {
+    if (d->type == PX_CT_APPEND) {
+        /* one line per entry, its words as given */
+        size_t width = d->size / (size_t)d->max;
+        int n = *(const int *)cfield(c, d->off2);
+        for (int k = 0; k < n; k++) {
+            const char *e = (const char *)cfield(c, d->off) + (size_t)k * width;
+            const char *sp = strchr(e, ' ');
+            fprintf(f, "%s ", d->name);
+            if (sp != NULL) {
+                char first[64];
+                snprintf(first, sizeof first, "%.*s", (int)(sp - e), e);
+                write_word(f, first);
+                fputc(' ', f);
+                write_word(f, sp + 1);
+            } else {
+                write_word(f, e);
+            }
+            fputc('\n', f);
+        }
+        return;
+    }
+    fprintf(f, "%s ", d->name);
+    write_value(f, d, c, flags);
+    fputc('\n', f);
+}
+
 int px_config_dump(const px_config *c, FILE *f, int flags) {
+    for (size_t i = 0; i < PX_NDIRECTIVES; i++) dump_directive(&px_directives[i], c, f, flags);
+    return ferror(f) ? -1 : 0;
+}
+
+/* 1 if name is one of the NULL-terminated names. */
+static int name_in(const char *name, const char *const *names) {
+    for (; names != NULL && *names != NULL; names++)
+        if (strcmp(name, *names) == 0) return 1;
+    return 0;
+}
+
+int px_config_diff(const px_config *a, const px_config *b, const char *const *skip, char *out,
+                   size_t outlen) {
+    size_t used = 0;
+    int n = 0, full = outlen == 0;
+    if (outlen) out[0] = '\0';
     for (size_t i = 0; i < PX_NDIRECTIVES; i++) {
         const px_directive *d = &px_directives[i];
-        if (d->type == PX_CT_APPEND) {
-            /* one line per entry, its words as given */
-            size_t width = d->size / (size_t)d->max;
-            int n = *(const int *)cfield(c, d->off2);
-            for (int k = 0; k < n; k++) {
-                const char *e = (const char *)cfield(c, d->off) + (size_t)k * width;
-                const char *sp = strchr(e, ' ');
-                fprintf(f, "%s ", d->name);
-                if (sp != NULL) {
-                    char first[64];
-                    snprintf(first, sizeof first, "%.*s", (int)(sp - e), e);
-                    write_word(f, first);
-                    fputc(' ', f);
-                    write_word(f, sp + 1);
-                } else {
-                    write_word(f, e);
-                }
-                fputc('\n', f);
-            }
-            continue;
+        char *da = NULL, *db = NULL;
+        size_t la = 0, lb = 0;
+        if (name_in(d->name, skip)) continue;
+        /* compared as written back: one notion of "the same value" for
+         * every type, lists and repeatable directives included */
+        FILE *fa = open_memstream(&da, &la), *fb = open_memstream(&db, &lb);
+        if (fa == NULL || fb == NULL) {
+            if (fa != NULL) fclose(fa);
+            if (fb != NULL) fclose(fb);
+            free(da);
+            free(db);
+            return -1;
         }
-        fprintf(f, "%s ", px_directives[i].name);
-        write_value(f, &px_directives[i], c, flags);
-        fputc('\n', f);
+        dump_directive(d, a, fa, PX_FMT_SECRETS); /* a new password is a change */
+        dump_directive(d, b, fb, PX_FMT_SECRETS);
+        fclose(fa);
+        fclose(fb);
+        if (la != lb || memcmp(da, db, la) != 0) {
+            /* whole names only: past the first that does not fit, none */
+            if (!full) {
+                int w = snprintf(out + used, outlen - used, "%s%s", n ? ", " : "", d->name);
+                if (w > 0 && (size_t)w < outlen - used) {
+                    used += (size_t)w;
+                } else {
+                    full = 1;
+                    out[used] = '\0';
+                }
+            }
+            n++;
+        }
+        free(da);
+        free(db);
     }
-    return ferror(f) ? -1 : 0;
+    return n;
 }
 
 void px_config_help(FILE *f, const char *prog) {

@@ -174,6 +174,16 @@ int px_config_check(const px_config *c, char *err, size_t errlen);
 int px_config_dump(const px_config *c, FILE *f, int flags);
 
 /*
+ * Compares a and b directive by directive, as px_config_dump writes them
+ * (passwords included), skipping the names in skip (NULL-terminated, may be
+ * NULL). Writes the names that differ to out, ", "-separated in table order
+ * (cut short if out is too small). Returns how many differ, or -1 out of
+ * memory.
+ */
+int px_config_diff(const px_config *a, const px_config *b, const char *const *skip, char *out,
+                   size_t outlen);
+
+/*
  * Writes the usage (prog NULL: "sidecache") and every directive with its
  * argument, default and one-line help to f, for --help.
  */

@@ -137,22 +137,40 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
     if (srv->nclients == 0) event_base_loopexit(srv->base, NULL);
 }
 
-/* Do two lists of cache-rule or cache-track-prefix lines differ? */
-static int lines_differ(const char (*a)[PX_RULE_LEN], int na, const char (*b)[PX_RULE_LEN], int nb) {
-    if (na != nb) return 1;
-    for (int i = 0; i < na; i++)
-        if (strcmp(a[i], b[i]) != 0) return 1;
-    return 0;
+/* What SIGHUP applies (below); a change to any other directive needs a
+ * restart. proto-max-nesting is obsolete and ignored, so a change to it is no
+ * news either. */
+static const char *const px_reloadable[] = {
+    "loglevel", "maxclients", "timeout", "client-query-buffer-limit", "client-output-buffer-limit",
+    "upstream-output-limit", "proto-max-bulk-len", "max-multibulk-len", "proto-max-nesting",
+    "cache-max-memory", "cache-max-value", "cache-ttl", NULL,
+};
+
+/* Warns, by name, of every change in fresh that needs a restart: one line an
+ * operator can act on, where a silent reload reads as "applied". */
+static void warn_unapplied(const px_config *cfg, const px_config *fresh) {
+    char names[2048];
+    int n = px_config_diff(cfg, fresh, px_reloadable, names, sizeof names);
+    /* cache-max-memory resizes the cache, but cannot create or remove it */
+    int on_off = (fresh->cache_max_memory == 0) != (cfg->cache_max_memory == 0);
+    if (n < 0) {
+        px_warning("reload: cannot compare the configurations (out of memory); changes other than "
+                   "those applied need a restart");
+        return;
+    }
+    if (n == 0 && !on_off) return;
+    px_warning("reload: %s%s%s changed and need a restart; those changes are ignored", names,
+               n && on_off ? ", " : "", on_off ? "cache-max-memory (turning the cache on or off)" : "");
 }
 
 /*
  * SIGHUP: the configuration is read again from the same command line (and
  * the file it names). What can change at run time is applied: log level,
  * cache size, value limit and ttl, client limits and timeout (maxclients
- * fitted to the open files limit again, as at start). The rest (addresses,
- * upstream, rules and tracking prefixes, modes) needs a restart, and a
- * change to it is logged and ignored. A configuration that does not load
- * changes nothing.
+ * fitted to the open files limit again, as at start): px_reloadable. Every
+ * other directive (addresses, upstream, rules and tracking prefixes, modes,
+ * logfile, ...) needs a restart, and a change to it is logged by name and
+ * ignored. A configuration that does not load changes nothing.
  */
 static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
     px_server *srv = arg;
@@ -172,14 +190,7 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
         goto out;
     }
     px_config *cfg = srv->cfg;
-    if (strcmp(fresh->upstream, cfg->upstream) != 0 || fresh->port != cfg->port ||
-        strcmp(fresh->unixsocket, cfg->unixsocket) != 0 || fresh->profile != cfg->profile ||
-        lines_differ(fresh->cache_rules, fresh->ncache_rules, cfg->cache_rules, cfg->ncache_rules) ||
-        lines_differ(fresh->track_prefixes, fresh->ntrack_prefixes, cfg->track_prefixes, cfg->ntrack_prefixes) ||
-        fresh->tracking_mode != cfg->tracking_mode || fresh->cache_ask_ttl != cfg->cache_ask_ttl ||
-        (fresh->cache_max_memory == 0) != (cfg->cache_max_memory == 0))
-        px_warning("reload: upstream, listeners, rules, cache-ask-ttl, tracking prefixes, tracking mode and turning the "
-                   "cache on or off need a restart; those changes are ignored");
+    warn_unapplied(cfg, fresh);
     cfg->loglevel = fresh->loglevel;
     px_log_set_level(cfg->loglevel);
     cfg->maxclients = px_fdlimit_fit_clients(fresh->maxclients);

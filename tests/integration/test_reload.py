@@ -48,6 +48,8 @@ def test_sighup_reloads_cache_size_and_loglevel(tmp_path, upstream):
         # verbose now: a client connecting is logged
         redis.Redis(port=port).ping()
         wait_for(lambda: "client connected" in log.read_text())
+        # only what a reload applies changed: no restart is asked for
+        assert "need a restart" not in log.read_text()
 
         # a broken file is refused as a whole: nothing changes
         conf.write_text("port %d\ncache-max-memory lots\n" % port)
@@ -85,6 +87,38 @@ def test_sighup_reports_a_rule_change_it_ignores(tmp_path, upstream, change):
         for _ in range(3):
             assert r.get("user:1") == b"u"
         assert info_section(port)["cache_hits"] >= 1  # user:* still cached
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode(errors="replace")
+
+
+@pytest.mark.proxy_only
+def test_sighup_names_every_changed_directive_that_needs_a_restart(tmp_path, upstream):
+    """A reload used to be silent about most of what it cannot apply (only the
+    upstream, listeners, rules and modes were reported): each changed
+    directive it ignores is now named, and none it applies or left alone."""
+    port = free_port()
+    conf = tmp_path / "sidecache.conf"
+    log = tmp_path / "sidecache.log"
+    base = "upstream redis://127.0.0.1:%d\nport %d\nlogfile %s\n" % (upstream.port, port, log)
+    conf.write_text(base + "cache-max-memory 8mb\n")
+    proc = subprocess.Popen([sidecache_bin(), str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: port_accepts(port))
+        # logfile is not reopened on SIGHUP: the warning is in the old one
+        conf.write_text(base.replace(str(log), str(tmp_path / "other.log")) +
+                        "cache-max-memory 4mb\nkey-prefix {1}\nbind 127.0.0.1 ::1\n"
+                        "batch-max-commands 10\nupstream-timeout 7\nmetrics-port %d\n"
+                        "tracking-keepalive-ms 500\nupstream-connections 3\n" % free_port())
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reloaded" in log.read_text())
+        warning = [l for l in log.read_text().splitlines() if "need a restart" in l]
+        assert len(warning) == 1, log.read_text()
+        names = warning[0].split("reload: ", 1)[1].split(" changed and need a restart")[0]
+        assert names.split(", ") == ["bind", "metrics-port", "upstream-timeout", "upstream-connections",
+                                     "logfile", "key-prefix", "batch-max-commands",
+                                     "tracking-keepalive-ms"], warning
+        assert info_section(port)["cache_max_bytes"] == 4 * 1024 * 1024  # applied all the same
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, proc.stderr.read().decode(errors="replace")

@@ -1170,6 +1170,32 @@ static void test_dump_roundtrip(void) {
     px_config_deinit(&d);
 }
 
+/* What SIGHUP names as needing a restart: every directive whose written-back
+ * value differs, a changed password and a repeatable one included. */
+static void test_diff(void) {
+    px_config a, b;
+    char err[256], names[256];
+    const char *const skip[] = {"loglevel", "port", NULL};
+    px_config_init(&a);
+    px_config_init(&b);
+    CHECK_EQ_INT(px_config_diff(&a, &b, NULL, names, sizeof names), 0);
+    CHECK_STR(names, "");
+    CHECK_EQ_INT(set1(&a, "upstream", "redis://:old@h:1", err, sizeof err), 0);
+    CHECK_EQ_INT(set1(&b, "upstream", "redis://:new@h:1", err, sizeof err), 0);
+    CHECK_EQ_INT(set1(&b, "port", "7000", err, sizeof err), 0);
+    CHECK_EQ_INT(set1(&b, "loglevel", "debug", err, sizeof err), 0);
+    CHECK_EQ_INT(set1(&b, "key-prefix", "{1}", err, sizeof err), 0);
+    CHECK_EQ_INT(set1(&b, "cache-track-prefix", "x", err, sizeof err), 0);
+    CHECK_EQ_INT(px_config_diff(&a, &b, skip, names, sizeof names), 3);
+    CHECK_STR(names, "upstream, key-prefix, cache-track-prefix");
+    CHECK_EQ_INT(px_config_diff(&a, &b, NULL, names, sizeof names), 5);
+    CHECK_STR(names, "upstream, port, loglevel, key-prefix, cache-track-prefix");
+    CHECK_EQ_INT(px_config_diff(&a, &b, NULL, names, 12), 5); /* cut short, still counted */
+    CHECK_STR(names, "upstream");
+    px_config_deinit(&a);
+    px_config_deinit(&b);
+}
+
 static void test_help(void) {
     static const char *const names[] = {
         "--upstream <url>", "--bind <addr> ...", "--port <port>", "--unixsocket <path>",
@@ -1219,6 +1245,7 @@ int main(void) {
     RUN(test_upstream_directive);
     RUN(test_upstream_format_roundtrip);
     RUN(test_dump_roundtrip);
+    RUN(test_diff);
     RUN(test_help);
     remove_tmp();
     return unit_report();
