@@ -138,7 +138,7 @@ bad:
     return -1;
 }
 
-int px_sentinel_master(px_server *srv, struct sockaddr_storage *sa, unsigned *salen, char *why, size_t whylen) {
+static int ask_master(px_server *srv, struct sockaddr_storage *sa, unsigned *salen, char *why, size_t whylen) {
     const char *line = srv->cfg->sentinel[0];
     const char *sp = strchr(line, ' ');
     char name[256], host[256], port[8];
@@ -187,6 +187,19 @@ static int same_address(const struct sockaddr_storage *a, unsigned alen, const s
         return x->sin6_port == y->sin6_port && memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
     }
     return memcmp(a, b, alen) == 0;
+}
+
+int px_sentinel_master(px_server *srv, struct sockaddr_storage *sa, unsigned *salen, char *why, size_t whylen) {
+    if (ask_master(srv, sa, salen, why, whylen) != 0) return -1;
+    /* the operator sees where the master is, when that is news (the
+     * upstream URL's address is not used with Sentinel) */
+    char at[64];
+    px_format_address(sa, *salen, at, sizeof at);
+    if (strcmp(at, srv->sentinel_master_logged) != 0) {
+        px_notice("sentinel: master at %s", at);
+        snprintf(srv->sentinel_master_logged, sizeof srv->sentinel_master_logged, "%s", at);
+    }
+    return 0;
 }
 
 void px_sentinel_check(px_server *srv) {

@@ -304,7 +304,10 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     }
     if (cfg->proto_max_nesting != 128) /* set, to other than its old default */
         px_notice("proto-max-nesting is obsolete and ignored: replies from Redis are relayed at any depth");
-    px_notice("ready upstream=%s upstream_connections=%d", upstream, cfg->upstream_connections);
+    if (px_sentinel_enabled(&srv)) /* the URL gives credentials and db; its address is not used */
+        px_notice("ready upstream-sentinel=\"%s\" upstream_connections=%d", cfg->sentinel[0], cfg->upstream_connections);
+    else
+        px_notice("ready upstream=%s upstream_connections=%d", upstream, cfg->upstream_connections);
     event_base_dispatch(srv.base);
     px_notice("stopped");
 

@@ -101,6 +101,7 @@ typedef struct px_server {
     int64_t sentinel_next_ms;  /* ... but not before this after failures */
     int sentinel_backoff_ms;
     int sentinel_first;        /* the sentinel asked first: the last that answered */
+    char sentinel_master_logged[64]; /* the master's address last logged */
     uint64_t nupstreams;       /* open upstream connections (not the invalidation one) */
     /* latency histograms (proxy/stats.h) */
     px_latency lat_hit, lat_upstream;

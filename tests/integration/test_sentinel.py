@@ -61,6 +61,11 @@ def test_follows_failover(sentinel_setup, proxy_factory):
                             "--tracking-keepalive-ms", "100", "--tracking-timeout-ms", "500"))
     st = Stats(p)
     wait_tracking_active(p, stats=st)
+    # the log names the sentinels' master, not the URL's unused address
+    with open(p.logpath) as f:
+        log = f.read()
+    assert 'ready upstream-sentinel="mymaster %s"' % addrs in log, log
+    assert "sentinel: master at %s:%d" % (HOST, master.port) in log, log
     c = p.raw(auth=True)
     # through the proxy to the master; cached
     assert c.cmd("SET", "i1", "before").raw == b"+OK\r\n"

@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,8 +100,13 @@ func TestClusterClientSendsTheVolumeSlotThroughSidecache(t *testing.T) {
 	must(t, cc.Ping(ctx).Err())
 
 	// the masters it uses: sidecache for {1}'s range, A for the other
-	var masters []string
+	var (
+		mu      sync.Mutex // ForEachMaster calls fn from a goroutine per master
+		masters []string
+	)
 	must(t, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
 		masters = append(masters, c.Options().Addr)
 		return nil
 	}))
@@ -108,7 +114,8 @@ func TestClusterClientSendsTheVolumeSlotThroughSidecache(t *testing.T) {
 	want := []string{paddr, net.JoinHostPort("127.0.0.1", strconv.Itoa(a))}
 	sort.Strings(want)
 	if fmt.Sprint(masters) != fmt.Sprint(want) {
-		t.Fatalf("masters %v, want %v (sidecache and node A)", masters, want)
+		t.Fatalf("masters %v, want %v (sidecache and node A); CLUSTER SLOTS: through sidecache %v, of A %v, of B %v",
+			masters, want, proxy.ClusterSlots(ctx).Val(), nodeA.ClusterSlots(ctx).Val(), nodeB.ClusterSlots(ctx).Val())
 	}
 
 	// the volume's inode attribute: written, then read twice; the second
