@@ -28,9 +28,8 @@ What is asserted:
   - both: a read in flight while tracking is lost and regained must not
     fill the cache; in the default/optin tracking modes the loss of a data
     connection (which Redis tracked) empties the cache;
-  - known gap (xfail): a request sent into a half-open data connection
-    (toxiproxy timeout toxic, left on) gets no answer at all - the proxy has
-    no deadline on data connections.
+  - a request sent into a half-open data connection (toxiproxy timeout
+    toxic, left on) gets an error in bounded time (upstream-timeout).
 
 The workload (faulthelpers.Workload) also runs pipelined write runs (which
 the proxy sends as MULTI/EXEC batches) and MULTI/EXEC transactions, and
