@@ -87,7 +87,7 @@ test: deps test-deps
 	$(MAKE) integration
 	$(MAKE) interop
 
-run: deps $(BIN)
+run: deps all
 	@scripts/run.sh $(CURDIR)/$(BIN)
 
 bench/build/loadgen: bench/loadgen.c bench/rng.h
