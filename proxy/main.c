@@ -8,12 +8,45 @@
 #include "proxy/config.h"
 #include "proxy/log.h"
 #include "proxy/server.h"
+#include "proxy/tls.h"
 
 #define SIDECACHE_VERSION "0.1.0"
 
+/*
+ * --test-config: besides loading, what a start would find wrong before it
+ * listens: the TLS certificates and keys (loaded as a start loads them),
+ * the log file (opened for appending, as a start opens it), and a TLS port
+ * that is also the plain one. So a service manager's ExecStartPre refuses
+ * what would not start. Returns 0, or -1 with the reason in err.
+ */
+static int check_startable(px_config *cfg, char *err, size_t errlen) {
+    static px_server probe; /* only its cfg and TLS contexts are used */
+    int rc = 0;
+    if (cfg->tls_port > 0 && cfg->tls_port == cfg->port) {
+        snprintf(err, errlen, "tls-port %d is also port", cfg->tls_port);
+        return -1;
+    }
+    if (cfg->logfile[0] != '\0') {
+        FILE *f = fopen(cfg->logfile, "a");
+        if (f == NULL) {
+            snprintf(err, errlen, "cannot open logfile %.900s: %s", cfg->logfile, strerror(errno));
+            return -1;
+        }
+        fclose(f);
+    }
+    probe.cfg = cfg;
+    char why[512];
+    if (px_tls_init(&probe, why, sizeof why) != 0) {
+        snprintf(err, errlen, "TLS: %s", why);
+        rc = -1;
+    }
+    px_tls_deinit(&probe);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     px_config cfg;
-    char err[1024];
+    char err[1600];
     int test_only = 0, rc;
     px_config_init(&cfg);
     rc = px_config_from_args(&cfg, argc, argv, &test_only, err, sizeof err);
@@ -33,6 +66,11 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (test_only) {
+        if (check_startable(&cfg, err, sizeof err) != 0) {
+            fprintf(stderr, "sidecache: %s\n", err);
+            rc = 1;
+            goto done;
+        }
         if (test_only == 2) px_config_dump(&cfg, stdout, 0);
         printf("sidecache: configuration OK\n");
         goto done;

@@ -62,3 +62,31 @@ def test_test_config_rejects_a_second_file(tmp_path):
     r = run(conf, "--test-config", conf)
     assert r.returncode == 1, r
     assert "a config file was already given" in r.stderr
+
+
+@pytest.mark.parametrize("lines,says", [
+    ("tls-port 7124\n", "tls-port needs tls-cert-file and tls-key-file"),
+    ("tls-port 7124\ntls-cert-file /nonexistent/c.pem\ntls-key-file /nonexistent/k.pem\n", "tls-cert-file"),
+    ("upstream rediss://127.0.0.1:6379\ntls-upstream-ca-cert-file /nonexistent/ca.pem\n",
+     "tls-upstream-ca-cert-file"),
+    ("logfile /nonexistent/dir/sidecache.log\n", "cannot open logfile"),
+    ("port 7123\ntls-port 7123\n", "tls-port 7123 is also port"),
+], ids=["tls-no-cert", "tls-missing-files", "upstream-ca-missing", "logfile-unwritable", "tls-port-is-port"])
+def test_test_config_refuses_what_would_not_start(tmp_path, lines, says):
+    """--test-config (a service manager's ExecStartPre) refuses what a start
+    would refuse before listening, not only what does not parse."""
+    conf = tmp_path / "c.conf"
+    conf.write_text(lines)
+    r = run("--test-config", conf)
+    assert r.returncode == 1, r
+    assert says in r.stderr, r
+    assert "configuration OK" not in r.stdout
+
+
+def test_test_config_opens_the_logfile_as_a_start_does(tmp_path):
+    log = tmp_path / "sidecache.log"
+    conf = tmp_path / "c.conf"
+    conf.write_text("logfile %s\n" % log)
+    r = run("--test-config", conf)
+    assert r.returncode == 0, r
+    assert log.exists()
