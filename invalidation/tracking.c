@@ -32,9 +32,11 @@
 #define INV_REFUSED_BACKOFF_MS 30000
 #define INV_SETUP_DEADLINE_MS 10000
 #define INV_CHANNEL "__redis__:invalidate"
+/* in CLIENT LIST, so operators can tell it from the data connections */
+#define INV_CLIENT_NAME "sidecache-invalidation"
 
 /* What the next reply answers, during SETUP. */
-enum inv_expect { EXP_AUTH, EXP_COMMAND, EXP_CLIENT_ID, EXP_TRACKING, EXP_SUBSCRIBE };
+enum inv_expect { EXP_AUTH, EXP_SETNAME, EXP_COMMAND, EXP_CLIENT_ID, EXP_TRACKING, EXP_SUBSCRIBE };
 
 struct inv_conn {
     struct event_base *base;
@@ -269,6 +271,9 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
     enum inv_expect e = t->expect[0];
     memmove(t->expect, t->expect + 1, (size_t)(--t->nexpect) * sizeof t->expect[0]);
     char type = t->rp.type;
+    /* the name only tells operators whose connection this is (CLIENT
+     * LIST): an ACL that refuses it is no reason to go without a cache */
+    if (e == EXP_SETNAME) return;
     if (type == '-' || type == '!') {
         snprintf(why, sizeof why, "%s refused: %.*s", e == EXP_AUTH ? "AUTH" : e == EXP_COMMAND ? "COMMAND"
                                                       : e == EXP_CLIENT_ID ? "CLIENT ID"
@@ -280,6 +285,7 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
     }
     switch (e) {
     case EXP_AUTH:
+    case EXP_SETNAME:
     case EXP_TRACKING:
         break;
     case EXP_COMMAND:
@@ -369,6 +375,8 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
                 send_cmd(t, "AUTH", t->pass, NULL);
             expect(t, EXP_AUTH);
         }
+        send_cmd(t, "CLIENT", "SETNAME", INV_CLIENT_NAME, NULL);
+        expect(t, EXP_SETNAME);
         send_cmd(t, "COMMAND", NULL);
         expect(t, EXP_COMMAND);
         send_cmd(t, "CLIENT", "ID", NULL);

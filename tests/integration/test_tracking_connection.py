@@ -51,6 +51,33 @@ def test_tracking_stays_active_when_ping_is_denied(proxy_factory, upstream):
     assert after["tracking_state"] == "active", after
 
 
+def invalidation_clients(upstream):
+    """Redis's CLIENT LIST lines of the clients named as sidecache names its
+    invalidation connection."""
+    text = upstream.client().execute_command("CLIENT", "LIST")
+    text = text.decode() if isinstance(text, bytes) else text
+    return [l for l in text.splitlines() if " name=sidecache-invalidation " in l]
+
+
+def test_invalidation_connection_is_named_in_client_list(proxy_factory, upstream):
+    """An operator reading CLIENT LIST on Redis tells sidecache's
+    invalidation connection (subscribed: flag P) from the data connections."""
+    start_cached(proxy_factory)
+    lines = invalidation_clients(upstream)
+    assert len(lines) == 1, lines
+    assert " flags=P" in lines[0], lines
+
+
+def test_tracking_stays_active_when_setname_is_denied(proxy_factory, upstream):
+    """The upstream user may not name its connection: the name is left out,
+    and the cache works all the same."""
+    upstream.client().execute_command("ACL", "SETUSER", "trk2", "reset", "on", ">pw", "~*", "&*", "+@all",
+                                      "-client|setname")
+    p, st = start_cached(proxy_factory, upstream_url="redis://trk2:pw@127.0.0.1:%d" % upstream.port)
+    assert st.get()["tracking_state"] == "active"
+    assert invalidation_clients(upstream) == []
+
+
 def test_invalidation_connect_that_never_completes_times_out(proxy_factory, upstream):
     """The invalidation connection's upstream takes no connection (its
     accept queue is full: SYNs go unanswered). The connect gives up after
