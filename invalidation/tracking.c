@@ -94,7 +94,10 @@ static void inv_set_state(inv_conn *t, enum inv_state to, const char *why) {
         t->cb.on_active(t->arg, 0);
     }
     if (to == INV_ACTIVE || from == INV_ACTIVE || to == INV_BACKOFF)
-        px_log(to == INV_ACTIVE ? PX_LOG_NOTICE : PX_LOG_WARNING, "tracking state=%s from=%s reason=\"%s\"",
+        /* a stop asked for (idle) is no trouble: not a warning, which an
+         * operator may alert on */
+        px_log(to == INV_ACTIVE || to == INV_IDLE ? PX_LOG_NOTICE : PX_LOG_WARNING,
+               "tracking state=%s from=%s reason=\"%s\"",
                inv_state_name(to), inv_state_name(from), why ? why : "");
     else
         px_verbose("tracking state=%s from=%s", inv_state_name(to), inv_state_name(from));

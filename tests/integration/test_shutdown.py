@@ -51,3 +51,21 @@ def test_sigterm_with_client_blocked_forever_still_exits_0(proxy):
         rc = proxy.terminate(timeout=15)
         assert rc == 0
         c.expect_closed(3)
+
+
+@pytest.mark.proxy_only
+@pytest.mark.timeout(30)
+def test_clean_stop_logs_no_warning(proxy_factory):
+    """A stop asked for (SIGTERM) is no trouble: nothing from `stopping` on
+    is logged as a warning (operators alert on warnings, and every restart
+    would raise one: the tracking connection going idle did)."""
+    p = proxy_factory()
+    deadline = time.monotonic() + 10
+    with p.raw() as c:
+        while b"tracking_state:active" not in c.call("INFO", "sidecache"):
+            assert time.monotonic() < deadline, "tracking not active"
+            time.sleep(0.02)
+    assert p.terminate(timeout=10) == 0
+    with open(p.logpath) as f:
+        after = f.read().split("stopping", 1)[1]
+    assert "level=warning" not in after, after
