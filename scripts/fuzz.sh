@@ -22,7 +22,7 @@ OUT=build-fuzz
 CFLAGS=(-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
         -fno-sanitize-recover=undefined -std=c11 -D_GNU_SOURCE
         -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -I.)
-LIB_SRC=(protocol/resp.c protocol/cmdtable.c)
+LIB_SRC=(protocol/resp.c protocol/cmdtable.c protocol/cluster.c)
 # fuzz_session runs the whole proxy in process: every library source (as
 # the Makefile's libsidecache.a, without main.c) and its libraries. They
 # are compiled into $OUT/obj/ first, with warnings not fatal there (the
@@ -58,6 +58,10 @@ make_dict() {
         '"%1\x0d\x0a"' '"|1\x0d\x0a"' '">2\x0d\x0a"' '"~1\x0d\x0a"' '"#t\x0d\x0a"' \
         '",inf\x0d\x0a"' '",1.5e-3\x0d\x0a"' '"(12345678901234567890\x0d\x0a"' \
         '"=8\x0d\x0atxt:abcd\x0d\x0a"' '"!3\x0d\x0aERR\x0d\x0a"' '"$?"' '"*?"' >"$d" ;;
+    fuzz_cluster)
+      printf '%s\n' '"\x0d\x0a"' '"*1\x0d\x0a"' '"*3\x0d\x0a"' '"*4\x0d\x0a"' '":0\x0d\x0a"' \
+        '":16383\x0d\x0a"' '"$8\x0d\x0a10.0.0.2\x0d\x0a"' '"$0\x0d\x0a\x0d\x0a"' '":7000\x0d\x0a"' \
+        '"%1\x0d\x0a"' '"*0\x0d\x0a"' '"$-1\x0d\x0a"' '"{1}"' '"{"' '"}"' >"$d" ;;
     fuzz_cmdtable_load)
       printf '%s\n' '"*10\x0d\x0a"' '"*6\x0d\x0a"' '"+write\x0d\x0a"' '"+readonly\x0d\x0a"' \
         '"+movablekeys\x0d\x0a"' '":-1\x0d\x0a"' '":1\x0d\x0a"' '"*0\x0d\x0a"' '"~1\x0d\x0a"' \
