@@ -55,11 +55,29 @@ static size_t value_len(const char *data, size_t len, size_t at) {
     return n;
 }
 
-static int is_self(const cluster_self *up, const char *ip, size_t iplen, long long port) {
-    if (port != up->port) return 0;
-    if (iplen == 0) return 1;
+static int names_self(const cluster_self *up, const char *name, size_t len) {
     for (int i = 0; i < 2; i++)
-        if (up->hosts[i] != NULL && strlen(up->hosts[i]) == iplen && memcmp(up->hosts[i], ip, iplen) == 0) return 1;
+        if (up->hosts[i] != NULL && strlen(up->hosts[i]) == len && memcmp(up->hosts[i], name, len) == 0) return 1;
+    return 0;
+}
+
+/* Whether the node's networking metadata (Redis 7: a map, in RESP2 a flat
+ * array, of "ip" or "hostname" to a value; the other name of a node whose
+ * first element is the one it prefers) names up. */
+static int metadata_names_self(const cluster_self *up, const char *m, size_t n) {
+    long long count;
+    size_t at = resp_read_int_line(m, n, 0, m[0] == '%' ? '%' : '*', &count);
+    if (at == 0 || count < 0) return 0;
+    if (m[0] == '*') count /= 2;
+    for (long long i = 0; i < count; i++) {
+        const char *k, *v;
+        size_t kl, vl, next;
+        if (resp_read_bulk(m, n, at, &k, &kl, &next) != 1 || resp_read_bulk(m, n, next, &v, &vl, &at) != 1) return 0;
+        int is_ip = kl == 2 && memcmp(k, "ip", 2) == 0;
+        /* (an empty ip: the node has not learned its own, as above) */
+        if ((is_ip || (kl == 8 && memcmp(k, "hostname", 8) == 0)) && ((is_ip && vl == 0) || names_self(up, v, vl)))
+            return 1;
+    }
     return 0;
 }
 
@@ -80,13 +98,17 @@ static int rewrite_range(const char *r, size_t n, const cluster_self *up, const 
     if (master_len == 0 || j == 0 || parts < 2 || resp_read_bulk(r, n, j, &ip, &iplen, &k) != 1 ||
         (k = resp_read_int_line(r, n, k, ':', &mport)) == 0)
         return -1;
-    if (!is_self(up, ip, iplen, mport)) {
+    /* the master's id, the third part, stays; the metadata after it */
+    size_t id_len = parts >= 3 ? value_len(r, n, k) : 0;
+    if (parts >= 3 && id_len == 0) return -1;
+    size_t meta = k + id_len, meta_len = parts >= 4 ? value_len(r, n, meta) : 0;
+    /* an empty address: a node that has not learned its own (alone) */
+    int self = mport == up->port && (iplen == 0 || names_self(up, ip, iplen) ||
+                                     (meta_len > 0 && metadata_names_self(up, r + meta, meta_len)));
+    if (!self) {
         snprintf(other, other_len, "%.*s:%lld", (int)(iplen > 255 ? 255 : iplen), ip, mport);
         return -2;
     }
-    /* the master's id, the third part, stays */
-    size_t id_len = parts >= 3 ? value_len(r, n, k) : 0;
-    if (parts >= 3 && id_len == 0) return -1;
     int e = resp_buf_append(out, r, master); /* *M :start :end */
     e |= resp_enc_array(out, id_len ? 3 : 2);
     e |= resp_enc_bulk_str(out, host);

@@ -39,8 +39,10 @@ typedef struct cluster_self {
 
 /* A CLUSTER SLOTS reply (RESP2 or RESP3: data, len, one whole frame) with
  * the master of the range that holds slot replaced by host:port, when that
- * master is the node `up` (by address and port; an empty address, a node
- * that has not learned its own, matches by port). The node keeps its id;
+ * master is the node `up`: its port, and its address, or the "ip" or
+ * "hostname" of its metadata (Redis 7 gives there the name it does not
+ * prefer), is one of up's names; an empty address, a node that has not
+ * learned its own, matches by port. The node keeps its id;
  * its networking metadata (a hostname a client could prefer) is left out.
  * Returns 0 with the new reply appended to out; otherwise out is unchanged
  * and: -2, the slot's master is another node (at *other, other_len

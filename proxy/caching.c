@@ -20,6 +20,7 @@
 #include "cache/cache.h"
 #include "cache/rules.h"
 #include "invalidation/tracking.h"
+#include "protocol/cluster.h"
 #include "protocol/cmdtable.h"
 #include "protocol/commands.h"
 #include "proxy/client.h"
@@ -1192,11 +1193,26 @@ static void lookup_reply(struct px_caching *pc, px_req *r, const char *data, siz
     if (token) cache_fill_abort(pc->cache, token, id.part, (int)id.db, CACHE_KIND_LOOKUP, dkey, id.dklen, name, id.nlen);
 }
 
+/* A cluster node's MOVED for a slot the cache cannot hold a key of: with a
+ * key-prefix hash tag every cached key is in that tag's slot, and a MOVED
+ * for another (a client reading another master's key) tells nothing of
+ * them. Without one, any slot may hold cached keys. */
+static int moved_elsewhere(const px_server *srv, const char *data, size_t len) {
+    const char *prefix = srv->cfg->key_prefix;
+    int ours = cluster_prefix_slot(prefix, strlen(prefix));
+    long long slot;
+    const char *p = data + 7, *sp;
+    if (ours < 0 || len < 8 || (sp = memchr(p, ' ', len - 7)) == NULL || !resp_string2ll(p, (size_t)(sp - p), &slot))
+        return 0;
+    return slot != ours;
+}
+
 void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
     struct px_caching *pc = srv->caching;
     if (pc != NULL && len > 0 && data[0] == '-' &&
         (starts_with(data, len, "-LOADING") || starts_with(data, len, "-READONLY") ||
-         starts_with(data, len, "-MASTERDOWN") || starts_with(data, len, "-MOVED "))) {
+         starts_with(data, len, "-MASTERDOWN") ||
+         (starts_with(data, len, "-MOVED ") && !moved_elsewhere(srv, data, len)))) {
         /* Redis is not (or no longer) the master we cached from (C6); a
          * cluster node answers MOVED for a slot it no longer holds */
         flush_cache(pc);
@@ -1243,7 +1259,7 @@ static void learn_read(struct px_caching *pc, px_server *srv, const px_req *r, c
 int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, resp_buf *out) {
     struct px_caching *pc = c->srv->caching;
     if (pc == NULL) return 0;
-    px_caching_on_error_reply(c->srv, data, len);
+    if (!(r->aux_flags & PX_AUX_SCRIPT)) px_caching_on_error_reply(c->srv, data, len);
     if (r->learn) learn_read(pc, c->srv, r, data, len);
     if (r->aux_flags & PX_AUX_FILL) {
         uint32_t hdr[4];

@@ -83,8 +83,8 @@ static void client_write(px_client *c, const void *data, size_t len) {
 static void check_output_limit(px_client *c, size_t unread) {
     long long limit = c->srv->cfg->client_output_buffer_limit;
     if (limit > 0 && (long long)unread > limit) {
-        px_warning("client output buffer limit reached id=%llu addr=%s bytes=%zu limit=%lld",
-                   (unsigned long long)c->id, c->addr, px_io_pending(&c->io), limit);
+        px_warning("client output buffer limit reached id=%llu addr=%s unread=%zu limit=%lld",
+                   (unsigned long long)c->id, c->addr, unread, limit);
         client_close(c, "output buffer limit");
     }
 }
@@ -271,6 +271,15 @@ static void output_wait_end(px_client *c) {
     c->output_wait_prev = c->output_wait_next = NULL;
     c->output_waiting = 0;
     srv->noutput_waiters--;
+}
+
+/* Past upstream-output-limit what needs Redis waits, unread, and what is
+ * answered here (cache hits, PING, ...) goes on: a read cache keeps serving
+ * while Redis stalls. Returns 1 when the command must wait. */
+static int hold_for_upstream(px_client *c) {
+    if (!upstream_output_full(c->srv)) return 0;
+    output_wait(c);
+    return 1;
 }
 
 void px_clients_output_wake(px_server *srv) {
@@ -568,6 +577,16 @@ static void apply_state_change(px_client *c, px_req *r, const char *data, size_t
     }
     clear_pending_state(c);
     c->barrier = 0;
+}
+
+/* EVAL, EVALSHA, FCALL and their _RO forms: a script may return any error
+ * text it likes (redis.error_reply). */
+static int is_script_call(const px_client *c) {
+    static const char *const names[] = {"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"};
+    const resp_arg *a = c->rq.argv;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (resp_arg_is(a[0].ptr, a[0].len, names[i])) return 1;
+    return 0;
 }
 
 /* CLUSTER SLOTS, where key-prefix puts every cached key in one slot. */
@@ -898,6 +917,7 @@ static px_req *forward_current(px_client *c, px_upstream *u, const char *frame) 
     if (r != NULL && !c->in_multi) {
         if (wants_info_section(c)) r->aux_flags |= PX_AUX_INFO;
         if (wants_cluster_rewrite(c)) r->aux_flags |= PX_AUX_CLUSTER_SLOTS;
+        if (is_script_call(c)) r->aux_flags |= PX_AUX_SCRIPT;
         if (resp_acl_changes(c->rq.argc, c->rq.argv)) r->aux_flags |= PX_AUX_ACL;
     }
     return r;
@@ -1678,6 +1698,7 @@ static int answer_local(px_client *c, const resp_cmd_info *info) {
 static int client_dispatch(px_client *c, const char *frame) {
     const resp_arg *a = c->rq.argv;
     if (c->rq.argc == 0) return DISPATCH_DONE;
+    if (c->mode == PX_MODE_TUNNEL && hold_for_upstream(c)) return DISPATCH_WAIT;
     /* a user's permissions may change: forget what was learned of them,
      * now and again when Redis has run the command (PX_AUX_ACL). In a
      * tunnel, where its reply is not matched, nothing is learned until the
@@ -1740,13 +1761,14 @@ static int client_dispatch(px_client *c, const char *frame) {
         return DISPATCH_DONE;
     }
     if (id == CMD_RESET) return cmd_reset(c);
-    if (c->txn_local) return txn_local_dispatch(c, id, act, frame);
+    if (c->txn_local) return hold_for_upstream(c) ? DISPATCH_WAIT : txn_local_dispatch(c, id, act, frame);
     /* a WATCH answered ahead must hold before EXEC may run */
     if (id == CMD_EXEC && c->watch_ahead > 0) return DISPATCH_WAIT;
 
     /* A session with its own connection forwards there; a transaction in
      * MULTI queues everything on Redis, so nothing is answered here. */
     if (c->mode == PX_MODE_STICKY || (c->mode == PX_MODE_PINNED && c->in_multi)) {
+        if (hold_for_upstream(c)) return DISPATCH_WAIT;
         if (act == ACT_TUNNEL) {
             if (c->inflight > 0) return DISPATCH_WAIT;
             enter_tunnel(c, frame);
@@ -1760,10 +1782,12 @@ static int client_dispatch(px_client *c, const char *frame) {
         return DISPATCH_DONE;
     }
     if (c->mode == PX_MODE_PINNED) {
+        if (act != ACT_LOCAL && hold_for_upstream(c)) return DISPATCH_WAIT;
         switch (act) {
         case ACT_LOCAL: {
             int rc = answer_local(c, info);
             if (rc != ANSWER_FORWARD) return rc;
+            if (hold_for_upstream(c)) return DISPATCH_WAIT;
             break;
         }
         case ACT_TUNNEL:
@@ -1792,7 +1816,7 @@ static int client_dispatch(px_client *c, const char *frame) {
         break;
     }
     case ACT_STATE:
-        return cmd_state(c, id, frame);
+        return hold_for_upstream(c) ? DISPATCH_WAIT : cmd_state(c, id, frame);
     case ACT_TXN:
         if (id == CMD_UNWATCH && unwatch_local(c)) return DISPATCH_DONE;
         if (id == CMD_MULTI && txn_local_allowed(c)) {
@@ -1806,6 +1830,7 @@ static int client_dispatch(px_client *c, const char *frame) {
     case ACT_STICKY:
     case ACT_TUNNEL:
         if (c->inflight > 0) return DISPATCH_WAIT;
+        if (hold_for_upstream(c)) return DISPATCH_WAIT;
         if (pin_new(c, act == ACT_STICKY ? PX_MODE_STICKY
                        : act == ACT_TUNNEL ? PX_MODE_TUNNEL
                                            : PX_MODE_PINNED) != 0)
@@ -1825,6 +1850,7 @@ static int client_dispatch(px_client *c, const char *frame) {
         px_latency_add(&c->srv->lat_hit, px_now_us() - c->read_us);
         return DISPATCH_DONE;
     }
+    if (hold_for_upstream(c)) return DISPATCH_WAIT;
     px_upstream *u = shared_conn(c);
     if (u == NULL) {
         reply_unavailable(c, c->pool);
@@ -1902,10 +1928,6 @@ static void client_process_input(px_client *c) {
         size_t len;
         const char *data = px_io_input(&c->io, &len);
         if (len == 0) break;
-        if (upstream_output_full(c->srv)) {
-            output_wait(c);
-            return;
-        }
         if (c->rq.need != 0 && len < c->rq.need) {
             if ((long long)len > c->srv->cfg->client_query_buffer_limit) goto too_big;
             break;
@@ -2127,14 +2149,17 @@ void px_client_cron(px_client *c, int64_t now_ms) {
     }
     if (c->state != PX_CLIENT_ACTIVE) return;
     /* a request trickling in (slowloris) holds a client slot and a buffer:
-     * it has partial-command-timeout to arrive whole */
-    if (partial > 0 && c->partial_since_ms != 0 && now_ms - c->partial_since_ms > (int64_t)partial * 1000) {
+     * it has partial-command-timeout to arrive whole; not while the proxy
+     * does not read it (what came meanwhile is not parsed yet) */
+    if (partial > 0 && c->partial_since_ms != 0 && !c->input_paused &&
+        now_ms - c->partial_since_ms > (int64_t)partial * 1000) {
         px_verbose("client partial command timeout id=%llu addr=%s", (unsigned long long)c->id, c->addr);
         client_close(c, "partial command timeout");
         return;
     }
     if (timeout <= 0) return;
-    /* as Redis: subscribers and blocked clients do not time out */
-    if (c->mode == PX_MODE_TUNNEL || c->blocking || c->inflight > 0) return;
+    /* as Redis: subscribers and blocked clients do not time out, nor does a
+     * client whose commands the proxy holds unread (upstream-output-limit) */
+    if (c->mode == PX_MODE_TUNNEL || c->blocking || c->inflight > 0 || c->input_paused) return;
     if (now_ms - c->last_active_ms > (int64_t)timeout * 1000) client_close(c, "idle timeout");
 }

@@ -2,8 +2,10 @@
  * proxy/main.c — `sidecache [config-file] [--directive value ...]`.
  */
 #include <errno.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "proxy/config.h"
 #include "proxy/log.h"
@@ -12,10 +14,21 @@
 
 #define SIDECACHE_VERSION "0.1.0"
 
+/* Whether a start could open path for appending, without creating it (a
+ * check run by hand as root must not leave a file the service's user cannot
+ * write): the file, or the folder it would be made in. errno says why not. */
+static int can_append(const char *path) {
+    if (access(path, F_OK) == 0) return access(path, W_OK) == 0;
+    if (errno != ENOENT) return 0;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    return access(dirname(dir), W_OK | X_OK) == 0;
+}
+
 /*
  * --test-config: besides loading, what a start would find wrong before it
  * listens: the TLS certificates and keys (loaded as a start loads them),
- * the log file (opened for appending, as a start opens it), and a TLS port
+ * the log file (that a start can open it for appending), and a TLS port
  * that is also the plain one. So a service manager's ExecStartPre refuses
  * what would not start. Returns 0, or -1 with the reason in err.
  */
@@ -26,13 +39,9 @@ static int check_startable(px_config *cfg, char *err, size_t errlen) {
         snprintf(err, errlen, "tls-port %d is also port", cfg->tls_port);
         return -1;
     }
-    if (cfg->logfile[0] != '\0') {
-        FILE *f = fopen(cfg->logfile, "a");
-        if (f == NULL) {
-            snprintf(err, errlen, "cannot open logfile %.900s: %s", cfg->logfile, strerror(errno));
-            return -1;
-        }
-        fclose(f);
+    if (cfg->logfile[0] != '\0' && !can_append(cfg->logfile)) {
+        snprintf(err, errlen, "cannot open logfile %.900s: %s", cfg->logfile, strerror(errno));
+        return -1;
     }
     probe.cfg = cfg;
     char why[512];

@@ -115,6 +115,9 @@ enum px_aux_flag {
     PX_AUX_CLUSTER_SLOTS = 1 << 23, /* CLUSTER SLOTS: the master of the
                                        key-prefix's slot is named as sidecache
                                        (protocol/cluster.h) */
+    PX_AUX_SCRIPT = 1 << 24, /* EVAL, FCALL and kin: an error it returns is
+                                the script's text, not Redis's state (no
+                                failover flush, C6) */
 };
 
 typedef struct px_req {

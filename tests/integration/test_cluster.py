@@ -117,3 +117,58 @@ def test_volume_slot_moved_away_empties_the_cache_and_names_the_new_master(proxy
         info = c.call("INFO", "sidecache").decode()
         assert int(info.split("cache_flushes_failover:")[1].split("\r\n")[0]) == flushes + 1
         assert c.cmd("CLUSTER", "SLOTS").raw == direct_slots
+
+
+def failover_flushes(c):
+    info = c.call("INFO", "sidecache").decode()
+    return int(info.split("cache_flushes_failover:")[1].split("\r\n")[0])
+
+
+def test_moved_for_another_slot_leaves_the_cache(proxy_factory, two_masters):
+    """A client reads a key of A's range through the proxy in front of B
+    (redis-cli without -c, a stray key): Redis answers MOVED for slot 5061,
+    which says nothing of the volume's slot 9842, the only one the cache can
+    hold keys of (key-prefix {1}): the cache stays. (Any client could
+    otherwise empty everyone's cache, as often as it likes.)"""
+    a, b, _, _ = two_masters
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert c.call("SET", "{1}i2", "v1") == b"OK"
+        assert [c.call("GET", "{1}i2") for _ in range(3)] == [b"v1"] * 3
+        flushes = failover_flushes(c)
+        assert c.cmd("GET", "bar").raw == b"-MOVED 5061 127.0.0.1:%d\r\n" % a.port
+        assert failover_flushes(c) == flushes
+
+
+def test_a_script_error_saying_moved_is_no_failover(proxy_factory, upstream):
+    """A script may return any error text (redis.error_reply): one that
+    reads like MOVED (or LOADING, READONLY, MASTERDOWN) tells nothing of
+    Redis's role, and empties no cache for failover (C6)."""
+    p = proxy_factory(args=("--key-prefix", "{1}"))
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        flushes = failover_flushes(c)
+        for err in ("MOVED 9842 127.0.0.1:1", "READONLY not really"):
+            r = c.cmd("EVAL", "return redis.error_reply('%s')" % err, "0").raw
+            assert r == b"-%s\r\n" % err.encode()
+        assert failover_flushes(c) == flushes
+
+
+def test_cluster_slots_names_sidecache_when_redis_prefers_hostnames(proxy_factory, redis_factory):
+    """cluster-preferred-endpoint-type hostname (Redis 7): CLUSTER SLOTS
+    names each master by its announced hostname, the address in its
+    metadata; the upstream (an address) is recognised there all the same."""
+    n = redis_factory(args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                            "--cluster-announce-hostname", "node-b.example",
+                            "--cluster-preferred-endpoint-type", "hostname"), name="cluster")
+    with n.raw(auth=True) as c:
+        assert c.call("CLUSTER", "ADDSLOTSRANGE", "0", "16383") == b"OK"
+        deadline = time.monotonic() + 10
+        while b"cluster_state:ok" not in c.call("CLUSTER", "INFO"):
+            assert time.monotonic() < deadline, "the cluster did not come up"
+            time.sleep(0.05)
+        direct = c.cmd("CLUSTER", "SLOTS").raw
+    assert b"node-b.example" in direct
+    p = proxy_factory(up=n, args=("--key-prefix", "{1}"))
+    assert b"$9\r\n127.0.0.1\r\n:%d\r\n" % p.port in slots_reply(p, 2)

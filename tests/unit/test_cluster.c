@@ -81,6 +81,41 @@ static void test_the_master_of_the_slot_becomes_sidecache(void) {
                   "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:6400\r\n");
 }
 
+/* cluster-preferred-endpoint-type hostname: the first element is the
+ * announced hostname, the address is in the metadata (and the other way
+ * round with the default, ip, and a hostname announced) */
+static void test_the_master_is_known_by_its_metadata_too(void) {
+    const char *want = "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:6400\r\n" ID_B;
+    check_rewrite("*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n$14\r\nnode-b.example\r\n:7001\r\n" ID_B
+                  "%1\r\n$2\r\nip\r\n$8\r\n10.0.0.2\r\n",
+                  9842, &up_b, want);
+    check_rewrite("*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n$14\r\nnode-b.example\r\n:7001\r\n" ID_B
+                  "*2\r\n$2\r\nip\r\n$8\r\n10.0.0.2\r\n",
+                  9842, &up_b, want);
+    check_rewrite("*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n$14\r\nnode-b.example\r\n:7001\r\n" ID_B
+                  "*2\r\n$2\r\nip\r\n$0\r\n\r\n",
+                  9842, &up_b, want);
+    check_rewrite("*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n$8\r\n10.9.9.9\r\n:7001\r\n" ID_B
+                  "%1\r\n$8\r\nhostname\r\n$16\r\nredis-b.internal\r\n",
+                  9842, &up_b, want);
+    /* a name in the metadata under another key, or with another port, is not it */
+    const char *not_it[] = {
+        "*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n$14\r\nnode-b.example\r\n:7001\r\n" ID_B
+        "%1\r\n$3\r\nfoo\r\n$8\r\n10.0.0.2\r\n",
+        "*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n$14\r\nnode-b.example\r\n:7002\r\n" ID_B
+        "%1\r\n$2\r\nip\r\n$8\r\n10.0.0.2\r\n",
+    };
+    for (size_t i = 0; i < sizeof not_it / sizeof not_it[0]; i++) {
+        resp_buf out;
+        char other[64];
+        resp_buf_init(&out);
+        CHECK_EQ_INT(cluster_slots_rewrite(not_it[i], strlen(not_it[i]), 9842, &up_b, "h", 1, &out, other,
+                                           sizeof other),
+                     -2);
+        resp_buf_deinit(&out);
+    }
+}
+
 static void test_nothing_to_rewrite_leaves_the_reply(void) {
     const char *cases[] = {
         "-ERR This instance has cluster support disabled\r\n",
@@ -133,6 +168,7 @@ int main(void) {
     RUN(test_key_slots_are_redis_slots);
     RUN(test_prefix_slot_needs_a_whole_tag);
     RUN(test_the_master_of_the_slot_becomes_sidecache);
+    RUN(test_the_master_is_known_by_its_metadata_too);
     RUN(test_nothing_to_rewrite_leaves_the_reply);
     RUN(test_another_master_is_left_alone);
     return unit_report();

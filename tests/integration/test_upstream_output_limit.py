@@ -1,0 +1,127 @@
+"""
+tests/integration/test_upstream_output_limit.py — what upstream-output-limit
+must not do while it holds clients back from a stalled Redis: stop cache hits
+and local answers (a read cache keeps serving while Redis stalls), or let
+`timeout` and `partial-command-timeout` close a client for the proxy's own
+pause. Each test runs with the limit off too (the control: the behaviour
+without the limit). The bound itself: test_slow_clients.py.
+"""
+import time
+
+import pytest
+
+from faulthelpers import Metrics
+from helpers import ConnectionClosed, encode, free_port
+from test_slow_clients import BackgroundSend, stopped
+
+pytestmark = [pytest.mark.proxy_only, pytest.mark.timeout(60)]
+
+
+
+def saturate(p, n=200, value=b"v" * 100000):
+    """One client pipelines n SETs of 100 KB to a (stopped) Redis until the
+    proxy pauses it at upstream-output-limit. Returns (client, sender)."""
+    c = p.raw(auth=True)
+    assert c.cmd("SET", "warm", "1").raw == b"+OK\r\n"
+    return c, BackgroundSend(c, b"".join(encode("SET", "fill:%d" % j, value) for j in range(n)))
+
+
+def cache_warm(p, m, key=b"i2", value=b"attr"):
+    with p.raw(auth=True) as c:
+        m.wait_active()
+        assert c.call("SET", key, value) == b"OK"
+        before = m.get()["cache_hits"]
+        for _ in range(3):
+            assert c.call("GET", key) == value
+        m.wait(lambda d: d["cache_hits"] > before, 5, "a hit")
+
+
+# ---------------------------------------------------------------------------
+# cache hits and local answers go on
+
+
+@pytest.mark.parametrize("limit", ["0", "4mb"], ids=["limit-off(control)", "limit-4mb"])
+def test_cache_hit_is_answered_while_redis_stalls(proxy_factory, upstream, limit):
+    """A cached GET needs nothing from Redis: it is answered while Redis is
+    stopped (a fork stall, a long script) and another client has filled
+    upstream-output-limit; so is PING. Only what needs Redis waits."""
+    mport = free_port()
+    p = proxy_factory(args=("--upstream-output-limit", limit, "--metrics-port", str(mport),
+                            "--upstream-timeout", "0"))
+    m = Metrics(mport)
+    cache_warm(p, m)
+    reader = p.raw(auth=True)
+    assert reader.call("PING") == b"PONG"
+    filler, send = saturate(p)
+    with stopped(upstream):
+        send.t.start()
+        time.sleep(1.0)  # the proxy reads what it will
+        if limit != "0":
+            assert m.get()["clients_paused_upstream_output"] >= 1
+        reader.send(encode("GET", "i2"))
+        assert reader.read_frame(timeout=3).raw == b"$4\r\nattr\r\n"
+        assert reader.call("PING") == b"PONG"
+    send.join()
+
+
+# ---------------------------------------------------------------------------
+# the proxy's own pause is not charged to the client
+
+
+@pytest.mark.parametrize("limit", ["0", "4mb"], ids=["limit-off(control)", "limit-4mb"])
+def test_idle_timeout_does_not_close_a_client_the_proxy_stopped_reading(proxy_factory, upstream, limit):
+    """timeout 1: a client whose command waits at upstream-output-limit is
+    not idle: it gets its reply once Redis reads again (Redis never closes a
+    client as idle while it holds a command of it)."""
+    mport = free_port()
+    p = proxy_factory(args=("--upstream-output-limit", limit, "--metrics-port", str(mport),
+                            "--timeout", "1", "--upstream-timeout", "0"), loglevel="verbose")
+    m = Metrics(mport)
+    victim = p.raw(auth=True)
+    assert victim.call("PING") == b"PONG"
+    filler, send = saturate(p)
+    with stopped(upstream):
+        send.t.start()
+        time.sleep(1.0)
+        victim.send(encode("INCR", "counter"))
+        if limit != "0":
+            m.wait(lambda d: d["clients_paused_upstream_output"] >= 2, 10, "the victim paused")
+        time.sleep(3.5)  # > timeout + a cron tick
+    try:
+        f = victim.read_frame(timeout=15)
+    except ConnectionClosed:
+        pytest.fail("the proxy closed a client whose INCR it had read but not run (idle timeout); log:\n"
+                    + "\n".join(l for l in open(p.logpath).read().splitlines() if "timeout" in l))
+    assert f.raw == b":1\r\n"
+    send.join()
+
+
+@pytest.mark.parametrize("limit", ["0", "4mb"], ids=["limit-off(control)", "limit-4mb"])
+def test_partial_command_timeout_does_not_count_the_proxys_own_pause(proxy_factory, upstream, limit):
+    """partial-command-timeout 1: a client sent the first part of a SET, then
+    the rest while upstream-output-limit held clients back: it is not closed
+    as a slowloris for the proxy's pause, and gets +OK once Redis reads."""
+    mport = free_port()
+    p = proxy_factory(args=("--upstream-output-limit", limit, "--metrics-port", str(mport),
+                            "--partial-command-timeout", "1", "--upstream-timeout", "0"), loglevel="verbose")
+    m = Metrics(mport)
+    victim = p.raw(auth=True)
+    assert victim.call("PING") == b"PONG"
+    frame = encode("SET", "slow", b"x" * 1000)
+    filler, send = saturate(p)
+    with stopped(upstream):
+        victim.send(frame[:50])
+        time.sleep(0.3)  # the proxy sees a partial frame
+        send.t.start()
+        time.sleep(1.0)
+        victim.send(frame[50:])  # whole now; not parsed while paused
+        time.sleep(3.5)
+    try:
+        f = victim.read_frame(timeout=15)
+    except ConnectionClosed:
+        pytest.fail("closed for a partial command the client had sent whole; log:\n"
+                    + "\n".join(l for l in open(p.logpath).read().splitlines() if "timeout" in l))
+    assert f.raw == b"+OK\r\n"
+    send.join()
+
+
