@@ -14,10 +14,10 @@ import pytest
 pytestmark = pytest.mark.proxy_only
 
 
-@pytest.fixture
-def cluster_node(redis_factory):
-    """A one-node cluster holding every slot."""
-    n = redis_factory(args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"), name="cluster")
+def one_node_cluster(redis_factory, *args):
+    """A one-node cluster holding every slot (args: more for redis-server)."""
+    n = redis_factory(args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf") + args,
+                      name="cluster")
     with n.raw(auth=True) as c:
         assert c.call("CLUSTER", "ADDSLOTSRANGE", "0", "16383") == b"OK"
         deadline = time.monotonic() + 10
@@ -25,6 +25,11 @@ def cluster_node(redis_factory):
             assert time.monotonic() < deadline, "the cluster did not come up"
             time.sleep(0.05)
     return n
+
+
+@pytest.fixture
+def cluster_node(redis_factory):
+    return one_node_cluster(redis_factory)
 
 
 def wait_tracking_active(c):
@@ -159,16 +164,8 @@ def test_cluster_slots_names_sidecache_when_redis_prefers_hostnames(proxy_factor
     """cluster-preferred-endpoint-type hostname (Redis 7): CLUSTER SLOTS
     names each master by its announced hostname, the address in its
     metadata; the upstream (an address) is recognised there all the same."""
-    n = redis_factory(args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                            "--cluster-announce-hostname", "node-b.example",
-                            "--cluster-preferred-endpoint-type", "hostname"), name="cluster")
-    with n.raw(auth=True) as c:
-        assert c.call("CLUSTER", "ADDSLOTSRANGE", "0", "16383") == b"OK"
-        deadline = time.monotonic() + 10
-        while b"cluster_state:ok" not in c.call("CLUSTER", "INFO"):
-            assert time.monotonic() < deadline, "the cluster did not come up"
-            time.sleep(0.05)
-        direct = c.cmd("CLUSTER", "SLOTS").raw
-    assert b"node-b.example" in direct
+    n = one_node_cluster(redis_factory, "--cluster-announce-hostname", "node-b.example",
+                         "--cluster-preferred-endpoint-type", "hostname")
+    assert b"node-b.example" in slots_reply(n, 2)
     p = proxy_factory(up=n, args=("--key-prefix", "{1}"))
     assert b"$9\r\n127.0.0.1\r\n:%d\r\n" % p.port in slots_reply(p, 2)
