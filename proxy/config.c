@@ -173,8 +173,8 @@ static const px_directive px_directives[] = {
      .help = "Most reply bytes pending for one client before it is closed; 0 = no limit"},
     {.name = "upstream-output-limit", .type = PX_CT_LL, .flags = PX_CF_MEMORY,
      PX_FIELD(upstream_output_limit), .min = 0, .max = LLONG_MAX, .def = "256mb", .arg = "<bytes>",
-     .help = "Most bytes waiting to be written to Redis, all connections together, before clients stop being "
-             "read; 0 = no limit"},
+     .help = "Most bytes waiting to be written to Redis, all connections together, before clients whose next "
+             "command needs Redis stop being read; 0 = no limit"},
     {.name = "profile", .type = PX_CT_ENUM, PX_FIELD(profile), .names = px_profile_names,
      .def = "juicefs", .arg = "<none|juicefs>",
      .help = "Built-in cache rules: juicefs caches GET i<ino> and HGET d<ino> (see conf/juicefs.conf)"},
