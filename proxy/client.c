@@ -17,10 +17,8 @@
  */
 #include "proxy/client.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -597,21 +595,6 @@ static int wants_cluster_rewrite(px_client *c) {
            cluster_prefix_slot(prefix, strlen(prefix)) >= 0;
 }
 
-/* A socket address as text and port; 0, or -1 for one that is not IP. */
-static int ip_text(const struct sockaddr_storage *ss, char *host, size_t hlen, int *port) {
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
-        *port = ntohs(in->sin_port);
-        return inet_ntop(AF_INET, &in->sin_addr, host, (socklen_t)hlen) ? 0 : -1;
-    }
-    if (ss->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
-        *port = ntohs(in6->sin6_port);
-        return inet_ntop(AF_INET6, &in6->sin6_addr, host, (socklen_t)hlen) ? 0 : -1;
-    }
-    return -1;
-}
-
 /* CLUSTER SLOTS's reply naming, as the master of the key-prefix's slot,
  * this proxy at the address the client reached it by, so that a cluster
  * client (JuiceFS's) sends the volume's commands here. Only while that
@@ -628,10 +611,10 @@ static int cluster_slots_here(px_client *c, const char *data, size_t len, resp_b
     const char *prefix = srv->cfg->key_prefix;
     int slot = cluster_prefix_slot(prefix, strlen(prefix));
     if (slot < 0 || c->io.fd < 0 || getsockname(c->io.fd, (struct sockaddr *)&ss, &sl) != 0 ||
-        ip_text(&ss, host, sizeof host, &port) != 0)
+        px_ip_text(&ss, host, sizeof host, &port) != 0)
         return -1;
     cluster_self up = {.hosts = {srv->cfg->up.host, NULL}, .port = srv->cfg->up.port};
-    if (srv->up_salen > 0 && ip_text(&srv->up_sa, up_ip, sizeof up_ip, &up.port) == 0) up.hosts[1] = up_ip;
+    if (srv->up_salen > 0 && px_ip_text(&srv->up_sa, up_ip, sizeof up_ip, &up.port) == 0) up.hosts[1] = up_ip;
     int rc = cluster_slots_rewrite(data, len, (unsigned)slot, &up, host, port, out, other, sizeof other);
     if (rc == -2 && !srv->cluster_other_logged) {
         px_notice("CLUSTER SLOTS: the master of slot %d (key-prefix %s) is %s, not the upstream: relayed unchanged, "

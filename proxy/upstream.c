@@ -269,16 +269,25 @@ void px_pools_free_all(px_server *srv) {
 /* one connection */
 
 
-const char *px_format_address(const struct sockaddr_storage *sa, unsigned salen, char *buf, size_t n) {
-    char host[INET6_ADDRSTRLEN] = "?";
+int px_ip_text(const struct sockaddr_storage *sa, char *host, size_t hlen, int *port) {
     if (sa->ss_family == AF_INET) {
         const struct sockaddr_in *in = (const void *)sa;
-        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-        snprintf(buf, n, "%s:%d", host, ntohs(in->sin_port));
-    } else if (sa->ss_family == AF_INET6) {
+        *port = ntohs(in->sin_port);
+        return inet_ntop(AF_INET, &in->sin_addr, host, (socklen_t)hlen) ? 0 : -1;
+    }
+    if (sa->ss_family == AF_INET6) {
         const struct sockaddr_in6 *in6 = (const void *)sa;
-        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
-        snprintf(buf, n, "[%s]:%d", host, ntohs(in6->sin6_port));
+        *port = ntohs(in6->sin6_port);
+        return inet_ntop(AF_INET6, &in6->sin6_addr, host, (socklen_t)hlen) ? 0 : -1;
+    }
+    return -1;
+}
+
+const char *px_format_address(const struct sockaddr_storage *sa, unsigned salen, char *buf, size_t n) {
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port;
+    if (px_ip_text(sa, host, sizeof host, &port) == 0) {
+        snprintf(buf, n, sa->ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, port);
     } else if (sa->ss_family == AF_UNIX && salen > 0) {
         snprintf(buf, n, "%s", ((const struct sockaddr_un *)sa)->sun_path);
     } else {

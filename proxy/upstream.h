@@ -284,6 +284,9 @@ void px_upstream_free(px_upstream *u);
  * connect reset it). Returns 0, or -1 with a reason in why. May block on DNS. */
 int px_upstream_resolve(px_server *srv, char *why, size_t whylen);
 
+/* An IPv4 or IPv6 address as text (no brackets) and its port: 0, or -1
+ * for another family. */
+int px_ip_text(const struct sockaddr_storage *sa, char *host, size_t hlen, int *port);
 /* "host:port", "[v6]:port" or the unix path, in buf; returns buf. */
 const char *px_format_address(const struct sockaddr_storage *sa, unsigned salen, char *buf, size_t n);
 
