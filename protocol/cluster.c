@@ -81,17 +81,14 @@ static int metadata_names_self(const cluster_self *up, const char *m, size_t n) 
     return 0;
 }
 
-/* The range r (n bytes) with its master replaced, into out. Returns 0, -2
- * (the master is not up: its address in other), or -1 (a shape Redis does
- * not send, or no memory). */
-static int rewrite_range(const char *r, size_t n, const cluster_self *up, const char *host, int port, resp_buf *out,
-                         char *other, size_t other_len) {
-    long long elems, start, end, parts, mport;
-    size_t i = resp_read_int_line(r, n, 0, '*', &elems);
-    if (i == 0 || (i = resp_read_int_line(r, n, i, ':', &start)) == 0 ||
-        (i = resp_read_int_line(r, n, i, ':', &end)) == 0)
-        return -1;
-    size_t master = i, master_len = value_len(r, n, master);
+/* The range r (n bytes, its master at r + master, after the range's header
+ * and bounds) with that master replaced, into out. Returns 0, -2 (the
+ * master is not up: its address in other), or -1 (a shape Redis does not
+ * send, or no memory). */
+static int rewrite_range(const char *r, size_t n, size_t master, const cluster_self *up, const char *host, int port,
+                         resp_buf *out, char *other, size_t other_len) {
+    long long parts, mport;
+    size_t master_len = value_len(r, n, master);
     size_t j = resp_read_int_line(r, n, master, '*', &parts);
     const char *ip;
     size_t iplen, k;
@@ -131,12 +128,12 @@ int cluster_slots_rewrite(const char *data, size_t len, unsigned slot, const clu
         long long elems, start, end;
         size_t i = n ? resp_read_int_line(data + at, n, 0, '*', &elems) : 0;
         if (i == 0 || elems < 3 || (i = resp_read_int_line(data + at, n, i, ':', &start)) == 0 ||
-            resp_read_int_line(data + at, n, i, ':', &end) == 0) {
+            (i = resp_read_int_line(data + at, n, i, ':', &end)) == 0) {
             rc = -1;
             break;
         }
         if (!done && start <= (long long)slot && (long long)slot <= end) {
-            rc = rewrite_range(data + at, n, up, host, port, out, other, other_len);
+            rc = rewrite_range(data + at, n, i, up, host, port, out, other, other_len);
             done = 1;
         } else {
             rc = resp_buf_append(out, data + at, n);
