@@ -18,6 +18,17 @@ pytestmark = [pytest.mark.proxy_only, pytest.mark.timeout(60)]
 
 
 
+def limited_proxy(proxy_factory, limit, *args, loglevel="notice"):
+    """A proxy with upstream-output-limit `limit` (and args), its /metrics,
+    and a client connected to it: (proxy, metrics, client)."""
+    mport = free_port()
+    p = proxy_factory(args=("--upstream-output-limit", limit, "--metrics-port", str(mport),
+                            "--upstream-timeout", "0") + args, loglevel=loglevel)
+    c = p.raw(auth=True)
+    assert c.call("PING") == b"PONG"
+    return p, Metrics(mport), c
+
+
 def saturate(p, n=200, value=b"v" * 100000):
     """One client pipelines n SETs of 100 KB to a (stopped) Redis until the
     proxy pauses it at upstream-output-limit. Returns (client, sender)."""
@@ -55,13 +66,8 @@ def test_cache_hit_is_answered_while_redis_stalls(proxy_factory, upstream, limit
     """A cached GET needs nothing from Redis: it is answered while Redis is
     stopped (a fork stall, a long script) and another client has filled
     upstream-output-limit; so is PING. Only what needs Redis waits."""
-    mport = free_port()
-    p = proxy_factory(args=("--upstream-output-limit", limit, "--metrics-port", str(mport),
-                            "--upstream-timeout", "0"))
-    m = Metrics(mport)
+    p, m, reader = limited_proxy(proxy_factory, limit)
     cache_warm(p, m)
-    reader = p.raw(auth=True)
-    assert reader.call("PING") == b"PONG"
     filler, send = saturate(p)
     with stopped(upstream):
         send.t.start()
@@ -83,12 +89,7 @@ def test_idle_timeout_does_not_close_a_client_the_proxy_stopped_reading(proxy_fa
     """timeout 1: a client whose command waits at upstream-output-limit is
     not idle: it gets its reply once Redis reads again (Redis never closes a
     client as idle while it holds a command of it)."""
-    mport = free_port()
-    p = proxy_factory(args=("--upstream-output-limit", limit, "--metrics-port", str(mport),
-                            "--timeout", "1", "--upstream-timeout", "0"), loglevel="verbose")
-    m = Metrics(mport)
-    victim = p.raw(auth=True)
-    assert victim.call("PING") == b"PONG"
+    p, m, victim = limited_proxy(proxy_factory, limit, "--timeout", "1", loglevel="verbose")
     filler, send = saturate(p)
     with stopped(upstream):
         send.t.start()
@@ -106,12 +107,7 @@ def test_partial_command_timeout_does_not_count_the_proxys_own_pause(proxy_facto
     """partial-command-timeout 1: a client sent the first part of a SET, then
     the rest while upstream-output-limit held clients back: it is not closed
     as a slowloris for the proxy's pause, and gets +OK once Redis reads."""
-    mport = free_port()
-    p = proxy_factory(args=("--upstream-output-limit", limit, "--metrics-port", str(mport),
-                            "--partial-command-timeout", "1", "--upstream-timeout", "0"), loglevel="verbose")
-    m = Metrics(mport)
-    victim = p.raw(auth=True)
-    assert victim.call("PING") == b"PONG"
+    p, m, victim = limited_proxy(proxy_factory, limit, "--partial-command-timeout", "1", loglevel="verbose")
     frame = encode("SET", "slow", b"x" * 1000)
     filler, send = saturate(p)
     with stopped(upstream):
