@@ -81,66 +81,85 @@ static int metadata_names_self(const cluster_self *up, const char *m, size_t n) 
     return 0;
 }
 
-/* The range r (n bytes, its master at r + master, after the range's header
- * and bounds) with that master replaced, into out. Returns 0, -2 (the
- * master is not up: its address in other), or -1 (a shape Redis does not
- * send, or no memory). */
-static int rewrite_range(const char *r, size_t n, size_t master, const cluster_self *up, const char *host, int port,
-                         resp_buf *out, char *other, size_t other_len) {
+/* A range of a CLUSTER SLOTS reply: n bytes at data[at]; its bounds, and
+ * its master at data[at + master]. Returns 0, or -1 when it is not the
+ * shape Redis sends. */
+typedef struct slot_range {
+    size_t n, master;
+    long long start, end;
+} slot_range;
+
+static int read_range(const char *data, size_t len, size_t at, slot_range *r) {
+    long long elems;
+    size_t i;
+    r->n = value_len(data, len, at);
+    if (r->n == 0 || (i = resp_read_int_line(data + at, r->n, 0, '*', &elems)) == 0 || elems < 3 ||
+        (i = resp_read_int_line(data + at, r->n, i, ':', &r->start)) == 0 ||
+        (i = resp_read_int_line(data + at, r->n, i, ':', &r->end)) == 0)
+        return -1;
+    r->master = i;
+    return 0;
+}
+
+/* Whether the master of range r (at data + at) is the node up; its id
+ * (empty before Redis 4) into *id. Returns 1, 0 (another node: its
+ * address in other), or -1 (a shape Redis does not send). */
+static int master_is_up(const char *data, size_t at, const slot_range *r, const cluster_self *up, const char **id,
+                        size_t *id_len, char *other, size_t other_len) {
+    const char *m = data + at;
     long long parts, mport;
-    size_t master_len = value_len(r, n, master);
-    size_t j = resp_read_int_line(r, n, master, '*', &parts);
     const char *ip;
     size_t iplen, k;
-    if (master_len == 0 || j == 0 || parts < 2 || resp_read_bulk(r, n, j, &ip, &iplen, &k) != 1 ||
-        (k = resp_read_int_line(r, n, k, ':', &mport)) == 0)
+    if (value_len(m, r->n, r->master) == 0 || (k = resp_read_int_line(m, r->n, r->master, '*', &parts)) == 0 ||
+        parts < 2 || resp_read_bulk(m, r->n, k, &ip, &iplen, &k) != 1 ||
+        (k = resp_read_int_line(m, r->n, k, ':', &mport)) == 0)
         return -1;
-    /* the master's id, the third part, stays; the metadata after it */
-    size_t id_len = parts >= 3 ? value_len(r, n, k) : 0;
-    if (parts >= 3 && id_len == 0) return -1;
-    size_t meta = k + id_len, meta_len = parts >= 4 ? value_len(r, n, meta) : 0;
+    /* the id, the third part; the networking metadata after it */
+    *id = m + k;
+    *id_len = parts >= 3 ? value_len(m, r->n, k) : 0;
+    if (parts >= 3 && *id_len == 0) return -1;
+    size_t meta = k + *id_len, meta_len = parts >= 4 ? value_len(m, r->n, meta) : 0;
     /* an empty address: a node that has not learned its own (alone) */
-    int self = mport == up->port && (iplen == 0 || names_self(up, ip, iplen) ||
-                                     (meta_len > 0 && metadata_names_self(up, r + meta, meta_len)));
-    if (!self) {
-        snprintf(other, other_len, "%.*s:%lld", (int)(iplen > 255 ? 255 : iplen), ip, mport);
-        return -2;
-    }
-    int e = resp_buf_append(out, r, master); /* *M :start :end */
-    e |= resp_enc_array(out, id_len ? 3 : 2);
-    e |= resp_enc_bulk_str(out, host);
-    e |= resp_enc_int(out, port);
-    if (id_len) e |= resp_buf_append(out, r + k, id_len);
-    /* its replicas, as they were */
-    e |= resp_buf_append(out, r + master + master_len, n - master - master_len);
-    return e ? -1 : 0;
+    if (mport == up->port && (iplen == 0 || names_self(up, ip, iplen) ||
+                              (meta_len > 0 && metadata_names_self(up, m + meta, meta_len))))
+        return 1;
+    snprintf(other, other_len, "%.*s:%lld", (int)(iplen > 255 ? 255 : iplen), ip, mport);
+    return 0;
 }
 
 int cluster_slots_rewrite(const char *data, size_t len, unsigned slot, const cluster_self *up, const char *host,
                           int port, resp_buf *out, char *other, size_t other_len) {
     long long nranges;
-    size_t at = resp_read_int_line(data, len, 0, '*', &nranges);
-    if (at == 0 || nranges <= 0) return -1;
-    size_t keep = out->len;
-    int done = 0, rc = resp_buf_append(out, data, at);
-    for (long long k = 0; k < nranges && rc == 0; k++) {
-        size_t n = value_len(data, len, at);
-        long long elems, start, end;
-        size_t i = n ? resp_read_int_line(data + at, n, 0, '*', &elems) : 0;
-        if (i == 0 || elems < 3 || (i = resp_read_int_line(data + at, n, i, ':', &start)) == 0 ||
-            (i = resp_read_int_line(data + at, n, i, ':', &end)) == 0) {
-            rc = -1;
-            break;
-        }
-        if (!done && start <= (long long)slot && (long long)slot <= end) {
-            rc = rewrite_range(data + at, n, i, up, host, port, out, other, other_len);
-            done = 1;
-        } else {
-            rc = resp_buf_append(out, data + at, n);
-        }
-        at += n;
+    size_t first = resp_read_int_line(data, len, 0, '*', &nranges), at = first;
+    const char *id = NULL;
+    size_t id_len = 0;
+    int found = 0;
+    slot_range r;
+    if (first == 0 || nranges <= 0) return -1;
+    /* the whole reply is read before anything is written: the slot's
+     * master decides, and a reply Redis would not send is relayed as is */
+    for (long long k = 0; k < nranges; k++, at += r.n) {
+        if (read_range(data, len, at, &r) != 0) return -1;
+        if (found || r.start > (long long)slot || (long long)slot > r.end) continue;
+        int self = master_is_up(data, at, &r, up, &id, &id_len, other, other_len);
+        if (self != 1) return self == 0 ? -2 : -1;
+        found = 1;
     }
-    if (rc == 0 && done && at == len) return 0;
+    if (!found || at != len) return -1;
+    size_t keep = out->len;
+    int e = resp_enc_array(out, (size_t)nranges);
+    at = first;
+    for (long long k = 0; k < nranges && e == 0; k++, at += r.n) {
+        read_range(data, len, at, &r);
+        e |= resp_enc_array(out, 3);
+        e |= resp_enc_int(out, r.start);
+        e |= resp_enc_int(out, r.end);
+        e |= resp_enc_array(out, id_len ? 3 : 2);
+        e |= resp_enc_bulk_str(out, host);
+        e |= resp_enc_int(out, port);
+        if (id_len) e |= resp_buf_append(out, id, id_len);
+    }
+    if (e == 0) return 0;
     out->len = keep;
-    return rc == -2 ? -2 : -1;
+    return -1;
 }

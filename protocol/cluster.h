@@ -5,10 +5,14 @@
  * JuiceFS on Redis Cluster puts every key of a volume under the hash tag
  * {N}, so the whole volume lives in one slot on one master. A client that
  * finds a cluster (CLUSTER INFO) reads the topology (CLUSTER SLOTS) and
- * then talks to the nodes themselves: relayed unchanged, that topology
- * sends it around sidecache. So sidecache, in front of the master that
- * holds the volume's slot, names itself as the master of that slot's
- * range; the other ranges keep their nodes.
+ * then talks to the nodes itself: relayed unchanged, that topology sends
+ * it around sidecache. So sidecache, in front of the master that holds the
+ * volume's slot, names itself as the master of every range, and no other
+ * node. Naming only the volume's range would not do: a cluster client
+ * reloads the topology from time to time (go-redis: every 10 s) from any
+ * node it knows, and every other node names the volume's real master. A
+ * command for another range comes to sidecache too, and Redis answers it
+ * with the MOVED that sends the client to that range's node.
  *
  * Pure code: no I/O.
  */
@@ -37,17 +41,17 @@ typedef struct cluster_self {
     int port;
 } cluster_self;
 
-/* A CLUSTER SLOTS reply (RESP2 or RESP3: data, len, one whole frame) with
- * the master of the range that holds slot replaced by host:port, when that
- * master is the node `up`: its port, and its address, or the "ip" or
- * "hostname" of its metadata (Redis 7 gives there the name it does not
- * prefer), is one of up's names; an empty address, a node that has not
- * learned its own, matches by port. The node keeps its id;
- * its networking metadata (a hostname a client could prefer) is left out.
- * Returns 0 with the new reply appended to out; otherwise out is unchanged
- * and: -2, the slot's master is another node (at *other, other_len
- * bytes, "host:port"); -1, an error reply, no range holds slot, or a shape
- * Redis does not send. */
+/* A CLUSTER SLOTS reply (RESP2 or RESP3: data, len, one whole frame)
+ * rewritten to name host:port as the master of each of its ranges, with no
+ * replica, when the master of the range that holds slot is the node `up`:
+ * its port, and its address, or the "ip" or "hostname" of its metadata
+ * (Redis 7 gives there the name it does not prefer), is one of up's names;
+ * an empty address, a node that has not learned its own, matches by port.
+ * Every range keeps its bounds and names up's id; no networking metadata
+ * (a hostname a client could prefer). Returns 0 with the new reply
+ * appended to out; otherwise out is unchanged and: -2, the slot's master
+ * is another node (at *other, other_len bytes, "host:port"); -1, an error
+ * reply, no range holds slot, or a shape Redis does not send. */
 int cluster_slots_rewrite(const char *data, size_t len, unsigned slot, const cluster_self *up, const char *host,
                           int port, resp_buf *out, char *other, size_t other_len);
 

@@ -31,6 +31,7 @@
 #include "protocol/commands.h"
 #include "proxy/batch.h"
 #include "proxy/caching.h"
+#include "proxy/follow.h"
 #include "proxy/log.h"
 #include "proxy/stats.h"
 #include "proxy/tls.h"
@@ -595,13 +596,14 @@ static int wants_cluster_rewrite(px_client *c) {
            cluster_prefix_slot(prefix, strlen(prefix)) >= 0;
 }
 
-/* CLUSTER SLOTS's reply naming, as the master of the key-prefix's slot,
- * this proxy at the address the client reached it by, so that a cluster
- * client (JuiceFS's) sends the volume's commands here. Only while that
- * master is the upstream: once the slot moved (a failover, a resharding)
- * the client goes to its new master itself, and the cache is emptied by
- * the MOVED Redis answers here (C6). Returns 0, or -1 to relay the reply
- * unchanged (also to a client on a unix socket: no address to name). */
+/* CLUSTER SLOTS's reply naming this proxy, at the address the client
+ * reached it by, as the master of every range (protocol/cluster.h), so
+ * that a cluster client (JuiceFS's) sends the volume's commands here. Only
+ * while the master of the key-prefix's slot is the upstream: once the slot
+ * moved (a failover, a resharding), the MOVED Redis answers here empties
+ * the cache (C6) and moves the upstream there (follow.h); meanwhile the
+ * reply is Redis's. Returns 0, or -1 to relay the reply unchanged (also to
+ * a client on a unix socket: no address to name). */
 static int cluster_slots_here(px_client *c, const char *data, size_t len, resp_buf *out) {
     px_server *srv = c->srv;
     struct sockaddr_storage ss;
@@ -613,13 +615,16 @@ static int cluster_slots_here(px_client *c, const char *data, size_t len, resp_b
     if (slot < 0 || c->io.fd < 0 || getsockname(c->io.fd, (struct sockaddr *)&ss, &sl) != 0 ||
         px_ip_text(&ss, host, sizeof host, &port) != 0)
         return -1;
-    cluster_self up = {.hosts = {srv->cfg->up.host, NULL}, .port = srv->cfg->up.port};
+    /* after a MOVED was followed, the configured name is another node's */
+    cluster_self up = {.hosts = {srv->up_followed ? NULL : srv->cfg->up.host, NULL}, .port = srv->cfg->up.port};
     if (srv->up_salen > 0 && px_ip_text(&srv->up_sa, up_ip, sizeof up_ip, &up.port) == 0) up.hosts[1] = up_ip;
     int rc = cluster_slots_rewrite(data, len, (unsigned)slot, &up, host, port, out, other, sizeof other);
     if (rc == -2 && !srv->cluster_other_logged) {
         px_notice("CLUSTER SLOTS: the master of slot %d (key-prefix %s) is %s, not the upstream: relayed unchanged, "
-                  "cluster clients go there directly; point upstream at it to cache the volume",
-                  slot, prefix, other);
+                  "cluster clients go there directly%s",
+                  slot, prefix, other,
+                  px_follow_enabled(srv) ? " until a MOVED for the slot moves the upstream there"
+                                         : "; point upstream at it to cache the volume");
         srv->cluster_other_logged = 1;
     }
     return rc == 0 ? 0 : -1;

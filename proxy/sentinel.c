@@ -175,20 +175,6 @@ static int ask_master(px_server *srv, struct sockaddr_storage *sa, unsigned *sal
     return -1;
 }
 
-static int same_address(const struct sockaddr_storage *a, unsigned alen, const struct sockaddr_storage *b,
-                        unsigned blen) {
-    if (alen != blen || a->ss_family != b->ss_family) return 0;
-    if (a->ss_family == AF_INET) {
-        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
-        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
-    }
-    if (a->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
-        return x->sin6_port == y->sin6_port && memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
-    }
-    return memcmp(a, b, alen) == 0;
-}
-
 int px_sentinel_master(px_server *srv, struct sockaddr_storage *sa, unsigned *salen, char *why, size_t whylen) {
     if (ask_master(srv, sa, salen, why, whylen) != 0) return -1;
     /* the operator sees where the master is, when that is news (the
@@ -226,18 +212,9 @@ void px_sentinel_check(px_server *srv) {
         srv->up_salen = salen;
         return;
     }
-    if (same_address(&srv->up_sa, srv->up_salen, &sa, salen)) return;
+    if (px_same_address(&srv->up_sa, srv->up_salen, &sa, salen)) return;
     px_format_address(&srv->up_sa, srv->up_salen, from, sizeof from);
     px_format_address(&sa, salen, to, sizeof to);
     px_notice("sentinel: master moved from=%s to=%s: cache emptied, connections moved", from, to);
-    memcpy(&srv->up_sa, &sa, salen);
-    srv->up_salen = salen;
-    /* the cache first: nothing read from the old master is served again */
-    px_caching_upstream_moved(srv);
-    /* closing a client's connection may close the client, which unlinks it */
-    for (px_client *c = srv->clients, *next; c != NULL; c = next) {
-        next = c->next;
-        if (c->pinned != NULL) px_upstream_close(c->pinned, "upstream master moved (failover)");
-    }
-    px_pools_close_connections(srv);
+    px_upstreams_move(srv, &sa, salen, 0);
 }

@@ -20,6 +20,7 @@
 #include "proxy/caching.h"
 #include "proxy/client.h"
 #include "proxy/fdlimit.h"
+#include "proxy/follow.h"
 #include "proxy/io.h"
 #include "proxy/listener.h"
 #include "proxy/log.h"
@@ -279,6 +280,11 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
         srv.exit_code = 1;
         goto out;
     }
+    if (px_follow_init(&srv) != 0) {
+        px_warning("cannot start following the cluster slot");
+        srv.exit_code = 1;
+        goto out;
+    }
     if (px_sentinel_enabled(&srv)) {
         struct timeval every = {cfg->sentinel_check_ms / 1000, (cfg->sentinel_check_ms % 1000) * 1000};
         srv.sentinel_ev = event_new(srv.base, -1, EV_PERSIST, sentinel_cb, &srv);
@@ -331,6 +337,7 @@ out:
         free(r);
     }
     if (srv.sentinel_ev != NULL) event_free(srv.sentinel_ev);
+    px_follow_free(&srv);
     event_free(srv.reap_ev);
     event_free(srv.output_wake_ev);
     event_free(srv.cron_ev);

@@ -78,11 +78,17 @@ typedef struct px_server {
      * failed connect (Redis may have moved) */
     struct sockaddr_storage up_sa;
     unsigned up_salen;
+    int up_followed;           /* up_sa is where a cluster's MOVED sent it,
+                                  not the configured address (follow.h) */
+    struct event *follow_ev;   /* moves to follow_to, after the reply */
+    char follow_to[300];       /* "host:port" of that MOVED */
 
     struct px_client *reap_clients;
     struct px_upstream *reap_upstreams;
     struct px_upstream *orphans;    /* own connections of clients that left,
                                        closed once written (upstream.h) */
+    struct px_upstream *retired;    /* shared connections to where Redis was,
+                                       closed once answered (upstream.h) */
     struct event *reap_ev;
     struct event *cron_ev;
     struct event *sig_term, *sig_int, *sig_hup;

@@ -172,6 +172,45 @@ void px_pools_foreach_shared(px_server *srv, void (*fn)(px_server *, px_upstream
 void px_pools_close_connections(px_server *srv) {
     for (px_pool *p = srv->pools; p != NULL; p = p->next) pool_close_connections(p);
     while (srv->orphans != NULL) px_upstream_close(srv->orphans, "closed before its output was written");
+    while (srv->retired != NULL) px_upstream_close(srv->retired, "closed before its replies came");
+}
+
+/* See px_upstream.retired. A shared connection awaiting nothing closes now. */
+static void up_retire(px_upstream *u) {
+    if (u == NULL || u->state == PX_UP_CLOSED || u->retired) return;
+    u->retired = 1;
+    if (u->owner != NULL) return; /* px_upstream_unpin closes it */
+    pool_unlink_upstream(u);
+    if (u->npending == 0) {
+        px_upstream_close(u, "upstream moved");
+        return;
+    }
+    u->next_retired = u->srv->retired;
+    u->srv->retired = u;
+}
+
+void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsigned salen, int gently) {
+    memcpy(&srv->up_sa, sa, salen);
+    srv->up_salen = salen;
+    /* the cache first: nothing read from the old node is served again */
+    px_caching_upstream_moved(srv);
+    /* closing a client's connection may close the client, which unlinks it */
+    for (px_client *c = srv->clients, *next; c != NULL; c = next) {
+        next = c->next;
+        if (c->pinned == NULL) continue;
+        if (gently)
+            up_retire(c->pinned);
+        else
+            px_upstream_close(c->pinned, "upstream master moved (failover)");
+    }
+    if (!gently) {
+        px_pools_close_connections(srv);
+        return;
+    }
+    for (px_pool *p = srv->pools; p != NULL; p = p->next) {
+        for (int i = 0; i < p->nshared; i++) up_retire(p->shared[i]);
+        while (p->idle != NULL) px_upstream_close(p->idle, "upstream moved");
+    }
 }
 
 static void pool_free(px_server *srv, px_pool *p) {
@@ -233,6 +272,10 @@ void px_upstreams_cron(px_server *srv, int64_t now_ms) {
     for (px_client *c = srv->clients, *next; c != NULL; c = next) {
         next = c->next;
         up_check_timeout(c->pinned, now_ms, timeout);
+    }
+    for (px_upstream *u = srv->retired, *next; u != NULL; u = next) {
+        next = u->next_retired;
+        up_check_timeout(u, now_ms, timeout);
     }
 }
 
@@ -342,6 +385,19 @@ static int up_write_handshake(px_upstream *u, resp_buf *b) {
     return n;
 }
 
+int px_same_address(const struct sockaddr_storage *a, unsigned alen, const struct sockaddr_storage *b, unsigned blen) {
+    if (alen != blen || a->ss_family != b->ss_family) return 0;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+        return x->sin6_port == y->sin6_port && memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
+    }
+    return memcmp(a, b, alen) == 0;
+}
+
 /* The upstream's socket address, resolved once and again after a failed
  * connect. getaddrinfo blocks, but only then: at most once per back-off
  * period while Redis is unreachable. Returns 0, or -1 with a reason. */
@@ -382,13 +438,17 @@ static const px_io_ops up_io_ops;
 
 /* A connect failed: where is Redis now? With Sentinel, the address stays
  * until px_sentinel_check sees a new master and moves every connection
- * (other connections to this one may still be up); asked at once. */
+ * (other connections to this one may still be up); asked at once. Else the
+ * configured address is resolved again (its name may point elsewhere now);
+ * after following a cluster's MOVED (follow.h), that is the configured
+ * node again, whose own MOVED leads on if the slot is not there. */
 static void up_connect_failed(px_server *srv) {
     if (px_sentinel_enabled(srv) && srv->sentinel_ev != NULL) {
         event_active(srv->sentinel_ev, EV_TIMEOUT, 0);
         return;
     }
     srv->up_salen = 0;
+    srv->up_followed = 0;
 }
 
 static px_upstream *up_connect(px_pool *p) {
@@ -480,7 +540,7 @@ void px_upstream_unpin(px_upstream *u, int clean) {
     u->owner = NULL;
     if (u->state == PX_UP_CLOSED) return;
     px_pool *p = u->pool;
-    if (clean && !u->tunnel && u->npending == 0 && p != NULL && p->nidle < PX_MAX_IDLE_PINNED) {
+    if (clean && !u->tunnel && !u->retired && u->npending == 0 && p != NULL && p->nidle < PX_MAX_IDLE_PINNED) {
         u->next_idle = p->idle;
         p->idle = u;
         p->nidle++;
@@ -564,6 +624,14 @@ static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, c
             }
         }
         u->close_written = 0;
+    }
+    if (u->retired) {
+        for (px_upstream **pp = &u->srv->retired; *pp != NULL; pp = &(*pp)->next_retired) {
+            if (*pp == u) {
+                *pp = u->next_retired;
+                break;
+            }
+        }
     }
     u->srv->nupstreams--;
     /* reads filled from a tracked connection are no longer tracked (C4) */
@@ -852,6 +920,8 @@ static void up_on_read(void *arg) {
             up_on_frame(u, data, flen);
         }
         px_io_consume(&u->io, flen);
+        if (u->retired && u->npending == 0 && u->owner == NULL && u->state != PX_UP_CLOSED)
+            px_upstream_close(u, "upstream moved: its replies are in");
     }
 }
 

@@ -227,6 +227,11 @@ typedef struct px_upstream {
     int close_written;         /* close once its output is written; on
                                   srv->orphans meanwhile */
     struct px_upstream *next_orphan;
+    int retired;               /* Redis moved (px_upstreams_move): takes no new
+                                  request, closes once the replies it awaits
+                                  are in; shared: on srv->retired meanwhile;
+                                  pinned: when its client gives it back */
+    struct px_upstream *next_retired;
 } px_upstream;
 
 /* Finds or creates the pool of an identity; takes a reference. NULL on OOM. */
@@ -290,6 +295,9 @@ int px_ip_text(const struct sockaddr_storage *sa, char *host, size_t hlen, int *
 /* "host:port", "[v6]:port" or the unix path, in buf; returns buf. */
 const char *px_format_address(const struct sockaddr_storage *sa, unsigned salen, char *buf, size_t n);
 
+/* Whether two socket addresses are the same (address and port, or path). */
+int px_same_address(const struct sockaddr_storage *a, unsigned alen, const struct sockaddr_storage *b, unsigned blen);
+
 /* An address (host and port, or a unix path) as a socket address. Returns 0,
  * or -1 with a reason in why. May block on DNS. */
 int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, unsigned *salen, char *why,
@@ -309,6 +317,14 @@ void px_pools_foreach_shared(px_server *srv, void (*fn)(px_server *, px_upstream
  * before they close (px_upstream_close_written): shutdown's first step, a
  * failover. */
 void px_pools_close_connections(px_server *srv);
+/* Redis is now at sa (salen bytes): a failover. The cache is emptied first
+ * (C6), and the invalidation connection moves. Then, hard: every
+ * connection is closed (requests in flight get an error; clients with a
+ * connection of their own are disconnected, as Redis does on a role
+ * change). Gently: every connection is retired (px_upstream.retired), so
+ * that the requests in flight get the old node's own answer (a cluster
+ * node's MOVED, which a cluster client follows). New connections go to sa. */
+void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsigned salen, int gently);
 /* Closes every pool and connection (shutdown). */
 void px_pools_free_all(px_server *srv);
 

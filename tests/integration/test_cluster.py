@@ -2,10 +2,13 @@
 tests/integration/test_cluster.py — sidecache in front of a Redis Cluster
 master, with key-prefix {N} (JuiceFS keeps a volume under that hash tag,
 in one slot): CLUSTER SLOTS names sidecache, at the address the client
-reached it by, as the master of that slot's range, so that a cluster
-client sends the volume's commands through it. Everything else of the
-reply is Redis's, byte for byte. (A go-redis ClusterClient against a
-two-master cluster: tests/interop/cluster_test.go.)
+reached it by, as the master of every range, with the id of the upstream,
+so that a cluster client sends the volume's commands through it (and never
+learns another node to read the topology from); the bounds of the ranges
+are Redis's. When the slot moves (a resharding, a failover), Redis's MOVED
+empties the cache and moves the upstream to the slot's new master. (A
+go-redis ClusterClient against a two-master cluster:
+tests/interop/cluster_test.go.)
 """
 import time
 
@@ -95,11 +98,39 @@ def two_masters(redis_factory):
         return a, b, ca.call("CLUSTER", "MYID"), cb.call("CLUSTER", "MYID")
 
 
-def test_volume_slot_moved_away_empties_the_cache_and_names_the_new_master(proxy_factory, two_masters):
+def test_cluster_slots_names_sidecache_for_every_range(proxy_factory, two_masters):
+    """Two masters: both ranges name the proxy, with B's id (the upstream),
+    and nothing else: a client that reads the topology again from a node it
+    learned would learn B's own address, and go around the cache."""
+    a, b, id_a, id_b = two_masters
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
+    here = b"*3\r\n$9\r\n127.0.0.1\r\n:%d\r\n$40\r\n%s\r\n" % (p.port, id_b)
+    for protocol in (2, 3):
+        assert slots_reply(p, protocol) == (b"*2\r\n*3\r\n:0\r\n:8191\r\n" + here +
+                                            b"*3\r\n:8192\r\n:16383\r\n" + here)
+    # a key of A's range: Redis's MOVED sends the client to A
+    with p.raw(auth=True) as c:
+        assert c.cmd("SET", "bar", "x").raw == b"-MOVED 5061 127.0.0.1:%d\r\n" % a.port
+
+
+def wait_log(p, text, timeout=10):
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(p.logpath) as f:
+            log = f.read()
+        if text in log:
+            return log
+        assert time.monotonic() < deadline, "no %r in the log:\n%s" % (text, log[-3000:])
+        time.sleep(0.02)
+
+
+def test_volume_slot_moved_away_empties_the_cache_and_the_upstream_follows(proxy_factory, two_masters):
     """The volume's slot moves from the upstream (B) to A, as in a
     resharding: Redis answers the proxy MOVED, which the client gets as is
-    and which empties the cache (C6), and CLUSTER SLOTS through the proxy
-    now names A, as Redis does, not the proxy."""
+    and which empties the cache (C6); the proxy then follows the slot to A:
+    the volume's reads go to A and hit the cache again (once tracking is
+    active there), and CLUSTER SLOTS through the proxy names the proxy,
+    now with A's id."""
     a, b, id_a, id_b = two_masters
     p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
     with p.raw(auth=True) as c:
@@ -115,13 +146,31 @@ def test_volume_slot_moved_away_empties_the_cache_and_names_the_new_master(proxy
                 assert n.call("CLUSTER", "SETSLOT", "9842", "NODE", id_a) == b"OK"
             assert ca.call("SET", "{1}i2", "v2") == b"OK"
             direct = cb.cmd("GET", "{1}i2").raw
-            direct_slots = cb.cmd("CLUSTER", "SLOTS").raw
         assert direct == b"-MOVED 9842 127.0.0.1:%d\r\n" % a.port
-        flushes = int(c.call("INFO", "sidecache").decode().split("cache_flushes_failover:")[1].split("\r\n")[0])
+        flushes = failover_flushes(c)
         assert c.cmd("GET", "{1}i2").raw == direct
+        assert failover_flushes(c) > flushes
+    wait_log(p, "cluster: slot 9842 of key-prefix {1} moved from=127.0.0.1:%d to=127.0.0.1:%d" % (b.port, a.port))
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        hits = int(c.call("INFO", "sidecache").decode().split("cache_hits:")[1].split("\r\n")[0])
+        assert [c.call("GET", "{1}i2") for _ in range(3)] == [b"v2"] * 3
         info = c.call("INFO", "sidecache").decode()
-        assert int(info.split("cache_flushes_failover:")[1].split("\r\n")[0]) == flushes + 1
-        assert c.cmd("CLUSTER", "SLOTS").raw == direct_slots
+        assert int(info.split("cache_hits:")[1].split("\r\n")[0]) > hits
+        # A's ranges now: 0-8191, 9842; B's: 8192-9841, 9843-16383
+        with a.raw(auth=True) as ca:
+            ranges = ca.call("CLUSTER", "SLOTS")
+        assert len(ranges) == 4
+        here = b"*3\r\n$9\r\n127.0.0.1\r\n:%d\r\n$40\r\n%s\r\n" % (p.port, id_a)
+        assert c.cmd("CLUSTER", "SLOTS").raw == b"*4\r\n" + b"".join(
+            b"*3\r\n:%d\r\n:%d\r\n" % (r[0], r[1]) + here for r in ranges)
+        # a write on A itself reaches the cache through the invalidations
+        with a.raw(auth=True) as ca:
+            assert ca.call("SET", "{1}i2", "v3") == b"OK"
+        deadline = time.monotonic() + 5
+        while c.call("GET", "{1}i2") != b"v3":
+            assert time.monotonic() < deadline, "a write on the new master was not seen"
+            time.sleep(0.01)
 
 
 def failover_flushes(c):
@@ -169,3 +218,70 @@ def test_cluster_slots_names_sidecache_when_redis_prefers_hostnames(proxy_factor
     assert b"node-b.example" in slots_reply(n, 2)
     p = proxy_factory(up=n, args=("--key-prefix", "{1}"))
     assert b"$9\r\n127.0.0.1\r\n:%d\r\n" % p.port in slots_reply(p, 2)
+
+
+def wait_for(what, check, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def replica_of_b(redis_factory, two_masters):
+    """R, a replica of B (the master of {1}'s slot), in the cluster of
+    two_masters. Returns (A, B, R, R's id)."""
+    a, b, _, id_b = two_masters
+    r = redis_factory(args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"), name="node-r")
+    with r.raw(auth=True) as cr:
+        assert cr.call("CLUSTER", "MEET", "127.0.0.1", str(a.port)) == b"OK"
+        wait_for("R did not learn B", lambda: id_b in cr.call("CLUSTER", "NODES"))
+        assert cr.call("CLUSTER", "REPLICATE", id_b) == b"OK"
+        wait_for("R did not sync with B", lambda: b"master_link_status:up" in cr.call("INFO", "replication"))
+        return a, b, r, cr.call("CLUSTER", "MYID")
+
+
+def test_failover_in_the_cluster_moves_the_upstream_gently(proxy_factory, replica_of_b):
+    """R takes over B's slots (CLUSTER FAILOVER). The proxy, in front of B,
+    learns it from B's MOVED: the cache is emptied, the upstream moves to
+    R, and the volume's reads hit the cache again, coherent with writes
+    made on R. Gently: a client with a connection of its own (WATCH) is not
+    disconnected; it gets B's MOVED, as it would from B, and once it gives
+    that connection back, its commands go to R."""
+    a, b, r, id_r = replica_of_b
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
+    with p.raw(auth=True) as c, p.raw(auth=True) as w:
+        wait_tracking_active(c)
+        assert c.call("SET", "{1}i2", "v1") == b"OK"
+        assert [c.call("GET", "{1}i2") for _ in range(2)] == [b"v1"] * 2
+        assert w.call("WATCH", "{1}i2") == b"OK"       # w has a connection to B of its own
+
+        with r.raw(auth=True) as cr, b.raw(auth=True) as cb:
+            assert cr.call("CLUSTER", "FAILOVER") == b"OK"
+            wait_for("R did not take over", lambda: b"role:master" in cr.call("INFO", "replication") and
+                     b"role:slave" in cb.call("INFO", "replication"))
+            assert cr.call("SET", "{1}i2", "v2") == b"OK"
+            moved = b"-MOVED 9842 127.0.0.1:%d\r\n" % r.port
+            wait_for("B did not send clients to R", lambda: cb.cmd("GET", "{1}i2").raw == moved)
+
+        # v1 is gone from the cache (B's invalidation, or its MOVED), and the
+        # reads end up on R
+        wait_for("the proxy did not follow the slot to R",
+                 lambda: c.cmd("GET", "{1}i2").raw == b"$2\r\nv2\r\n", timeout=10)
+        wait_log(p, "cluster: slot 9842 of key-prefix {1} moved from=127.0.0.1:%d to=127.0.0.1:%d"
+                 % (b.port, r.port))
+        wait_tracking_active(c)
+        hits = int(c.call("INFO", "sidecache").decode().split("cache_hits:")[1].split("\r\n")[0])
+        assert [c.call("GET", "{1}i2") for _ in range(3)] == [b"v2"] * 3
+        assert int(c.call("INFO", "sidecache").decode().split("cache_hits:")[1].split("\r\n")[0]) > hits
+        with r.raw(auth=True) as cr:
+            assert cr.call("SET", "{1}i2", "v3") == b"OK"
+        wait_for("a write on R was not seen", lambda: c.call("GET", "{1}i2") == b"v3", timeout=5)
+        here = b"*3\r\n$9\r\n127.0.0.1\r\n:%d\r\n$40\r\n%s\r\n" % (p.port, id_r)
+        assert c.cmd("CLUSTER", "SLOTS").raw == (b"*2\r\n*3\r\n:0\r\n:8191\r\n" + here +
+                                                 b"*3\r\n:8192\r\n:16383\r\n" + here)
+
+        # w: still connected, on B, which now answers MOVED
+        assert w.cmd("GET", "{1}i2").raw == moved
+        assert w.call("UNWATCH") == b"OK"
+        assert w.call("GET", "{1}i2") == b"v3"

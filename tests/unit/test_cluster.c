@@ -55,7 +55,9 @@ static void check_rewrite(const char *in, unsigned slot, const cluster_self *up,
     resp_buf_deinit(&out);
 }
 
-static void test_the_master_of_the_slot_becomes_sidecache(void) {
+/* sidecache becomes the master of every range, each with the bounds Redis
+ * gave and the upstream's id; no replica, no other node, no metadata */
+static void test_sidecache_becomes_the_master_of_every_range(void) {
     /* two ranges, the second with a replica and RESP3 metadata */
     const char *in = "*2\r\n"
                      "*3\r\n:0\r\n:8191\r\n*4\r\n$8\r\n10.0.0.1\r\n:7000\r\n" ID_A "*0\r\n"
@@ -64,21 +66,31 @@ static void test_the_master_of_the_slot_becomes_sidecache(void) {
                      "*4\r\n$8\r\n10.0.0.3\r\n:7002\r\n" ID_R "%0\r\n";
     check_rewrite(in, 9842, &up_b,
                   "*2\r\n"
-                  "*3\r\n:0\r\n:8191\r\n*4\r\n$8\r\n10.0.0.1\r\n:7000\r\n" ID_A "*0\r\n"
-                  "*4\r\n:8192\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:6400\r\n" ID_B
-                  "*4\r\n$8\r\n10.0.0.3\r\n:7002\r\n" ID_R "%0\r\n");
+                  "*3\r\n:0\r\n:8191\r\n*3\r\n$9\r\n127.0.0.1\r\n:6400\r\n" ID_B
+                  "*3\r\n:8192\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:6400\r\n" ID_B);
     check_rewrite(in, 0, &up_a,
                   "*2\r\n"
                   "*3\r\n:0\r\n:8191\r\n*3\r\n$9\r\n127.0.0.1\r\n:6400\r\n" ID_A
-                  "*4\r\n:8192\r\n:16383\r\n*4\r\n$8\r\n10.0.0.2\r\n:7001\r\n" ID_B
-                  "%1\r\n$8\r\nhostname\r\n$2\r\nn2\r\n"
-                  "*4\r\n$8\r\n10.0.0.3\r\n:7002\r\n" ID_R "%0\r\n");
+                  "*3\r\n:8192\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:6400\r\n" ID_A);
+    /* ranges in any order, split ranges, the slot's range last */
+    check_rewrite("*3\r\n"
+                  "*3\r\n:9000\r\n:16383\r\n*3\r\n$8\r\n10.0.0.1\r\n:7000\r\n" ID_A
+                  "*3\r\n:0\r\n:99\r\n*3\r\n$8\r\n10.0.0.1\r\n:7000\r\n" ID_A
+                  "*3\r\n:100\r\n:8999\r\n*3\r\n$8\r\n10.0.0.2\r\n:7001\r\n" ID_B,
+                  5000, &up_b,
+                  "*3\r\n"
+                  "*3\r\n:9000\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:6400\r\n" ID_B
+                  "*3\r\n:0\r\n:99\r\n*3\r\n$9\r\n127.0.0.1\r\n:6400\r\n" ID_B
+                  "*3\r\n:100\r\n:8999\r\n*3\r\n$9\r\n127.0.0.1\r\n:6400\r\n" ID_B);
     /* Redis before 7 (no metadata), and before 4 (no id); a node that has
      * not learned its own address (alone) names none */
     check_rewrite("*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$0\r\n\r\n:7000\r\n" ID_A, 16383, &up_a,
                   "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:6400\r\n" ID_A);
-    check_rewrite("*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$8\r\n10.0.0.1\r\n:7000\r\n", 5, &up_a,
-                  "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:6400\r\n");
+    check_rewrite("*2\r\n*3\r\n:0\r\n:9\r\n*2\r\n$8\r\n10.0.0.1\r\n:7000\r\n"
+                  "*3\r\n:10\r\n:16383\r\n*2\r\n$8\r\n10.0.0.2\r\n:7001\r\n",
+                  5, &up_a,
+                  "*2\r\n*3\r\n:0\r\n:9\r\n*2\r\n$9\r\n127.0.0.1\r\n:6400\r\n"
+                  "*3\r\n:10\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:6400\r\n");
 }
 
 /* cluster-preferred-endpoint-type hostname: the first element is the
@@ -130,6 +142,8 @@ static void test_nothing_to_rewrite_leaves_the_reply(void) {
         "*1\r\n*3\r\n:0\r\n:16383\r\n$1\r\nx\r\n",
         "*1\r\n*3\r\n:0\r\n:16383\r\n*1\r\n$1\r\nx\r\n",
         "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$-1\r\n:7000\r\n" ID_A,
+        /* a bad range after the slot's */
+        "*2\r\n*3\r\n:0\r\n:8191\r\n*3\r\n$8\r\n10.0.0.1\r\n:7000\r\n" ID_A "*2\r\n:8192\r\n:16383\r\n",
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         resp_buf out;
@@ -167,7 +181,7 @@ static void test_another_master_is_left_alone(void) {
 int main(void) {
     RUN(test_key_slots_are_redis_slots);
     RUN(test_prefix_slot_needs_a_whole_tag);
-    RUN(test_the_master_of_the_slot_becomes_sidecache);
+    RUN(test_sidecache_becomes_the_master_of_every_range);
     RUN(test_the_master_is_known_by_its_metadata_too);
     RUN(test_nothing_to_rewrite_leaves_the_reply);
     RUN(test_another_master_is_left_alone);
