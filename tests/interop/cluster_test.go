@@ -231,3 +231,87 @@ func TestClusterClientStaysOnSidecacheAcrossReloads(t *testing.T) {
 		t.Fatalf("the cluster client's masters are %v, want sidecache alone (%s)", masters, paddr)
 	}
 }
+
+// A failover in the cluster while the client works: R, a replica of B,
+// takes over B's slots. sidecache, in front of B, follows the volume's slot
+// to R on B's MOVED; the cluster client follows that MOVED once, reads the
+// topology again through sidecache, and its reads hit the cache again, now
+// filled from R. No command fails, and every read sees the last write.
+func TestClusterFailoverKeepsTheVolumeOnSidecache(t *testing.T) {
+	if targetDirect() {
+		t.Skip("the topology through sidecache names sidecache")
+	}
+	ctx := testCtx(t, 2*time.Minute)
+	a, b := startCluster(t, ctx)
+	r := startRedis(t, "", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", "5000")
+	nodeB, nodeR := nodeClient(t, b), nodeClient(t, r)
+	idB, err := nodeB.ClusterMyID(ctx).Result()
+	must(t, err)
+	must(t, nodeR.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(a)).Err())
+	waitFor(t, "R learns B", func() bool { return strings.Contains(nodeR.ClusterNodes(ctx).Val(), idB) })
+	must(t, nodeR.Do(ctx, "CLUSTER", "REPLICATE", idB).Err())
+	waitFor(t, "R syncs with B", func() bool {
+		return strings.Contains(nodeR.Info(ctx, "replication").Val(), "master_link_status:up")
+	})
+
+	pport := startProxy(t, proxyBin(t), b, "", "--key-prefix", "{1}")
+	paddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(pport))
+	proxy := nodeClient(t, pport)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{paddr},
+		ClusterStateReloadInterval: 50 * time.Millisecond})
+	t.Cleanup(func() { _ = cc.Close() })
+
+	// the client writes and reads its keys all along; the failover comes
+	// in the middle
+	var version int
+	step := func() {
+		version++
+		key := fmt.Sprintf("{1}i%d", version%10)
+		want := fmt.Sprintf("attr-%d", version)
+		must(t, cc.Set(ctx, key, want, 0).Err())
+		for i := 0; i < 3; i++ {
+			if v, err := cc.Get(ctx, key).Result(); err != nil || v != want {
+				t.Fatalf("GET %s = %q, %v; want %q", key, v, err, want)
+			}
+		}
+	}
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		step()
+	}
+	must(t, nodeR.Do(ctx, "CLUSTER", "FAILOVER").Err())
+	waitFor(t, "R takes over", func() bool {
+		return strings.Contains(nodeR.Info(ctx, "replication").Val(), "role:master")
+	})
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		step()
+	}
+
+	// the volume's reads are hits again, through sidecache, now on R
+	const reads = 100
+	must(t, cc.Set(ctx, "{1}i2", "after", 0).Err())
+	hits := cacheHits(t, ctx, proxy)
+	for i := 0; i < reads; i++ {
+		if v, err := cc.Get(ctx, "{1}i2").Result(); err != nil || v != "after" {
+			t.Fatalf("GET {1}i2 = %q, %v", v, err)
+		}
+	}
+	if got := cacheHits(t, ctx, proxy) - hits; got < reads-1 {
+		t.Fatalf("%d of %d reads hit sidecache's cache after the failover (CLUSTER SLOTS through sidecache: %v)",
+			got, reads, proxy.ClusterSlots(ctx).Val())
+	}
+	if v, err := nodeR.Get(ctx, "{1}i2").Result(); err != nil || v != "after" {
+		t.Fatalf("R: {1}i2 = %q, %v", v, err)
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out: %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
