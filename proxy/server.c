@@ -110,14 +110,16 @@ static void cron_cb(evutil_socket_t fd, short what, void *arg) {
     }
     px_pools_sweep(srv, now);
     px_upstreams_cron(srv, now);
-    if (srv->stopping) {
-        if (srv->nclients == 0) {
-            event_base_loopexit(srv->base, NULL);
-        } else if (now > srv->stop_deadline_ms) {
-            px_warning("stop deadline passed, exiting clients=%d", srv->nclients);
-            event_base_loopexit(srv->base, NULL);
-        }
-    }
+    if (srv->stopping && srv->nclients == 0) event_base_loopexit(srv->base, NULL);
+}
+
+/* The stop deadline: a timer of its own, not the cron's once-a-second
+ * check, so that "at most 10 s" holds to the millisecond (the cron's tick
+ * added up to a second: a stop took 11 s with a request on a hung Redis). */
+static void stop_deadline_cb(evutil_socket_t fd, short what, void *arg) {
+    px_server *srv = arg;
+    px_warning("stop deadline passed, exiting clients=%d", srv->nclients);
+    event_base_loopexit(srv->base, NULL);
 }
 
 static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
@@ -129,7 +131,9 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
     }
     px_notice("stopping signal=%d clients=%d", (int)sig, srv->nclients);
     srv->stopping = 1;
-    srv->stop_deadline_ms = px_now_ms() + PX_STOP_DEADLINE_MS;
+    struct timeval deadline = {PX_STOP_DEADLINE_MS / 1000, (PX_STOP_DEADLINE_MS % 1000) * 1000};
+    if (srv->stop_ev == NULL || evtimer_add(srv->stop_ev, &deadline) != 0)
+        px_warning("cannot start the stop deadline timer: waiting for the clients without one");
     px_listeners_close(srv);
     for (px_client *c = srv->clients, *next; c != NULL; c = next) {
         next = c->next;
@@ -264,6 +268,7 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     srv.sig_term = evsignal_new(srv.base, SIGTERM, on_stop_signal, &srv);
     srv.sig_int = evsignal_new(srv.base, SIGINT, on_stop_signal, &srv);
     srv.sig_hup = evsignal_new(srv.base, SIGHUP, on_reload_signal, &srv);
+    srv.stop_ev = evtimer_new(srv.base, stop_deadline_cb, &srv);
     struct timeval second = {1, 0};
     event_add(srv.cron_ev, &second);
     event_add(srv.sig_term, NULL);
@@ -344,6 +349,7 @@ out:
     event_free(srv.sig_term);
     event_free(srv.sig_int);
     event_free(srv.sig_hup);
+    if (srv.stop_ev != NULL) event_free(srv.stop_ev);
     event_free(srv.flush_ev);
     event_base_free(srv.base);
     return srv.exit_code;

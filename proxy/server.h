@@ -126,7 +126,7 @@ typedef struct px_server {
 
     int cluster_other_logged;  /* CLUSTER SLOTS named another master (client.c) */
     int stopping;              /* SIGTERM seen: finish in-flight work, then exit */
-    int64_t stop_deadline_ms;
+    struct event *stop_ev;     /* ... or exit when this timer fires (the deadline) */
     int exit_code;
 } px_server;
 

@@ -1424,7 +1424,6 @@ static void graceful_stop(void) {
     px_server *srv = &S->srv;
     if (srv->stopping) return;
     srv->stopping = 1;
-    srv->stop_deadline_ms = px_now_ms() + 10000;
     for (px_client *c = srv->clients, *next; c != NULL; c = next) {
         next = c->next;
         px_client_begin_stop(c);

@@ -69,3 +69,33 @@ def test_clean_stop_logs_no_warning(proxy_factory):
     with open(p.logpath) as f:
         after = f.read().split("stopping", 1)[1]
     assert "level=warning" not in after, after
+
+
+@pytest.mark.proxy_only
+@pytest.mark.slow
+@pytest.mark.timeout(40)
+def test_sigterm_stop_deadline_is_10s_not_11(proxy_factory, upstream):
+    """A request stuck on a hung Redis (SIGSTOP) holds the stop up to the
+    deadline, 10 s, and no longer. The deadline was checked by the
+    once-a-second cron, so the stop took 10-11 s: the signal is sent 0.3 s
+    after a cron tick (the cron starts with the listener), where the old
+    check exited about 10.7 s later."""
+    p = proxy_factory()
+    started = time.monotonic()
+    with p.raw() as c:
+        assert c.cmd("PING").raw == b"+PONG\r\n"
+        upstream.proc.send_signal(signal.SIGSTOP)
+        try:
+            c.send_cmd("GET", "stuck")
+            time.sleep(max(0.0, started + 1.3 - time.monotonic()))
+            t0 = time.monotonic()
+            p.signal(signal.SIGTERM)
+            rc = p.wait_exit(timeout=15)
+            took = time.monotonic() - t0
+        finally:
+            upstream.proc.send_signal(signal.SIGCONT)
+        assert rc == 0, "exit status %r after SIGTERM" % rc
+        assert 9.9 <= took < 10.4, "stopped after %.2f s, the deadline is 10 s" % took
+        c.expect_closed(3)
+    with open(p.logpath) as f:
+        assert "stop deadline passed, exiting clients=1" in f.read()
