@@ -95,6 +95,12 @@ void px_server_reap(px_server *srv) {
     }
 }
 
+void px_server_upstream_reached(px_server *srv, const char *addr) {
+    if (srv->upstream_reached) return;
+    srv->upstream_reached = 1;
+    px_notice("upstream reached addr=%s", addr);
+}
+
 static void reap_cb(evutil_socket_t fd, short what, void *arg) {
     px_server *srv = arg;
     px_server_reap(srv);
@@ -315,10 +321,15 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     }
     if (cfg->proto_max_nesting != 128) /* set, to other than its old default */
         px_notice("proto-max-nesting is obsolete and ignored: replies from Redis are relayed at any depth");
+    /* "ready": listening. Whether Redis answers is told apart, as the
+     * first connection is still on its way (px_server_upstream_reached). */
+    const char *reached = srv.upstream_reached ? "yes" : "no";
     if (px_sentinel_enabled(&srv)) /* the URL gives credentials and db; its address is not used */
-        px_notice("ready upstream-sentinel=\"%s\" upstream_connections=%d", cfg->sentinel[0], cfg->upstream_connections);
+        px_notice("ready upstream-sentinel=\"%s\" upstream_connections=%d upstream_reached=%s", cfg->sentinel[0],
+                  cfg->upstream_connections, reached);
     else
-        px_notice("ready upstream=%s upstream_connections=%d", upstream, cfg->upstream_connections);
+        px_notice("ready upstream=%s upstream_connections=%d upstream_reached=%s", upstream,
+                  cfg->upstream_connections, reached);
     event_base_dispatch(srv.base);
     px_notice("stopped");
 

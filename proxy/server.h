@@ -125,6 +125,7 @@ typedef struct px_server {
     int acl_unsettled;
 
     int cluster_other_logged;  /* CLUSTER SLOTS named another master (client.c) */
+    int upstream_reached;      /* Redis answered once (px_server_upstream_reached) */
     int stopping;              /* SIGTERM seen: finish in-flight work, then exit */
     struct event *stop_ev;     /* ... or exit when this timer fires (the deadline) */
     int exit_code;
@@ -156,6 +157,12 @@ void px_server_schedule_reap(px_server *srv);
 /* Frees the clients and upstream connections queued for reaping (the reap
  * event does this at the end of a loop iteration). */
 void px_server_reap(px_server *srv);
+
+/* Redis answered a data connection (addr: where it is). The first time,
+ * logs "upstream reached": "ready" at start means listening, and says
+ * upstream_reached=no until then (an unreachable Redis logs why in its
+ * "upstream connect failed" warnings). Later calls do nothing. */
+void px_server_upstream_reached(px_server *srv, const char *addr);
 
 
 

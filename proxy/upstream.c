@@ -766,6 +766,10 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     char type = u->rp.type;
     if (u->handshake_left > 0) {
         int is_err = type == '-' || type == '!';
+        char addr[300];
+        /* any answer, an error too: Redis is there (every connection's
+         * handshake has at least one reply: AUTH, HELLO or PING) */
+        if (!u->srv->upstream_reached) px_server_upstream_reached(u->srv, up_addr(u->srv, addr, sizeof addr));
         if (is_err && is_noauth(data, len)) learn_noauth(u->srv);
         if (u->probe_access && u->handshake_left == 1) {
             /* the last handshake reply: the access probe, a failure only

@@ -197,6 +197,43 @@ def test_proxy_starts_while_redis_is_down_and_serves_once_it_is_up(proxy_factory
         assert c.cmd("GET", "k").raw == b"$1\r\nv\r\n"
 
 
+def _log(proxy):
+    with open(proxy.logpath) as f:
+        return f.read()
+
+
+@pytest.mark.proxy_only
+@pytest.mark.timeout(30)
+def test_start_log_says_upstream_not_reached_until_redis_answers(proxy_factory, redis_factory):
+    """"ready" at start means listening, not that Redis answered: with Redis
+    down it says upstream_reached=no (it said only "ready upstream=..."), and
+    one "upstream reached" line follows once Redis first answers, not one
+    per connection nor again after Redis restarts."""
+    up = redis_factory()
+    up.kill()
+    proxy = proxy_factory(up=up)
+    addr = "127.0.0.1:%d" % up.port
+    log = _log(proxy)
+    assert "ready upstream=redis://%s upstream_connections=2 upstream_reached=no" % addr in log, log
+    assert "upstream reached" not in log, log
+    up.restart()
+    with proxy.raw() as c:
+        deadline = time.monotonic() + RECOVER_WITHIN
+        while c.cmd("SET", "k", "v").raw != b"+OK\r\n":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        wait_tracking_active(proxy)
+        up.kill()
+        up.restart()
+        deadline = time.monotonic() + RECOVER_WITHIN
+        while c.cmd("SET", "k", "w").raw != b"+OK\r\n":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    log = _log(proxy)
+    assert log.count("upstream reached") == 1, log
+    assert "level=notice upstream reached addr=%s" % addr in log, log
+
+
 
 # ---------------------------------------------------------------------------
 # Redis restarted with data: LOADING is not a password
