@@ -261,7 +261,8 @@ static struct ssl_st *on_new_ssl(void *arg, int *failed) {
 /* ------------------------------------------------------------------------ */
 /* setup */
 
-static int add_rule_line(px_server *srv, const char *line, unsigned flags, char *err, size_t errlen) {
+static int add_rule_line(cache_rules *r, const char *line, const char *key_prefix, unsigned flags, char *err,
+                         size_t errlen) {
     char cmd[16];
     const char *sp = strchr(line, ' ');
     if (sp == NULL || (size_t)(sp - line) >= sizeof cmd) {
@@ -270,7 +271,100 @@ static int add_rule_line(px_server *srv, const char *line, unsigned flags, char 
     }
     memcpy(cmd, line, (size_t)(sp - line));
     cmd[sp - line] = '\0';
-    return cache_rules_add(&srv->caching->rules, cmd, sp + 1, srv->cfg->key_prefix, flags, err, errlen);
+    return cache_rules_add(r, cmd, sp + 1, key_prefix, flags, err, errlen);
+}
+
+/* The rule set cfg gives, into r (initialised): the profile's rules and
+ * tracking prefixes, then cache-rule and cache-track-prefix lines, each with
+ * key-prefix put in front, then the prefixes Redis tracks by. With no rule,
+ * r->nrules is 0 and nothing is derived. Returns 0, or -1 with the reason in
+ * err. One function for the start and for --test-config, so that the check
+ * and the dump show what a start uses. */
+static int build_rules(const px_config *cfg, cache_rules *r, char *err, size_t errlen) {
+    const char *kp = cfg->key_prefix;
+    if (cfg->profile == PX_PROFILE_JUICEFS) {
+        /* tracked by i and d, not i1 ... i9 and d1 ... d9: Redis walks
+         * every prefix for every key written (cache/rules.h). JuiceFS
+         * never gives these keys a TTL: no PTTL at each fill. */
+        if (add_rule_line(r, "GET i[1-9]*", kp, CACHE_RULE_NO_TTL, err, errlen) != 0 ||
+            add_rule_line(r, "HGET d[1-9]*", kp, CACHE_RULE_NO_TTL, err, errlen) != 0 ||
+            cache_rules_track_by(r, "i", kp, err, errlen) != 0 || cache_rules_track_by(r, "d", kp, err, errlen) != 0)
+            return -1;
+    }
+    for (int i = 0; i < cfg->ncache_rules; i++)
+        if (add_rule_line(r, cfg->cache_rules[i], kp, cfg->cache_ask_ttl ? 0 : CACHE_RULE_NO_TTL, err, errlen) != 0)
+            return -1;
+    for (int i = 0; i < cfg->ntrack_prefixes; i++)
+        if (cache_rules_track_by(r, cfg->track_prefixes[i], kp, err, errlen) != 0) return -1;
+    if (r->nrules == 0) return 0;
+    return cache_rules_derive_prefixes(r, err, errlen);
+}
+
+static const char *const tracking_mode_names[] = {"bcast", "default", "optin"};
+
+/* The tracking prefixes Redis is asked for, ","-separated, or what stands
+ * in their place: per read (default, optin) or every key. */
+static void format_prefixes(const cache_rules *r, int mode, char *buf, size_t len) {
+    size_t n = 0;
+    buf[0] = '\0';
+    if (mode != PX_TRACKING_BCAST) {
+        snprintf(buf, len, "(tracked per read)");
+        return;
+    }
+    if (r->all_keys || r->nprefixes == 0) {
+        snprintf(buf, len, "(all keys)");
+        return;
+    }
+    for (int i = 0; i < r->nprefixes && n < len - 1; i++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? "," : "", r->prefixes[i]);
+}
+
+/* Writes the rule set as comment lines: the dump stays a file that loads
+ * back to the same configuration. */
+static void describe_rules(const px_config *cfg, const cache_rules *r, FILE *f) {
+    char list[512];
+    fprintf(f, "# effective cache rules (profile %s, then cache-rule lines",
+            cfg->profile == PX_PROFILE_JUICEFS ? "juicefs" : "none");
+    if (cfg->key_prefix[0] != '\0') fprintf(f, "; key-prefix %s put before each", cfg->key_prefix);
+    fputs("):\n", f);
+    for (int i = 0; i < r->nrules; i++) {
+        const cache_rule *rule = &r->rules[i];
+        fprintf(f, "#   %s %s%s\n", rule->kind == CACHE_KIND_HGET ? "HGET" : "GET", rule->pattern,
+                rule->flags & CACHE_RULE_NO_TTL ? "" : "  (each fill asks the key's TTL)");
+    }
+    format_prefixes(r, cfg->tracking_mode, list, sizeof list);
+    fprintf(f, "# tracking %s prefixes=%s\n", tracking_mode_names[cfg->tracking_mode], list);
+    if (cfg->key_prefix[0] != '\0') {
+        fprintf(f, "# lookup scripts: none (not used with a key-prefix)\n");
+        return;
+    }
+    int n = cfg->profile == PX_PROFILE_JUICEFS ? 2 : 0;
+    n += cfg->nlookup_scripts;
+    if (n > PX_LOOKUP_MAX_SCRIPTS) n = PX_LOOKUP_MAX_SCRIPTS;
+    fprintf(f, "# lookup scripts answered from the cache: %d\n", n);
+}
+
+int px_caching_check_config(const px_config *cfg, FILE *f, char *err, size_t errlen) {
+    if (cfg->cache_max_memory == 0) {
+        if (f != NULL) fprintf(f, "# cache off (cache-max-memory 0): plain proxy\n");
+        return 0;
+    }
+    cache_rules *r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    cache_rules_init(r);
+    int rc = build_rules(cfg, r, err, errlen);
+    if (rc == 0 && f != NULL) {
+        if (r->nrules == 0)
+            fprintf(f, "# cache off: no cache rules (profile none and no cache-rule)\n");
+        else
+            describe_rules(cfg, r, f);
+    }
+    cache_rules_deinit(r);
+    free(r);
+    return rc;
 }
 
 int px_caching_init(px_server *srv) {
@@ -284,28 +378,12 @@ int px_caching_init(px_server *srv) {
     if (pc == NULL) return -1;
     srv->caching = pc;
     cache_rules_init(&pc->rules);
-    if (cfg->profile == PX_PROFILE_JUICEFS) {
-        /* tracked by i and d, not i1 ... i9 and d1 ... d9: Redis walks
-         * every prefix for every key written (cache/rules.h). JuiceFS
-         * never gives these keys a TTL: no PTTL at each fill. */
-        if (add_rule_line(srv, "GET i[1-9]*", CACHE_RULE_NO_TTL, err, sizeof err) != 0 ||
-            add_rule_line(srv, "HGET d[1-9]*", CACHE_RULE_NO_TTL, err, sizeof err) != 0 ||
-            cache_rules_track_by(&pc->rules, "i", cfg->key_prefix, err, sizeof err) != 0 ||
-            cache_rules_track_by(&pc->rules, "d", cfg->key_prefix, err, sizeof err) != 0)
-            goto bad;
-    }
-    for (int i = 0; i < cfg->ncache_rules; i++)
-        if (add_rule_line(srv, cfg->cache_rules[i], cfg->cache_ask_ttl ? 0 : CACHE_RULE_NO_TTL, err, sizeof err) != 0)
-            goto bad;
-    for (int i = 0; i < cfg->ntrack_prefixes; i++)
-        if (cache_rules_track_by(&pc->rules, cfg->track_prefixes[i], cfg->key_prefix, err, sizeof err) != 0)
-            goto bad;
+    if (build_rules(cfg, &pc->rules, err, sizeof err) != 0) goto bad;
     if (pc->rules.nrules == 0) {
         px_notice("cache off: no cache rules (profile none and no cache-rule)");
         px_caching_deinit(srv);
         return 0;
     }
-    if (cache_rules_derive_prefixes(&pc->rules, err, sizeof err) != 0) goto bad;
     resp_buf_init(&pc->plan);
     resp_buf_init(&pc->ttl_cmd);
     resp_buf_init(&pc->plan_req);
@@ -358,14 +436,11 @@ int px_caching_init(px_server *srv) {
     }
     inv_start(pc->inv);
     {
-        char list[512] = "";
-        size_t n = 0;
-        for (int i = 0; i < ic.nprefixes && n < sizeof list - 1; i++)
-            n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? "," : "", pc->rules.prefixes[i]);
-        static const char *modes[] = {"bcast", "default", "optin"};
+        char list[512];
+        format_prefixes(&pc->rules, pc->mode, list, sizeof list);
         px_notice("cache on max_memory=%lld max_value=%lld rules=%d tracking=%s prefixes=%s",
-                  cfg->cache_max_memory, cfg->cache_max_value, pc->rules.nrules, modes[pc->mode],
-                  !ic.bcast ? "(tracked per read)" : ic.nprefixes ? list : "(all keys)");
+                  cfg->cache_max_memory, cfg->cache_max_value, pc->rules.nrules, tracking_mode_names[pc->mode],
+                  list);
     }
     return 0;
 
@@ -1350,11 +1425,10 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     if (pc == NULL) return;
     const cache_stats *st = cache_get_stats(pc->cache);
     const inv_stats *is = inv_get_stats(pc->inv);
-    static const char *modes[] = {"bcast", "default", "optin"};
     s->cache_enabled = 1;
     s->tracking_active = (uint64_t)px_caching_active(srv);
     s->tracking_state = inv_state_name(inv_get_state(pc->inv));
-    s->tracking_mode = modes[pc->mode];
+    s->tracking_mode = tracking_mode_names[pc->mode];
     s->tracking_last_error = is->last_error;
     s->cache_hits = st->hits;
     s->cache_misses = st->misses;

@@ -3,7 +3,7 @@
  * hits, which replies fill, which writes invalidate what, and the
  * invalidation connection that keeps it coherent.
  *
- * The rules of the consistency contract (../shared/DESIGN.md) and where
+ * The rules of the consistency contract (docs/CONSISTENCY.md) and where
  * each is kept:
  *   C1 read-your-writes: px_caching_on_send invalidates the keys a write
  *      declares when it is sent, and px_caching_on_reply again before its
@@ -27,6 +27,7 @@
 #define SIDECACHE_PROXY_CACHING_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "protocol/cmdtable.h"
@@ -41,6 +42,16 @@ struct px_req;
  * cache-max-memory 0 there is no cache, and nothing here costs anything. */
 int px_caching_init(px_server *srv);
 void px_caching_deinit(px_server *srv);
+/*
+ * --test-config: builds the cache rules from cfg as a start does, so that a
+ * rule set a start would refuse (too many rules, a pattern too long with
+ * key-prefix put before it) is refused here too. With f not NULL, writes the
+ * effective cache as "# " comment lines (the rules the profile and the
+ * cache-rule lines give, key-prefix applied; the tracking mode and
+ * prefixes; the lookup scripts), or why it is off. Returns 0, or -1 with
+ * the reason in err.
+ */
+int px_caching_check_config(const px_config *cfg, FILE *f, char *err, size_t errlen);
 /* Applies srv->cfg's cache-max-memory, cache-max-value and cache-ttl now
  * (SIGHUP); a smaller size evicts at once. */
 void px_caching_reconfigure(px_server *srv);

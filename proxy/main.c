@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "proxy/caching.h"
 #include "proxy/config.h"
 #include "proxy/log.h"
 #include "proxy/server.h"
@@ -27,7 +28,8 @@ static int can_append(const char *path) {
 
 /*
  * --test-config: besides loading, what a start would find wrong before it
- * listens: the TLS certificates and keys (loaded as a start loads them),
+ * listens: the cache rules (built as a start builds them), the TLS
+ * certificates and keys (loaded as a start loads them),
  * the log file (that a start can open it for appending), and a TLS port
  * that is also the plain one. So a service manager's ExecStartPre refuses
  * what would not start. Returns 0, or -1 with the reason in err.
@@ -43,6 +45,7 @@ static int check_startable(px_config *cfg, char *err, size_t errlen) {
         snprintf(err, errlen, "cannot open logfile %.900s: %s", cfg->logfile, strerror(errno));
         return -1;
     }
+    if (px_caching_check_config(cfg, NULL, err, errlen) != 0) return -1;
     probe.cfg = cfg;
     char why[512];
     if (px_tls_init(&probe, why, sizeof why) != 0) {
@@ -80,7 +83,11 @@ int main(int argc, char **argv) {
             rc = 1;
             goto done;
         }
-        if (test_only == 2) px_config_dump(&cfg, stdout, 0);
+        if (test_only == 2) {
+            px_config_dump(&cfg, stdout, 0);
+            /* what the profile brings is in no directive: shown as comments */
+            px_caching_check_config(&cfg, stdout, err, sizeof err);
+        }
         printf("sidecache: configuration OK\n");
         goto done;
     }

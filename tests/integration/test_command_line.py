@@ -92,3 +92,47 @@ def test_test_config_checks_the_logfile_without_making_it(tmp_path):
     r = run("--test-config", conf)
     assert r.returncode == 0, r
     assert not log.exists()
+
+
+def test_test_config_v_shows_the_effective_cache_rules(tmp_path):
+    """-v shows what will be cached, which no directive line holds: the
+    rules `profile juicefs` brings, then the cache-rule lines, with
+    key-prefix put before each pattern, and the prefixes Redis tracks by.
+    As comments, so the dump still loads back."""
+    conf = tmp_path / "c.conf"
+    conf.write_text("profile juicefs\nkey-prefix {1}\ncache-rule GET user:*\n")
+    r = run(conf, "--test-config", "-v")
+    assert r.returncode == 0, r
+    comments = [line for line in r.stdout.splitlines() if line.startswith("#")]
+    assert comments == [
+        "# effective cache rules (profile juicefs, then cache-rule lines; key-prefix {1} put before each):",
+        "#   GET {1}i[1-9]*",
+        "#   HGET {1}d[1-9]*",
+        "#   GET {1}user:*  (each fill asks the key's TTL)",
+        "# tracking bcast prefixes={1}d,{1}i,{1}user:",
+        "# lookup scripts: none (not used with a key-prefix)",
+    ], r.stdout
+    again = tmp_path / "again.conf"
+    again.write_text(r.stdout.replace("sidecache: configuration OK\n", ""))
+    assert run(again, "--test-config").returncode == 0
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--tracking-mode", "optin"], "# tracking optin prefixes=(tracked per read)"),
+    (["--profile", "none"], "# cache off: no cache rules (profile none and no cache-rule)"),
+    (["--cache-max-memory", "0"], "# cache off (cache-max-memory 0): plain proxy"),
+], ids=["optin", "no-rules", "cache-off"])
+def test_test_config_v_says_how_the_cache_runs(args, says):
+    r = run("--test-config", "-v", *args)
+    assert r.returncode == 0, r
+    assert says in r.stdout.splitlines(), r.stdout
+
+
+def test_test_config_refuses_rules_a_start_refuses(tmp_path):
+    """A rule a start cannot build (its pattern too long once key-prefix is
+    put before it) passed --test-config, then the start failed."""
+    conf = tmp_path / "c.conf"
+    conf.write_text("key-prefix {1}\ncache-rule GET %s*\n" % ("k" * 254))
+    r = run("--test-config", conf)
+    assert r.returncode == 1, r
+    assert "pattern too long" in r.stderr, r
