@@ -459,7 +459,10 @@ static int set_append(const px_directive *d, px_config *c, int argc, char **argv
     char *entries = field(c, d->off);
     size_t width = d->size / (size_t)d->max;
     char buf[1024];
-    if (*count >= d->max) {
+    /* A list of one (upstream-sentinel) is a plain directive: the last one
+     * wins, so the command line overrides the file as for any other. */
+    int at = d->max == 1 ? 0 : *count;
+    if (at >= d->max) {
         seterr(err, errlen, "%s: at most %lld lines", d->name, d->max);
         return -1;
     }
@@ -514,8 +517,8 @@ static int set_append(const px_directive *d, px_config *c, int argc, char **argv
         seterr(err, errlen, "%s: too long (at most %zu bytes)", d->name, width - 1);
         return -1;
     }
-    memcpy(entries + (size_t)*count * width, buf, (size_t)n + 1);
-    (*count)++;
+    memcpy(entries + (size_t)at * width, buf, (size_t)n + 1);
+    *count = at + 1;
     return 0;
 }
 
@@ -1083,7 +1086,9 @@ void px_config_help(FILE *f, const char *prog) {
             "       %s -v | --version\n"
             "\n"
             "The config file uses redis.conf syntax (\"-\" reads it from standard input).\n"
-            "Each --directive given on the command line overrides the file.\n"
+            "Each --directive given on the command line overrides the file; the repeatable\n"
+            "ones (cache-rule, cache-track-prefix, cache-readonly-script, cache-lookup-script)\n"
+            "add to the file's.\n"
             "--test-config checks the configuration and exits 0 if it loads; with -v\n"
             "(anywhere beside --test-config) it also prints the effective configuration.\n"
             "Without --test-config, -v is --version.\n"

@@ -136,3 +136,19 @@ def test_test_config_refuses_rules_a_start_refuses(tmp_path):
     r = run("--test-config", conf)
     assert r.returncode == 1, r
     assert "pattern too long" in r.stderr, r
+
+
+def test_command_line_upstream_sentinel_overrides_the_files(tmp_path):
+    """upstream-sentinel is one directive like upstream: the command line's
+    wins over the file's (it was refused: "at most 1 lines"). The
+    repeatable cache-rule adds to the file's, as --help says."""
+    conf = tmp_path / "c.conf"
+    conf.write_text("upstream-sentinel mymaster 10.0.0.1:26379\ncache-rule GET a*\n")
+    r = run(conf, "--upstream-sentinel", "other", "127.0.0.1:26379", "--cache-rule", "GET", "b*",
+            "--test-config", "-v")
+    assert r.returncode == 0, r
+    lines = r.stdout.splitlines()
+    assert [x for x in lines if x.startswith("upstream-sentinel ")] == [
+        "upstream-sentinel other 127.0.0.1:26379"], r.stdout
+    assert [x for x in lines if x.startswith("cache-rule ")] == ["cache-rule GET a*", "cache-rule GET b*"]
+    assert "the repeatable" in run("--help").stdout
