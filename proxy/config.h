@@ -194,9 +194,10 @@ void px_config_help(FILE *f, const char *prog);
  * (starting "upstream: "); *a is untouched on error. Accepts
  *   redis://[user[:pass]@]host[:port][/db]   host a name, IPv4 or [IPv6];
  *                                            port 1..65535, default 6379
+ *   rediss://...                             the same, over TLS (a->tls)
  *   unix://[user[:pass]@]/path[?db=N]  and  unix:/path[?db=N]
- * user, pass and the unix path are percent-decoded. rediss:// is refused
- * until TLS lands. Error messages never echo the password.
+ * user, pass and the unix path are percent-decoded. Error messages never
+ * echo the password.
  */
 int px_upstream_parse(const char *url, px_upstream_addr *a, char *err, size_t errlen);
 
