@@ -445,7 +445,7 @@ int px_caching_init(px_server *srv) {
     return 0;
 
 bad:
-    px_warning("cache setup failed: %s", err);
+    px_error("cache setup failed: %s", err);
     px_caching_deinit(srv);
     return -1;
 }

@@ -121,7 +121,7 @@ static void on_accept_error(struct evconnlistener *l, void *arg) {
 
 static int add_listener(px_server *srv, struct evconnlistener *l, const char *what) {
     if (l == NULL) {
-        px_warning("cannot listen addr=%s err=\"%s\"", what, strerror(errno));
+        px_error("cannot listen addr=%s err=\"%s\"", what, strerror(errno));
         return -1;
     }
     evconnlistener_set_error_cb(l, on_accept_error);
@@ -142,11 +142,11 @@ static int clear_stale_unixsocket(const char *path) {
 
     if (lstat(path, &st) != 0) {
         if (errno == ENOENT) return 0;
-        px_warning("cannot listen addr=%s err=\"%s\"", path, strerror(errno));
+        px_error("cannot listen addr=%s err=\"%s\"", path, strerror(errno));
         return -1;
     }
     if (!S_ISSOCK(st.st_mode)) {
-        px_warning("cannot listen addr=%s err=\"exists and is not a socket (left as it is)\"", path);
+        px_error("cannot listen addr=%s err=\"exists and is not a socket (left as it is)\"", path);
         return -1;
     }
     memset(&sun, 0, sizeof sun);
@@ -156,7 +156,7 @@ static int clear_stale_unixsocket(const char *path) {
      * once instead of keeping the start waiting */
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        px_warning("cannot listen addr=%s err=\"%s\"", path, strerror(errno));
+        px_error("cannot listen addr=%s err=\"%s\"", path, strerror(errno));
         return -1;
     }
     rc = connect(fd, (struct sockaddr *)&sun, sizeof sun);
@@ -168,10 +168,10 @@ static int clear_stale_unixsocket(const char *path) {
     }
     if (rc != 0 && err == ENOENT) return 0; /* removed meanwhile */
     if (rc == 0 || err == EAGAIN || err == EINPROGRESS)
-        px_warning("cannot listen addr=%s err=\"unix socket in use: another process accepts on it\"",
+        px_error("cannot listen addr=%s err=\"unix socket in use: another process accepts on it\"",
                    path);
     else
-        px_warning("cannot listen addr=%s err=\"cannot tell whether the socket is in use: %s\"", path,
+        px_error("cannot listen addr=%s err=\"cannot tell whether the socket is in use: %s\"", path,
                    strerror(err));
     return -1;
 }
@@ -180,7 +180,7 @@ int px_listeners_open(px_server *srv) {
     px_config *cfg = srv->cfg;
     srv->accept_resume_ev = evtimer_new(srv->base, resume_accepting, srv);
     if (srv->accept_resume_ev == NULL) {
-        px_warning("cannot create the accept timer");
+        px_error("cannot create the accept timer");
         return -1;
     }
     unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC;
@@ -199,7 +199,7 @@ int px_listeners_open(px_server *srv) {
             if (host[0] == '*') host = NULL;
             int rc = getaddrinfo(host, portstr, &hints, &res);
             if (rc != 0) {
-                px_warning("cannot listen addr=%s:%d err=\"%s\"", cfg->bind[i], port, gai_strerror(rc));
+                px_error("cannot listen addr=%s:%d err=\"%s\"", cfg->bind[i], port, gai_strerror(rc));
                 return -1;
             }
             snprintf(what, sizeof what, "%s:%d%s", cfg->bind[i], port, tls ? " (tls)" : "");
@@ -221,12 +221,12 @@ int px_listeners_open(px_server *srv) {
         if (add_listener(srv, l, cfg->unixsocket) != 0) return -1;
         srv->unixsocket_bound = 1;
         if (cfg->unixsocketperm != 0 && chmod(cfg->unixsocket, (mode_t)cfg->unixsocketperm) != 0) {
-            px_warning("cannot chmod unixsocket path=%s err=\"%s\"", cfg->unixsocket, strerror(errno));
+            px_error("cannot chmod unixsocket path=%s err=\"%s\"", cfg->unixsocket, strerror(errno));
             return -1;
         }
     }
     if (srv->nlisteners == 0) {
-        px_warning("nothing to listen on: set port or unixsocket");
+        px_error("nothing to listen on: set port or unixsocket");
         return -1;
     }
     return 0;

@@ -36,7 +36,7 @@ void px_log_close(void) {
 int px_log_enabled(int level) { return level >= log_level; }
 
 void px_log(int level, const char *fmt, ...) {
-    static const char *names[] = {"debug", "verbose", "notice", "warning"};
+    static const char *names[] = {"debug", "verbose", "notice", "warning", "error"};
     if (level < log_level) return;
     FILE *out = log_sink ? log_sink : stderr;
     struct timeval tv;
@@ -46,7 +46,7 @@ void px_log(int level, const char *fmt, ...) {
     char ts[32];
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
     fprintf(out, "%s.%03dZ pid=%d level=%s ", ts, (int)(tv.tv_usec / 1000), (int)getpid(),
-            names[level < 0 ? 0 : level > 3 ? 3 : level]);
+            names[level < 0 ? 0 : level > PX_LOG_ERROR ? PX_LOG_ERROR : level]);
     va_list ap;
     va_start(ap, fmt);
     vfprintf(out, fmt, ap);

@@ -22,5 +22,10 @@ void px_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 #define px_verbose(...) do { if (px_log_enabled(PX_LOG_VERBOSE)) px_log(PX_LOG_VERBOSE, __VA_ARGS__); } while (0)
 #define px_notice(...)  px_log(PX_LOG_NOTICE, __VA_ARGS__)
 #define px_warning(...) px_log(PX_LOG_WARNING, __VA_ARGS__)
+/* A failure that stops the start (exit 1): above every loglevel, so never
+ * filtered out, and told apart from warnings, which a clean start and stop
+ * may log too (an alert on level=error fires on these only). */
+#define PX_LOG_ERROR (PX_LOG_WARNING + 1)
+#define px_error(...) px_log(PX_LOG_ERROR, __VA_ARGS__)
 
 #endif

@@ -3,6 +3,7 @@
  */
 #include "proxy/metrics.h"
 
+#include <errno.h>
 #include <string.h>
 
 #include <event2/buffer.h>
@@ -47,7 +48,7 @@ int px_metrics_start(px_server *srv) {
     if (cfg->metrics_port == 0) return 0;
     srv->metrics = evhttp_new(srv->base);
     if (srv->metrics == NULL) {
-        px_warning("metrics: out of memory");
+        px_error("metrics: out of memory");
         return -1;
     }
     /* a scrape is small and quick: a slow or idle peer is dropped */
@@ -55,7 +56,7 @@ int px_metrics_start(px_server *srv) {
     evhttp_set_allowed_methods(srv->metrics, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
     evhttp_set_gencb(srv->metrics, on_request, srv);
     if (evhttp_bind_socket(srv->metrics, cfg->metrics_bind, (unsigned short)cfg->metrics_port) != 0) {
-        px_warning("metrics: cannot listen addr=%s:%d", cfg->metrics_bind, cfg->metrics_port);
+        px_error("metrics: cannot listen addr=%s:%d err=\"%s\"", cfg->metrics_bind, cfg->metrics_port, strerror(errno));
         px_metrics_stop(srv);
         return -1;
     }

@@ -264,7 +264,7 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     srv.base = event_base_new();
     if (srv.base == NULL) {
-        px_warning("cannot create the event loop");
+        px_error("cannot create the event loop");
         return 1;
     }
     srv.flush_ev = event_new(srv.base, -1, 0, flush_cb, &srv);
@@ -283,7 +283,7 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
 
     char tls_err[512];
     if (px_tls_init(&srv, tls_err, sizeof tls_err) != 0) {
-        px_warning("TLS setup failed: %s", tls_err);
+        px_error("TLS setup failed: %s", tls_err);
         srv.exit_code = 1;
         goto out;
     }
@@ -300,7 +300,7 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
         struct timeval every = {cfg->sentinel_check_ms / 1000, (cfg->sentinel_check_ms % 1000) * 1000};
         srv.sentinel_ev = event_new(srv.base, -1, EV_PERSIST, sentinel_cb, &srv);
         if (srv.sentinel_ev == NULL || event_add(srv.sentinel_ev, &every) != 0) {
-            px_warning("cannot start the sentinel timer");
+            px_error("cannot start the sentinel timer");
             srv.exit_code = 1;
             goto out;
         }

@@ -2,9 +2,12 @@
 --version exit 0, and `--test-config` takes the config file after it, with
 -v (anywhere beside it) printing the effective configuration."""
 import os
+import socket
 import subprocess
 
 import pytest
+
+from helpers import HOST, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIDECACHE_BIN = os.environ.get("SIDECACHE_BIN") or os.path.join(HERE, "..", "..", "sidecache")
@@ -152,3 +155,22 @@ def test_command_line_upstream_sentinel_overrides_the_files(tmp_path):
         "upstream-sentinel other 127.0.0.1:26379"], r.stdout
     assert [x for x in lines if x.startswith("cache-rule ")] == ["cache-rule GET a*", "cache-rule GET b*"]
     assert "the repeatable" in run("--help").stdout
+
+
+@pytest.mark.parametrize("what", ["port", "metrics-port"])
+def test_a_start_that_cannot_listen_logs_an_error_with_the_reason(what):
+    """A failure that stops the start is level=error, not warning (a clean
+    start and stop may log warnings; an alert on errors fires on these
+    only), and names the reason: the metrics one said no errno."""
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen(1)
+        busy = taken.getsockname()[1]
+        args = ["--port", busy] if what == "port" else ["--port", free_port(), "--metrics-port", busy]
+        r = subprocess.run([SIDECACHE_BIN, "--bind", HOST, "--upstream", "redis://%s:1" % HOST]
+                           + [str(a) for a in args], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 1, r
+    says = "cannot listen addr=%s:%d err=\"Address already in use\"" % (HOST, busy)
+    if what == "metrics-port":
+        says = "metrics: " + says
+    assert "level=error " + says in r.stderr, r.stderr
