@@ -1090,7 +1090,8 @@ void px_config_help(FILE *f, const char *prog) {
             "ones (cache-rule, cache-track-prefix, cache-readonly-script, cache-lookup-script)\n"
             "add to the file's.\n"
             "--test-config checks the configuration and exits 0 if it loads; with -v\n"
-            "(anywhere beside --test-config) it also prints the effective configuration.\n"
+            "(anywhere beside --test-config) it also prints the effective configuration,\n"
+            "and the cache rules and tracking prefixes it gives as # comments.\n"
             "Without --test-config, -v is --version.\n"
             "\n"
             "Directives:\n",
