@@ -220,10 +220,12 @@ def test_cluster_slots_names_sidecache_when_redis_prefers_hostnames(proxy_factor
     assert b"$9\r\n127.0.0.1\r\n:%d\r\n" % p.port in slots_reply(p, 2)
 
 
-def wait_for(what, check, timeout=20):
+def wait_for(what, check, timeout=20, status=None):
+    """Until check() is true; on a timeout the assertion says what, with
+    status() if given (what was seen)."""
     deadline = time.monotonic() + timeout
     while not check():
-        assert time.monotonic() < deadline, what
+        assert time.monotonic() < deadline, what if status is None else "%s: %s" % (what, status())
         time.sleep(0.05)
 
 
@@ -266,8 +268,11 @@ def test_failover_in_the_cluster_moves_the_upstream_gently(proxy_factory, replic
 
         # v1 is gone from the cache (B's invalidation, or its MOVED), and the
         # reads end up on R
+        seen = []
         wait_for("the proxy did not follow the slot to R",
-                 lambda: c.cmd("GET", "{1}i2").raw == b"$2\r\nv2\r\n", timeout=10)
+                 lambda: seen.append(c.cmd("GET", "{1}i2").raw) or seen[-1] == b"$2\r\nv2\r\n", timeout=10,
+                 status=lambda: "replies %r; B: %r; log:\n%s" % (
+                     sorted(set(seen)), b.raw(auth=True).call("INFO", "replication"), open(p.logpath).read()[-3000:]))
         wait_log(p, "cluster: slot 9842 of key-prefix {1} moved from=127.0.0.1:%d to=127.0.0.1:%d"
                  % (b.port, r.port))
         wait_tracking_active(c)
