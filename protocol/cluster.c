@@ -163,3 +163,51 @@ int cluster_slots_rewrite(const char *data, size_t len, unsigned slot, const clu
     out->len = keep;
     return -1;
 }
+
+/* The host and port of the node at m[at] (*N $host :port ...). 0, or -1. */
+static int node_address(const char *m, size_t n, size_t at, const char **host, size_t *hostlen, long long *port) {
+    long long parts;
+    size_t k = resp_read_int_line(m, n, at, '*', &parts);
+    if (k == 0 || parts < 2 || resp_read_bulk(m, n, k, host, hostlen, &k) != 1 ||
+        resp_read_int_line(m, n, k, ':', port) == 0)
+        return -1;
+    return 0;
+}
+
+int cluster_slots_nodes(const char *data, size_t len, cluster_node_fn fn, void *arg) {
+    long long nranges;
+    size_t at = resp_read_int_line(data, len, 0, '*', &nranges);
+    slot_range r;
+    if (at == 0 || nranges < 0) return -1;
+    for (long long k = 0; k < nranges; k++, at += r.n) {
+        if (read_range(data, len, at, &r) != 0) return -1;
+        const char *m = data + at;
+        for (size_t node = r.master; node < r.n;) {
+            const char *host;
+            size_t hostlen, nlen = value_len(m, r.n, node);
+            long long port;
+            if (nlen == 0 || node_address(m, r.n, node, &host, &hostlen, &port) != 0) return -1;
+            fn(arg, host, hostlen, port);
+            node += nlen;
+        }
+    }
+    return at == len ? 0 : -1;
+}
+
+int cluster_slots_master(const char *data, size_t len, unsigned slot, char *out, size_t outlen) {
+    long long nranges;
+    size_t at = resp_read_int_line(data, len, 0, '*', &nranges);
+    slot_range r;
+    if (at == 0 || nranges < 0) return -1;
+    for (long long k = 0; k < nranges; k++, at += r.n) {
+        if (read_range(data, len, at, &r) != 0) return -1;
+        if (r.start > (long long)slot || (long long)slot > r.end) continue;
+        const char *host;
+        size_t hostlen;
+        long long port;
+        if (node_address(data + at, r.n, r.master, &host, &hostlen, &port) != 0) return -1;
+        int w = snprintf(out, outlen, "%.*s:%lld", (int)(hostlen > 255 ? 255 : hostlen), host, port);
+        return w > 0 && (size_t)w < outlen ? 0 : -1;
+    }
+    return -1;
+}

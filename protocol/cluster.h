@@ -55,4 +55,16 @@ typedef struct cluster_self {
 int cluster_slots_rewrite(const char *data, size_t len, unsigned slot, const cluster_self *up, const char *host,
                           int port, resp_buf *out, char *other, size_t other_len);
 
+/* Calls fn for every node a CLUSTER SLOTS reply names, masters and
+ * replicas, in order (a node that serves several ranges comes more than
+ * once): its host as Redis wrote it (an IPv6 address without brackets; empty
+ * for a node that has not learned its own) and its port. Returns 0, or -1
+ * for a reply of another shape (fn may have been called for some nodes). */
+typedef void (*cluster_node_fn)(void *arg, const char *host, size_t hostlen, long long port);
+int cluster_slots_nodes(const char *data, size_t len, cluster_node_fn fn, void *arg);
+
+/* The master of slot in a CLUSTER SLOTS reply, as "host:port" into out.
+ * Returns 0, or -1: no range holds slot, another shape, or out too short. */
+int cluster_slots_master(const char *data, size_t len, unsigned slot, char *out, size_t outlen);
+
 #endif

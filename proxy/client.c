@@ -612,6 +612,7 @@ static int cluster_slots_here(px_client *c, const char *data, size_t len, resp_b
     int port;
     const char *prefix = srv->cfg->key_prefix;
     int slot = cluster_prefix_slot(prefix, strlen(prefix));
+    px_follow_learn_nodes(srv, data, len);
     if (slot < 0 || c->io.fd < 0 || getsockname(c->io.fd, (struct sockaddr *)&ss, &sl) != 0 ||
         px_ip_text(&ss, host, sizeof host, &port) != 0)
         return -1;

@@ -4,12 +4,14 @@
 #include "proxy/follow.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <event2/event.h>
 
 #include "protocol/cluster.h"
 #include "protocol/resp.h"
+#include "proxy/ask.h"
 #include "proxy/log.h"
 #include "proxy/sentinel.h"
 #include "proxy/upstream.h"
@@ -56,30 +58,116 @@ static int parse_target(px_server *srv, const char *to, px_upstream_addr *a) {
     return 0;
 }
 
-static void follow_cb(evutil_socket_t fd, short what, void *arg) {
-    px_server *srv = arg;
+static int slot_of_prefix(const px_server *srv) {
+    return cluster_prefix_slot(srv->cfg->key_prefix, strlen(srv->cfg->key_prefix));
+}
+
+/* Moves the upstream to node ("host:port", as Redis wrote it); 0, or -1
+ * when that cannot be resolved. Nothing when it is there already. */
+static int move_to(px_server *srv, const char *node, int gently, const char *because) {
     px_upstream_addr a;
     struct sockaddr_storage sa;
     unsigned salen = 0;
     char why[300], from[64] = "?", to[64] = "?";
-    if (srv->stopping) return;
-    if (parse_target(srv, srv->follow_to, &a) != 0) {
-        px_warning("cluster: cannot follow MOVED to \"%s\": not host:port", srv->follow_to);
-        return;
+    if (parse_target(srv, node, &a) != 0) {
+        px_warning("cluster: cannot follow the slot to \"%s\": not host:port", node);
+        return -1;
     }
     if (px_resolve_address(&a, &sa, &salen, why, sizeof why) != 0) {
-        px_warning("cluster: cannot follow MOVED to %s: %s", srv->follow_to, why);
+        px_warning("cluster: cannot follow the slot to %s: %s", node, why);
+        return -1;
+    }
+    if (srv->up_salen != 0 && px_same_address(&srv->up_sa, srv->up_salen, &sa, salen)) return 0;
+    if (srv->up_salen != 0)
+        px_format_address(&srv->up_sa, srv->up_salen, from, sizeof from);
+    else if (srv->up_failed[0] != '\0')
+        snprintf(from, sizeof from, "%s", srv->up_failed);
+    px_format_address(&sa, salen, to, sizeof to);
+    px_notice("cluster: slot %d of key-prefix %s moved from=%s to=%s (%s): cache emptied, connections moved",
+              slot_of_prefix(srv), srv->cfg->key_prefix, from, to, because);
+    px_upstreams_move(srv, &sa, salen, gently);
+    srv->up_followed = 1;
+    srv->up_unreachable = 0;
+    srv->cluster_other_logged = 0;
+    return 0;
+}
+
+static void follow_cb(evutil_socket_t fd, short what, void *arg) {
+    px_server *srv = arg;
+    if (!srv->stopping) move_to(srv, srv->follow_to, 1, "MOVED");
+}
+
+static void remember_node(void *arg, const char *host, size_t hostlen, long long port) {
+    px_server *srv = arg;
+    char node[128];
+    int n = snprintf(node, sizeof node, "%.*s:%lld", (int)(hostlen > 100 ? 100 : hostlen), host, port);
+    if (hostlen == 0 || hostlen > 100 || n <= 0 || srv->ncluster_nodes >= PX_CLUSTER_NODES_MAX) return;
+    for (int i = 0; i < srv->ncluster_nodes; i++)
+        if (strcmp(srv->cluster_nodes[i], node) == 0) return;
+    memcpy(srv->cluster_nodes[srv->ncluster_nodes++], node, (size_t)n + 1);
+}
+
+void px_follow_learn_nodes(px_server *srv, const char *data, size_t len) {
+    if (srv->follow_ev == NULL || len == 0 || data[0] != '*') return;
+    int keep = srv->ncluster_nodes;
+    srv->ncluster_nodes = 0;
+    if (cluster_slots_nodes(data, len, remember_node, srv) != 0 || srv->ncluster_nodes == 0)
+        srv->ncluster_nodes = keep; /* an odd reply: the nodes known before stay */
+    srv->cluster_ask_from = 0;
+}
+
+/* Asks node where the slot is: "host:port" of its master into master. */
+static int ask_node(px_server *srv, const char *node, char *master, size_t mlen, char *why, size_t whylen) {
+    px_upstream_addr a;
+    struct sockaddr_storage sa;
+    unsigned salen;
+    const px_upstream_addr *up = &srv->cfg->up;
+    if (parse_target(srv, node, &a) != 0 || px_resolve_address(&a, &sa, &salen, why, whylen) != 0) return -1;
+    if (srv->up_salen != 0 && px_same_address(&srv->up_sa, srv->up_salen, &sa, salen)) {
+        snprintf(why, whylen, "the upstream itself");
+        return -1;
+    }
+    resp_buf req;
+    resp_buf_init(&req);
+    int replies = 1;
+    if (up->has_pass) {
+        if (up->has_user)
+            resp_enc_commandv(&req, "AUTH", up->user, up->pass, NULL);
+        else
+            resp_enc_commandv(&req, "AUTH", up->pass, NULL);
+        replies++;
+    }
+    resp_enc_commandv(&req, "CLUSTER", "SLOTS", NULL);
+    char *reply = NULL;
+    size_t rlen = 0;
+    int rc = px_ask(&sa, salen, req.data, req.len, replies, PX_CLUSTER_SLOTS_MAX_REPLY, PX_SENTINEL_TIMEOUT_MS,
+                    &reply, &rlen, why, whylen);
+    resp_buf_deinit(&req);
+    if (rc == 0 && (rc = cluster_slots_master(reply, rlen, (unsigned)slot_of_prefix(srv), master, mlen)) != 0)
+        snprintf(why, whylen, "no master for the slot in its CLUSTER SLOTS");
+    free(reply);
+    return rc;
+}
+
+void px_follow_cron(px_server *srv) {
+    /* (plain TCP: not with rediss://) */
+    if (srv->follow_ev == NULL || !srv->up_unreachable || srv->stopping || srv->ncluster_nodes == 0 ||
+        srv->cfg->up.tls)
+        return;
+    /* a few nodes a second: each that does not answer holds the loop up to
+     * PX_SENTINEL_TIMEOUT_MS, while no request can be served anyway */
+    for (int tries = 0; tries < PX_FOLLOW_ASKS_PER_TICK && tries < srv->ncluster_nodes; tries++) {
+        const char *node = srv->cluster_nodes[srv->cluster_ask_from % srv->ncluster_nodes];
+        char master[300], why[300], because[400];
+        srv->cluster_ask_from = (srv->cluster_ask_from + 1) % srv->ncluster_nodes;
+        if (ask_node(srv, node, master, sizeof master, why, sizeof why) != 0) {
+            px_verbose("cluster: asked %s where the slot is: %s", node, why);
+            continue;
+        }
+        snprintf(because, sizeof because, "upstream unreachable, %s names it", node);
+        move_to(srv, master, 0, because);
         return;
     }
-    if (srv->up_salen != 0 && px_same_address(&srv->up_sa, srv->up_salen, &sa, salen)) return;
-    if (srv->up_salen != 0) px_format_address(&srv->up_sa, srv->up_salen, from, sizeof from);
-    px_format_address(&sa, salen, to, sizeof to);
-    px_notice("cluster: slot %d of key-prefix %s moved from=%s to=%s: cache emptied, connections moved",
-              cluster_prefix_slot(srv->cfg->key_prefix, strlen(srv->cfg->key_prefix)), srv->cfg->key_prefix, from,
-              to);
-    px_upstreams_move(srv, &sa, salen, 1);
-    srv->up_followed = 1;
-    srv->cluster_other_logged = 0;
 }
 
 int px_follow_init(px_server *srv) {

@@ -3,34 +3,19 @@
  */
 #include "proxy/sentinel.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "protocol/resp.h"
+#include "proxy/ask.h"
 #include "proxy/caching.h"
 #include "proxy/client.h"
 #include "proxy/log.h"
 #include "proxy/upstream.h"
 
 int px_sentinel_enabled(const px_server *srv) { return srv->cfg->nsentinel > 0; }
-
-/* Waits for fd to be ready for events until deadline. 1 ready, 0 not. */
-static int wait_fd(int fd, short events, int64_t deadline_ms) {
-    for (;;) {
-        int64_t left = deadline_ms - px_now_ms();
-        if (left <= 0) return 0;
-        struct pollfd pfd = {fd, events, 0};
-        int rc = poll(&pfd, 1, (int)left);
-        if (rc > 0) return 1;
-        if (rc < 0 && errno != EINTR) return 0;
-    }
-}
 
 /* A non-empty bulk string at buf[*at] into out (NUL-terminated, shorter
  * than outlen); advances *at. 0, or -1. */
@@ -69,73 +54,29 @@ static int ask_one(const char *addr, size_t alen, const char *name, char *host, 
         snprintf(why, whylen, "sentinel %s:%s: %s", h, p, cause);
         return -1;
     }
-    int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int64_t deadline = px_now_ms() + PX_SENTINEL_TIMEOUT_MS;
-    int ok = fd >= 0;
-    if (ok && connect(fd, (struct sockaddr *)&sa, salen) != 0) {
-        int err = 0;
-        socklen_t el = sizeof err;
-        ok = errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline) &&
-             getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0;
-    }
-    if (!ok) {
-        snprintf(why, whylen, "sentinel %s:%s: cannot connect", h, p);
-        if (fd >= 0) close(fd);
-        return -1;
-    }
     resp_buf req;
+    char *buf = NULL;
+    size_t got = 0;
     resp_buf_init(&req);
     resp_enc_commandv(&req, "SENTINEL", "get-master-addr-by-name", name, NULL);
-    size_t off = 0;
-    while (ok && off < req.len) {
-        ssize_t n = write(fd, req.data + off, req.len - off);
-        if (n > 0)
-            off += (size_t)n;
-        else if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            ok = wait_fd(fd, POLLOUT, deadline);
-        else
-            ok = 0;
-    }
+    int rc = px_ask(&sa, salen, req.data, req.len, 1, 1024, PX_SENTINEL_TIMEOUT_MS, &buf, &got, cause, sizeof cause);
     resp_buf_deinit(&req);
-
-    /* the reply: *2 $host $port, or a null (unknown master), or an error */
-    char buf[1024];
-    size_t got = 0;
-    resp_reply_parser rp;
-    resp_limits lim;
-    resp_limits_default(&lim);
-    resp_reply_init(&rp, &lim);
-    int prc = RESP_AGAIN;
-    while (ok && prc == RESP_AGAIN && got < sizeof buf) {
-        ssize_t n = read(fd, buf + got, sizeof buf - got);
-        if (n > 0) {
-            got += (size_t)n;
-            resp_reply_reset(&rp);
-            prc = resp_reply_parse(&rp, buf, got);
-        } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-            ok = wait_fd(fd, POLLIN, deadline);
-        } else {
-            ok = 0;
-        }
-    }
-    resp_reply_deinit(&rp);
-    close(fd);
-    if (!ok || prc != RESP_OK) {
-        snprintf(why, whylen, "sentinel %s:%s: no reply", h, p);
+    if (rc != 0) {
+        snprintf(why, whylen, "sentinel %s:%s: %s", h, p, cause);
         return -1;
     }
     /* "*2\r\n$N\r\nhost\r\n$M\r\nport\r\n" */
     long long n;
     size_t at = resp_read_int_line(buf, got, 0, '*', &n);
-    if (at == 0 || n != 2) {
+    rc = -1;
+    if (at == 0 || n != 2)
         snprintf(why, whylen, "sentinel %s:%s does not know master '%s'", h, p, name);
-        return -1;
-    }
-    if (copy_bulk(buf, got, &at, host, hostlen) != 0 || copy_bulk(buf, got, &at, port, portlen) != 0) goto bad;
-    return 0;
-bad:
-    snprintf(why, whylen, "sentinel %s:%s: unexpected reply", h, p);
-    return -1;
+    else if (copy_bulk(buf, got, &at, host, hostlen) != 0 || copy_bulk(buf, got, &at, port, portlen) != 0)
+        snprintf(why, whylen, "sentinel %s:%s: unexpected reply", h, p);
+    else
+        rc = 0;
+    free(buf);
+    return rc;
 }
 
 static int ask_master(px_server *srv, struct sockaddr_storage *sa, unsigned *salen, char *why, size_t whylen) {

@@ -116,6 +116,7 @@ static void cron_cb(evutil_socket_t fd, short what, void *arg) {
     }
     px_pools_sweep(srv, now);
     px_upstreams_cron(srv, now);
+    px_follow_cron(srv);
     if (srv->stopping && srv->nclients == 0) event_base_loopexit(srv->base, NULL);
 }
 

@@ -33,6 +33,9 @@ struct px_caching;
 
 #define PX_MAX_LISTENERS (2 * PX_MAX_BIND + 1) /* port, tls-port, unixsocket */
 
+/* Cluster nodes remembered to ask where the volume's slot went (follow.h). */
+#define PX_CLUSTER_NODES_MAX 16
+
 typedef struct px_server {
     struct event_base *base;
     px_config *cfg;
@@ -82,6 +85,13 @@ typedef struct px_server {
                                   not the configured address (follow.h) */
     struct event *follow_ev;   /* moves to follow_to, after the reply */
     char follow_to[300];       /* "host:port" of that MOVED */
+    /* the cluster's nodes, as the last CLUSTER SLOTS through the proxy
+     * named them: asked where the slot is when the upstream is gone */
+    char cluster_nodes[PX_CLUSTER_NODES_MAX][128];
+    int ncluster_nodes;
+    int cluster_ask_from;      /* the node asked first next time */
+    int up_unreachable;        /* the last connect to the upstream failed */
+    char up_failed[64];        /* ... to this address (up_sa is reset) */
 
     struct px_client *reap_clients;
     struct px_upstream *reap_upstreams;

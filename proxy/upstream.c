@@ -447,8 +447,10 @@ static void up_connect_failed(px_server *srv) {
         event_active(srv->sentinel_ev, EV_TIMEOUT, 0);
         return;
     }
+    if (srv->up_salen != 0) px_format_address(&srv->up_sa, srv->up_salen, srv->up_failed, sizeof srv->up_failed);
     srv->up_salen = 0;
     srv->up_followed = 0;
+    srv->up_unreachable = 1;
 }
 
 static px_upstream *up_connect(px_pool *p) {
@@ -947,6 +949,7 @@ static void up_on_event(void *arg, int what, int err) {
                 if (u->pool) u->pool->backoff_ms = 0, u->pool->backoff_until_ms = 0;
             }
         }
+        srv->up_unreachable = 0;
         px_verbose("upstream connected id=%llu", (unsigned long long)u->id);
         return;
     }

@@ -82,20 +82,32 @@ def test_volume_reads_through_the_named_master_hit_the_cache(proxy_factory, clus
 
 @pytest.fixture
 def two_masters(redis_factory):
+    return make_two_masters(redis_factory)
+
+
+def make_two_masters(redis_factory, *extra, third=False):
     """A cluster of two masters: A with slots 0-8191, B with 8192-16383 ({1}
-    is slot 9842, on B). Returns (A, B, A's id, B's id)."""
-    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-    a, b = redis_factory(args=args, name="node-a"), redis_factory(args=args, name="node-b")
-    with a.raw(auth=True) as ca, b.raw(auth=True) as cb:
-        assert ca.call("CLUSTER", "ADDSLOTSRANGE", "0", "8191") == b"OK"
-        assert cb.call("CLUSTER", "ADDSLOTSRANGE", "8192", "16383") == b"OK"
-        assert ca.call("CLUSTER", "MEET", "127.0.0.1", str(b.port)) == b"OK"
+    is slot 9842, on B). Returns (A, B, A's id, B's id). third: a third
+    master, C, takes B's slots from 12000 on (a failover after a master
+    dies needs the votes of a majority of the masters)."""
+    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf") + extra
+    nodes = [redis_factory(args=args, name=n) for n in ("node-a", "node-b", "node-c")[:3 if third else 2]]
+    ranges = [("0", "8191"), ("8192", "11999" if third else "16383"), ("12000", "16383")]
+    conns = [n.raw(auth=True) for n in nodes]
+    try:
+        for c, (lo, hi) in zip(conns, ranges):
+            assert c.call("CLUSTER", "ADDSLOTSRANGE", lo, hi) == b"OK"
+        for n in nodes[1:]:
+            assert conns[0].call("CLUSTER", "MEET", "127.0.0.1", str(n.port)) == b"OK"
         deadline = time.monotonic() + 20
-        while not all(b"cluster_state:ok" in c.call("CLUSTER", "INFO") and len(c.call("CLUSTER", "SLOTS")) == 2
-                      for c in (ca, cb)):
-            assert time.monotonic() < deadline, "the two nodes did not form a cluster"
+        while not all(b"cluster_state:ok" in c.call("CLUSTER", "INFO") and
+                      len(c.call("CLUSTER", "SLOTS")) == len(nodes) for c in conns):
+            assert time.monotonic() < deadline, "the nodes did not form a cluster"
             time.sleep(0.05)
-        return a, b, ca.call("CLUSTER", "MYID"), cb.call("CLUSTER", "MYID")
+        return nodes[0], nodes[1], conns[0].call("CLUSTER", "MYID"), conns[1].call("CLUSTER", "MYID")
+    finally:
+        for c in conns:
+            c.close()
 
 
 def test_cluster_slots_names_sidecache_for_every_range(proxy_factory, two_masters):
@@ -231,10 +243,15 @@ def wait_for(what, check, timeout=20, status=None):
 
 @pytest.fixture
 def replica_of_b(redis_factory, two_masters):
+    return add_replica_of_b(redis_factory, two_masters)
+
+
+def add_replica_of_b(redis_factory, two_masters, *extra):
     """R, a replica of B (the master of {1}'s slot), in the cluster of
     two_masters. Returns (A, B, R, R's id)."""
     a, b, _, id_b = two_masters
-    r = redis_factory(args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"), name="node-r")
+    r = redis_factory(args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf") + extra,
+                      name="node-r")
     with r.raw(auth=True) as cr:
         assert cr.call("CLUSTER", "MEET", "127.0.0.1", str(a.port)) == b"OK"
         wait_for("R did not learn B", lambda: id_b in cr.call("CLUSTER", "NODES"))
@@ -290,3 +307,36 @@ def test_failover_in_the_cluster_moves_the_upstream_gently(proxy_factory, replic
         assert w.cmd("GET", "{1}i2").raw == moved
         assert w.call("UNWATCH") == b"OK"
         assert w.call("GET", "{1}i2") == b"v3"
+
+
+def test_master_dies_and_the_upstream_follows_the_promoted_replica(proxy_factory, redis_factory):
+    """B, the upstream, is killed; the cluster promotes R. No MOVED can say
+    so (B is gone), so the proxy asks the nodes the last CLUSTER SLOTS
+    through it named where the slot is now, and moves there: the volume's
+    commands work again through the proxy, and its reads hit the cache."""
+    fast = ("--cluster-node-timeout", "1000")
+    a, b, r, id_r = add_replica_of_b(redis_factory, make_two_masters(redis_factory, *fast, third=True), *fast)
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert c.call("SET", "{1}i2", "v1") == b"OK"
+        with b.raw(auth=True) as cb:
+            assert cb.call("WAIT", "1", "2000") == 1        # R has it
+        c.cmd("CLUSTER", "SLOTS")                           # as a cluster client reads it
+    b.kill()
+    with r.raw(auth=True) as cr:
+        wait_for("R was not promoted", lambda: b"role:master" in cr.call("INFO", "replication"))
+    seen = []
+    with p.raw(auth=True) as c:
+        wait_for("the proxy did not move to R", lambda: seen.append(c.cmd("GET", "{1}i2").raw) or
+                 seen[-1] == b"$2\r\nv1\r\n", timeout=15,
+                 status=lambda: "replies %r; log:\n%s" % (sorted(set(seen)), open(p.logpath).read()[-3000:]))
+        wait_log(p, "cluster: slot 9842 of key-prefix {1} moved from=127.0.0.1:%d to=127.0.0.1:%d "
+                 "(upstream unreachable" % (b.port, r.port))
+        wait_tracking_active(c)
+        hits = int(c.call("INFO", "sidecache").decode().split("cache_hits:")[1].split("\r\n")[0])
+        assert [c.call("GET", "{1}i2") for _ in range(3)] == [b"v1"] * 3
+        assert int(c.call("INFO", "sidecache").decode().split("cache_hits:")[1].split("\r\n")[0]) > hits
+        assert c.call("SET", "{1}i2", "v2") == b"OK"
+    with r.raw(auth=True) as cr:
+        assert cr.call("GET", "{1}i2") == b"v2"

@@ -5,6 +5,7 @@
  */
 #include "protocol/cluster.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "unit.h"
@@ -178,6 +179,43 @@ static void test_another_master_is_left_alone(void) {
     }
 }
 
+static void collect(void *arg, const char *host, size_t hostlen, long long port) {
+    char *out = arg;
+    size_t n = strlen(out);
+    snprintf(out + n, 256 - n, "%.*s:%lld;", (int)hostlen, host, port);
+}
+
+/* the nodes a reply names (to ask where the slot went when the upstream
+ * is gone), and the master of one slot */
+static void test_nodes_and_the_master_of_a_slot(void) {
+    const char *in = "*2\r\n"
+                     "*3\r\n:0\r\n:8191\r\n*4\r\n$8\r\n10.0.0.1\r\n:7000\r\n" ID_A "*0\r\n"
+                     "*4\r\n:8192\r\n:16383\r\n*4\r\n$8\r\n10.0.0.2\r\n:7001\r\n" ID_B
+                     "%1\r\n$8\r\nhostname\r\n$2\r\nn2\r\n"
+                     "*4\r\n$3\r\n::1\r\n:7002\r\n" ID_R "%0\r\n";
+    char nodes[256] = "", master[64];
+    CHECK_EQ_INT(cluster_slots_nodes(in, strlen(in), collect, nodes), 0);
+    CHECK(strcmp(nodes, "10.0.0.1:7000;10.0.0.2:7001;::1:7002;") == 0);
+    CHECK_EQ_INT(cluster_slots_master(in, strlen(in), 9842, master, sizeof master), 0);
+    CHECK(strcmp(master, "10.0.0.2:7001") == 0);
+    CHECK_EQ_INT(cluster_slots_master(in, strlen(in), 0, master, sizeof master), 0);
+    CHECK(strcmp(master, "10.0.0.1:7000") == 0);
+    /* Redis before 4: no id */
+    const char *old = "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$8\r\n10.0.0.1\r\n:7000\r\n";
+    CHECK_EQ_INT(cluster_slots_master(old, strlen(old), 5, master, sizeof master), 0);
+    CHECK(strcmp(master, "10.0.0.1:7000") == 0);
+    /* no range holds the slot, an error, a bad shape, a short buffer */
+    const char *part = "*1\r\n*3\r\n:0\r\n:100\r\n*2\r\n$8\r\n10.0.0.1\r\n:7000\r\n";
+    CHECK_EQ_INT(cluster_slots_master(part, strlen(part), 9842, master, sizeof master), -1);
+    const char *err = "-ERR This instance has cluster support disabled\r\n";
+    CHECK_EQ_INT(cluster_slots_master(err, strlen(err), 1, master, sizeof master), -1);
+    nodes[0] = '\0';
+    CHECK_EQ_INT(cluster_slots_nodes(err, strlen(err), collect, nodes), -1);
+    const char *bad = "*1\r\n*3\r\n:0\r\n:16383\r\n$1\r\nx\r\n";
+    CHECK_EQ_INT(cluster_slots_nodes(bad, strlen(bad), collect, nodes), -1);
+    CHECK_EQ_INT(cluster_slots_master(in, strlen(in), 1, master, 8), -1);
+}
+
 int main(void) {
     RUN(test_key_slots_are_redis_slots);
     RUN(test_prefix_slot_needs_a_whole_tag);
@@ -185,5 +223,6 @@ int main(void) {
     RUN(test_the_master_is_known_by_its_metadata_too);
     RUN(test_nothing_to_rewrite_leaves_the_reply);
     RUN(test_another_master_is_left_alone);
+    RUN(test_nodes_and_the_master_of_a_slot);
     return unit_report();
 }
