@@ -21,6 +21,11 @@
 #include "protocol/cluster.h"
 #include "protocol/resp.h"
 
+static void count_node(void *arg, const char *host, size_t hostlen, long long port) {
+    (void)host, (void)hostlen, (void)port;
+    ++*(size_t *)arg;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 3) return 0;
     unsigned slot = (((unsigned)data[0] << 8) | data[1]) % CLUSTER_SLOTS;
@@ -60,6 +65,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         resp_reply_deinit(&q);
     }
     resp_buf_deinit(&out);
+
+    /* the nodes, and the slot's master: whole NUL-terminated strings */
+    char master[32];
+    size_t nodes = 0;
+    if (cluster_slots_master(reply, len, slot, master, sizeof master) == 0) CHECK(memchr(master, '\0', sizeof master));
+    (void)cluster_slots_nodes(reply, len, count_node, &nodes);
     free(reply);
     return 0;
 }
