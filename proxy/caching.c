@@ -1337,7 +1337,9 @@ static void learn_read(struct px_caching *pc, px_server *srv, const px_req *r, c
 int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, resp_buf *out) {
     struct px_caching *pc = c->srv->caching;
     if (pc == NULL) return 0;
-    if (!(r->aux_flags & PX_AUX_SCRIPT)) px_caching_on_error_reply(c->srv, data, len);
+    /* (a script's error, or one sidecache made for a lost request, says
+     * nothing of Redis's role) */
+    if (!(r->aux_flags & PX_AUX_SCRIPT) && !r->lost) px_caching_on_error_reply(c->srv, data, len);
     if (r->learn) learn_read(pc, c->srv, r, data, len);
     if (r->aux_flags & PX_AUX_FILL) {
         uint32_t hdr[4];

@@ -849,7 +849,8 @@ static px_upstream *shared_conn(px_client *c) {
 }
 
 static void reply_unavailable(px_client *c, px_pool *p) {
-    reply_error(c, "ERR sidecache: %s", p->last_error[0] ? p->last_error : "upstream unavailable");
+    reply_error(c, "%s sidecache: %s", px_unavailable_code(c->srv),
+                p->last_error[0] ? p->last_error : "upstream unavailable");
 }
 
 /* Bytes of the current request as Redis must receive them: the frame as it

@@ -30,6 +30,7 @@
 
 #include "proxy/caching.h"
 #include "proxy/client.h"
+#include "proxy/follow.h"
 #include "proxy/io.h"
 #include "proxy/log.h"
 #include "proxy/sentinel.h"
@@ -649,11 +650,20 @@ static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, c
     px_server_schedule_reap(u->srv);
 }
 
-void px_upstream_close(px_upstream *u, const char *why) {
+const char *px_unavailable_code(const px_server *srv) {
+    return px_follow_enabled(srv) ? "CLUSTERDOWN" : "MASTERDOWN";
+}
+
+/* Closes u; its pending requests get "-<code> sidecache: <why>". */
+static void up_close_as(px_upstream *u, const char *code, const char *why) {
     char frame[512];
-    int n = snprintf(frame, sizeof frame, "-ERR sidecache: %s\r\n", why);
+    int n = snprintf(frame, sizeof frame, "-%s sidecache: %s\r\n", code, why);
     if (n < 0 || (size_t)n >= sizeof frame) n = (int)sizeof frame - 1, frame[n - 2] = '\r', frame[n - 1] = '\n';
     up_close_with_frame(u, frame, (size_t)n, why);
+}
+
+void px_upstream_close(px_upstream *u, const char *why) {
+    up_close_as(u, "ERR", why);
 }
 
 void px_upstream_free(px_upstream *u) {
@@ -959,6 +969,9 @@ static void up_on_event(void *arg, int what, int err) {
         if (u->pool) pool_backoff(u->pool, why);
         up_connect_failed(srv); /* resolve again: Redis may have moved */
         px_warning("upstream connect failed addr=%s err=\"%s\"", addr, cause);
+        /* nothing was sent: nothing ran */
+        up_close_as(u, px_unavailable_code(srv), why);
+        return;
     } else {
         snprintf(why, sizeof why, "upstream connection lost: %s", cause);
         px_notice("upstream lost id=%llu pending=%d err=\"%s\"", (unsigned long long)u->id, u->npending, cause);

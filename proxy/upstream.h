@@ -279,6 +279,16 @@ void px_upstream_send_raw(px_upstream *u, const char *data, size_t len);
  * tunnel (px_client_on_tunnel_reset) once all before it was relayed. */
 void px_upstream_send_reset_marker(px_upstream *u);
 
+/* The error code of a reply to a command that Redis could not be reached
+ * for (so it did not run): "MASTERDOWN", as a replica answers while the
+ * link with its master is down, or, in front of a cluster's master
+ * (follow.h), "CLUSTERDOWN", as a cluster answers while a slot's master is
+ * down. A client connected to Redis itself would see its connection
+ * refused, and go-redis (JuiceFS) retries that after a pause: it retries
+ * these two codes the same way, where it gives an ERR to the application
+ * at once (a getattr's EIO during a Redis restart). */
+const char *px_unavailable_code(const px_server *srv);
+
 /* Fails every pending request with `why` and closes the connection. */
 void px_upstream_close(px_upstream *u, const char *why);
 

@@ -1,0 +1,70 @@
+package interop
+
+// Redis restarts under a go-redis client, as under JuiceFS. Connected to
+// Redis itself, the client's commands meet a refused connection, which
+// go-redis retries after a pause (MaxRetries, 20 ms to 10 s for JuiceFS):
+// a restart of a few seconds is a stall, not an error. Through sidecache
+// the connection to sidecache stays up, so sidecache answers the commands
+// it could not send MASTERDOWN (nothing ran), which go-redis retries the
+// same way; an ERR would reach the application (JuiceFS: EIO).
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestRedisRestartIsAStallNotAnError(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	port := freePort(t)
+	must(t, startRedisOn(t, port))
+	target := port
+	if !targetDirect() {
+		target = startProxy(t, proxyBin(t), port, "")
+	}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(target),
+		MaxRetries: 10, MinRetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 500 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	must(t, c.Set(ctx, "i2", "attr", 0).Err())
+
+	// the redis-server of this test is stopped, and a new one started on the
+	// same port 1.5 s later; the client's commands meanwhile must succeed
+	direct := nodeClient(t, port)
+	_ = direct.Do(ctx, "SHUTDOWN", "NOSAVE").Err() // the connection closes: no reply
+	restarted := make(chan error, 1)
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		restarted <- startRedisOn(t, port)
+	}()
+	for i := 0; i < 20; i++ {
+		key := fmt.Sprintf("i%d", 100+i)
+		if err := c.Set(ctx, key, "v", 0).Err(); err != nil {
+			t.Fatalf("SET %s while Redis restarts: %v (a client retries a refused connection; this it gave up on)",
+				key, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	must(t, <-restarted)
+	if v, err := c.Get(ctx, "i119").Result(); err != nil || v != "v" {
+		t.Fatalf("GET i119 = %q, %v", v, err)
+	}
+}
+
+// startRedisOn starts a redis-server on port, which the test may shut down
+// (and start again on that port); stopped at the end of the test if up.
+func startRedisOn(t *testing.T, port int) error {
+	dir := t.TempDir()
+	argv := []string{"/usr/bin/redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--protected-mode", "no"}
+	p, err := startProc(t, "redis-server", filepath.Join(dir, "redis.log"), argv...)
+	if err != nil {
+		return err
+	}
+	p.mayExit = true
+	t.Cleanup(func() { _ = p.stop() })
+	return waitReady(p, "127.0.0.1:"+strconv.Itoa(port), true, "")
+}
