@@ -24,7 +24,6 @@
 #include "protocol/cmdtable.h"
 #include "protocol/commands.h"
 #include "proxy/client.h"
-#include "proxy/follow.h"
 #include "proxy/io.h"
 #include "proxy/log.h"
 #include "proxy/lookup.h"
@@ -1290,11 +1289,10 @@ void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
          starts_with(data, len, "-MASTERDOWN") ||
          (starts_with(data, len, "-MOVED ") && !moved_elsewhere(srv, data, len)))) {
         /* Redis is not (or no longer) the master we cached from (C6); a
-         * cluster node answers MOVED for a slot it no longer holds, and
-         * the upstream follows the slot there */
+         * cluster node answers MOVED for a slot it no longer holds (which
+         * the upstream follows: upstream.c, follow.h) */
         flush_cache(pc);
         pc->flush_failover++;
-        if (data[1] == 'M') px_follow_moved(srv, data, len);
     }
 }
 

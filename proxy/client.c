@@ -598,12 +598,12 @@ static int wants_cluster_rewrite(px_client *c) {
 
 /* CLUSTER SLOTS's reply naming this proxy, at the address the client
  * reached it by, as the master of every range (protocol/cluster.h), so
- * that a cluster client (JuiceFS's) sends the volume's commands here. Only
- * while the master of the key-prefix's slot is the upstream: once the slot
- * moved (a failover, a resharding), the MOVED Redis answers here empties
- * the cache (C6) and moves the upstream there (follow.h); meanwhile the
- * reply is Redis's. Returns 0, or -1 to relay the reply unchanged (also to
- * a client on a unix socket: no address to name). */
+ * that a cluster client (JuiceFS's) sends the volume's commands here. When
+ * the master of the key-prefix's slot is another node than the upstream (a
+ * failover, a resharding), the upstream follows it there (follow.h), and
+ * the cache is emptied; without following (Sentinel, a tracking-upstream)
+ * the reply is Redis's. Returns 0, or -1 to relay the reply unchanged
+ * (also to a client on a unix socket: no address to name). */
 static int cluster_slots_here(px_client *c, const char *data, size_t len, resp_buf *out) {
     px_server *srv = c->srv;
     struct sockaddr_storage ss;
@@ -620,12 +620,26 @@ static int cluster_slots_here(px_client *c, const char *data, size_t len, resp_b
     cluster_self up = {.hosts = {srv->up_followed ? NULL : srv->cfg->up.host, NULL}, .port = srv->cfg->up.port};
     if (srv->up_salen > 0 && px_ip_text(&srv->up_sa, up_ip, sizeof up_ip, &up.port) == 0) up.hosts[1] = up_ip;
     int rc = cluster_slots_rewrite(data, len, (unsigned)slot, &up, host, port, out, other, sizeof other);
+    if (rc == -2 && px_follow_enabled(srv)) {
+        /* The slot is elsewhere (a failover no MOVED told of yet): the
+         * upstream follows it now, and the reply names this proxy all the
+         * same, where Redis's would teach the client the other nodes, from
+         * which it would read the topology from then on (cluster.h). */
+        char there[300];
+        snprintf(there, sizeof there, "%s", other);
+        const char *colon = strrchr(there, ':');
+        long long oport;
+        if (colon != NULL && resp_string2ll(colon + 1, strlen(colon + 1), &oport)) {
+            there[colon - there] = '\0';
+            cluster_self moved = {.hosts = {there, NULL}, .port = (int)oport};
+            px_follow_to(srv, other);
+            rc = cluster_slots_rewrite(data, len, (unsigned)slot, &moved, host, port, out, other, sizeof other);
+        }
+    }
     if (rc == -2 && !srv->cluster_other_logged) {
         px_notice("CLUSTER SLOTS: the master of slot %d (key-prefix %s) is %s, not the upstream: relayed unchanged, "
-                  "cluster clients go there directly%s",
-                  slot, prefix, other,
-                  px_follow_enabled(srv) ? " until a MOVED for the slot moves the upstream there"
-                                         : "; point upstream at it to cache the volume");
+                  "cluster clients go there directly; point upstream at it to cache the volume",
+                  slot, prefix, other);
         srv->cluster_other_logged = 1;
     }
     return rc == 0 ? 0 : -1;

@@ -22,21 +22,35 @@ int px_follow_enabled(const px_server *srv) {
            cfg->tracking_upstream[0] == '\0' && !cfg->up.is_unix;
 }
 
-/* The "host:port" of a MOVED frame ("-MOVED <slot> <host>:<port>\r\n"),
- * into to; 0, or -1 for another shape. */
-static int moved_target(const char *data, size_t len, char *to, size_t tolen) {
+static int slot_of_prefix(const px_server *srv) {
+    return cluster_prefix_slot(srv->cfg->key_prefix, strlen(srv->cfg->key_prefix));
+}
+
+/* The slot and "host:port" of a MOVED frame ("-MOVED <slot> <host>:<port>\r\n"),
+ * the latter into to; 0, or -1 for another shape. */
+static int moved_target(const char *data, size_t len, long long *slot, char *to, size_t tolen) {
     if (len < 9 || memcmp(data, "-MOVED ", 7) != 0 || data[len - 2] != '\r') return -1;
     const char *p = data + 7, *end = data + len - 2;
     const char *sp = memchr(p, ' ', (size_t)(end - p));
-    if (sp == NULL || (size_t)(end - sp - 1) >= tolen || end - sp - 1 < 2) return -1;
+    if (sp == NULL || !resp_string2ll(p, (size_t)(sp - p), slot) || (size_t)(end - sp - 1) >= tolen ||
+        end - sp - 1 < 2)
+        return -1;
     memcpy(to, sp + 1, (size_t)(end - sp - 1));
     to[end - sp - 1] = '\0';
     return 0;
 }
 
-void px_follow_moved(px_server *srv, const char *data, size_t len) {
-    if (srv->follow_ev == NULL || moved_target(data, len, srv->follow_to, sizeof srv->follow_to) != 0) return;
+void px_follow_to(px_server *srv, const char *node) {
+    if (srv->follow_ev == NULL || strlen(node) >= sizeof srv->follow_to) return;
+    snprintf(srv->follow_to, sizeof srv->follow_to, "%s", node);
     event_active(srv->follow_ev, EV_TIMEOUT, 0);
+}
+
+void px_follow_moved(px_server *srv, const char *data, size_t len) {
+    char to[300];
+    long long slot;
+    if (srv->follow_ev != NULL && moved_target(data, len, &slot, to, sizeof to) == 0 && slot == slot_of_prefix(srv))
+        px_follow_to(srv, to);
 }
 
 /* host:port (host as Redis wrote it: an IPv6 address without brackets, or
@@ -58,10 +72,6 @@ static int parse_target(px_server *srv, const char *to, px_upstream_addr *a) {
     return 0;
 }
 
-static int slot_of_prefix(const px_server *srv) {
-    return cluster_prefix_slot(srv->cfg->key_prefix, strlen(srv->cfg->key_prefix));
-}
-
 /* Moves the upstream to node ("host:port", as Redis wrote it); 0, or -1
  * when that cannot be resolved. Nothing when it is there already. */
 static int move_to(px_server *srv, const char *node, int gently, const char *because) {
@@ -69,6 +79,9 @@ static int move_to(px_server *srv, const char *node, int gently, const char *bec
     struct sockaddr_storage sa;
     unsigned salen = 0;
     char why[300], from[64] = "?", to[64] = "?";
+    /* the node followed last (the MOVED of each request that was in
+     * flight to the old one): no name to resolve again */
+    if (srv->up_followed && srv->up_salen != 0 && strcmp(node, srv->follow_last) == 0) return 0;
     if (parse_target(srv, node, &a) != 0) {
         px_warning("cluster: cannot follow the slot to \"%s\": not host:port", node);
         return -1;
@@ -86,6 +99,7 @@ static int move_to(px_server *srv, const char *node, int gently, const char *bec
     px_notice("cluster: slot %d of key-prefix %s moved from=%s to=%s (%s): cache emptied, connections moved",
               slot_of_prefix(srv), srv->cfg->key_prefix, from, to, because);
     px_upstreams_move(srv, &sa, salen, gently);
+    snprintf(srv->follow_last, sizeof srv->follow_last, "%s", node);
     srv->up_followed = 1;
     srv->up_unreachable = 0;
     srv->cluster_other_logged = 0;
@@ -150,10 +164,18 @@ static int ask_node(px_server *srv, const char *node, char *master, size_t mlen,
 }
 
 void px_follow_cron(px_server *srv) {
+    if (srv->follow_ev == NULL || !srv->up_unreachable || srv->stopping) return;
     /* (plain TCP: not with rediss://) */
-    if (srv->follow_ev == NULL || !srv->up_unreachable || srv->stopping || srv->ncluster_nodes == 0 ||
-        srv->cfg->up.tls)
+    if (srv->ncluster_nodes == 0 || srv->cfg->up.tls) {
+        /* no node to ask: a followed node that is gone gives way to the
+         * configured one, whose MOVED leads on */
+        if (srv->up_followed) {
+            char node[300];
+            snprintf(node, sizeof node, "%s:%d", srv->cfg->up.host, srv->cfg->up.port);
+            move_to(srv, node, 0, "followed node unreachable, back to the configured one");
+        }
         return;
+    }
     /* a few nodes a second: each that does not answer holds the loop up to
      * PX_SENTINEL_TIMEOUT_MS, while no request can be served anyway */
     for (int tries = 0; tries < PX_FOLLOW_ASKS_PER_TICK && tries < srv->ncluster_nodes; tries++) {

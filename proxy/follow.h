@@ -11,7 +11,9 @@
  * moves, and until tracking is active on the new master no hit is served;
  * the requests in flight get the old node's own MOVED, which the client
  * follows before it reads the topology again, through sidecache, which now
- * names itself for the new master; new connections go there.
+ * names itself for the new master; new connections go there. A CLUSTER
+ * SLOTS that names another master for the slot (a failover no MOVED told of
+ * yet) moves it the same way (client.c), with the cache off too.
  *
  * A master that dies sends no MOVED: while the upstream cannot be reached,
  * the nodes that the last CLUSTER SLOTS through sidecache named (a cluster
@@ -24,7 +26,9 @@
  * that no longer holds the slot). The upstream keeps its configured
  * credentials, database and TLS settings (the certificate is checked
  * against the configured host name, as after a Sentinel failover). A
- * connect to the followed node that fails goes back to the configured one.
+ * followed node that cannot be reached stays the upstream until the
+ * cluster's nodes name another (above); with none to ask, the configured
+ * one is tried again.
  */
 #ifndef SIDECACHE_PROXY_FOLLOW_H
 #define SIDECACHE_PROXY_FOLLOW_H
@@ -37,10 +41,14 @@
  * neither upstream-sentinel nor tracking-upstream is set. */
 int px_follow_enabled(const px_server *srv);
 
-/* Redis answered MOVED for the key-prefix's slot (data, len: the error
- * frame): the move happens after the reply's callback, whose connection it
- * retires. */
+/* Redis answered MOVED (data, len: the error frame; not a script's): if it
+ * is for the key-prefix's slot, the upstream moves where it says, after the
+ * reply's callback, whose connection the move retires. */
 void px_follow_moved(px_server *srv, const char *data, size_t len);
+
+/* The same, to node ("host:port" as Redis writes it): the topology a client
+ * asked for names it as the slot's master. */
+void px_follow_to(px_server *srv, const char *node);
 
 /* The nodes of a CLUSTER SLOTS reply from Redis (data, len): remembered,
  * to be asked where the slot is when the upstream cannot be reached. */

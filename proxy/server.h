@@ -85,6 +85,7 @@ typedef struct px_server {
                                   not the configured address (follow.h) */
     struct event *follow_ev;   /* moves to follow_to, after the reply */
     char follow_to[300];       /* "host:port" of that MOVED */
+    char follow_last[300];     /* ... of the node moved to last */
     /* the cluster's nodes, as the last CLUSTER SLOTS through the proxy
      * named them: asked where the slot is when the upstream is gone */
     char cluster_nodes[PX_CLUSTER_NODES_MAX][128];

@@ -439,13 +439,19 @@ static const px_io_ops up_io_ops;
 
 /* A connect failed: where is Redis now? With Sentinel, the address stays
  * until px_sentinel_check sees a new master and moves every connection
- * (other connections to this one may still be up); asked at once. Else the
- * configured address is resolved again (its name may point elsewhere now);
- * after following a cluster's MOVED (follow.h), that is the configured
- * node again, whose own MOVED leads on if the slot is not there. */
+ * (other connections to this one may still be up); asked at once. So it
+ * does after following a cluster's MOVED (follow.h). Else the configured
+ * address is resolved again (its name may point elsewhere now). */
 static void up_connect_failed(px_server *srv) {
     if (px_sentinel_enabled(srv) && srv->sentinel_ev != NULL) {
         event_active(srv->sentinel_ev, EV_TIMEOUT, 0);
+        return;
+    }
+    if (srv->up_followed) {
+        /* the node a cluster's MOVED named: it stays the upstream until the
+         * cluster's nodes say where the slot went (px_follow_cron), whose
+         * move empties the cache and moves the invalidation connection */
+        srv->up_unreachable = 1;
         return;
     }
     if (srv->up_salen != 0) px_format_address(&srv->up_sa, srv->up_salen, srv->up_failed, sizeof srv->up_failed);
@@ -672,11 +678,16 @@ void px_upstream_free(px_upstream *u) {
     free(u);
 }
 
-/* No longer the master: with Sentinel, ask where it went (after this
- * callback: a switch closes this very connection). */
-static void note_readonly(px_upstream *u, const char *data, size_t len) {
+/* An error that says where Redis is now (not one a script returned): no
+ * longer the master, with Sentinel, ask where it went; a cluster's MOVED for
+ * the volume's slot, follow it (follow.h). Both after this callback: a
+ * switch closes or retires this very connection. */
+static void note_role(px_upstream *u, const px_req *r, const char *data, size_t len) {
+    if (r->aux_flags & PX_AUX_SCRIPT) return;
     if (len >= 9 && memcmp(data, "-READONLY", 9) == 0 && u->srv->sentinel_ev != NULL)
         event_active(u->srv->sentinel_ev, EV_TIMEOUT, 0);
+    else if (len >= 7 && memcmp(data, "-MOVED ", 7) == 0)
+        px_follow_moved(u->srv, data, len);
 }
 
 /*
@@ -837,7 +848,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     if (r->replies_left > 1) {
         /* a run's record stays at the head until its last reply */
         r->replies_left--;
-        if (type == '-') note_readonly(u, data, len);
+        if (type == '-') note_role(u, r, data, len);
         px_client_on_reply_part(r->client, r, data, len);
         return;
     }
@@ -868,7 +879,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
             u->pool->discard_epoch = px_acl_mark(u->srv); /* a client's DISCARD is answered here */
     } else {
         px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
-        if (type == '-') note_readonly(u, data, len);
+        if (type == '-') note_role(u, r, data, len);
         int refused = (r->kind == PX_REQ_BATCH || (r->aux_flags & PX_AUX_BLOCK_EXEC)) && block_exec_refused(data, len);
         px_client_on_reply(r->client, r, data, len);
         if (refused) up_txn_refused(u, data, len, 0);
@@ -966,8 +977,10 @@ static void up_on_event(void *arg, int what, int err) {
     const char *cause = what == PX_IO_EOF ? "connection closed by upstream" : strerror(err);
     if (u->state == PX_UP_CONNECTING) {
         snprintf(why, sizeof why, "upstream %s unavailable: %s", up_addr(srv, addr, sizeof addr), cause);
-        if (u->pool) pool_backoff(u->pool, why);
-        up_connect_failed(srv); /* resolve again: Redis may have moved */
+        /* (a retired connection went to where Redis was: that says nothing
+         * of where it is now) */
+        if (u->pool && !u->retired) pool_backoff(u->pool, why);
+        if (!u->retired) up_connect_failed(srv); /* resolve again: Redis may have moved */
         px_warning("upstream connect failed addr=%s err=\"%s\"", addr, cause);
         /* nothing was sent: nothing ran */
         up_close_as(u, px_unavailable_code(srv), why);

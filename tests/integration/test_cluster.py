@@ -10,6 +10,9 @@ empties the cache and moves the upstream to the slot's new master. (A
 go-redis ClusterClient against a two-master cluster:
 tests/interop/cluster_test.go.)
 """
+import select
+import socket
+import threading
 import time
 
 import pytest
@@ -321,8 +324,9 @@ def test_master_dies_and_the_upstream_follows_the_promoted_replica(proxy_factory
     with p.raw(auth=True) as c:
         wait_tracking_active(c)
         assert c.call("SET", "{1}i2", "v1") == b"OK"
-        with b.raw(auth=True) as cb:
-            assert cb.call("WAIT", "1", "2000") == 1        # R has it
+        with r.raw(auth=True) as cr:                       # R has it (replication is async)
+            assert cr.call("READONLY") == b"OK"
+            wait_for("R did not get v1", lambda: cr.call("GET", "{1}i2") == b"v1")
         c.cmd("CLUSTER", "SLOTS")                           # as a cluster client reads it
     b.kill()
     with r.raw(auth=True) as cr:
@@ -347,3 +351,142 @@ def test_master_dies_and_the_upstream_follows_the_promoted_replica(proxy_factory
         assert c.call("SET", "{1}i2", "v2") == b"OK"
     with r.raw(auth=True) as cr:
         assert cr.call("GET", "{1}i2") == b"v2"
+
+
+def test_cluster_slots_after_a_failover_names_the_proxy_and_the_upstream_follows(proxy_factory, replica_of_b):
+    """R took over B's slots, and the first thing a client asks the proxy is
+    the topology (go-redis reloads it every 10 s): the proxy learns there
+    that the slot is on R, follows it, and names itself, not the nodes, from
+    which the client would read the topology from then on."""
+    a, b, r, id_r = replica_of_b
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        with r.raw(auth=True) as cr, b.raw(auth=True) as cb:
+            assert cr.call("CLUSTER", "FAILOVER") == b"OK"
+            wait_for("R did not take over", lambda: b"role:master" in cr.call("INFO", "replication") and
+                     b"role:slave" in cb.call("INFO", "replication"))
+        here = b"*3\r\n$9\r\n127.0.0.1\r\n:%d\r\n$40\r\n%s\r\n" % (p.port, id_r)
+        assert c.cmd("CLUSTER", "SLOTS").raw == (b"*2\r\n*3\r\n:0\r\n:8191\r\n" + here +
+                                                 b"*3\r\n:8192\r\n:16383\r\n" + here)
+        wait_log(p, "cluster: slot 9842 of key-prefix {1} moved from=127.0.0.1:%d to=127.0.0.1:%d (MOVED)"
+                 % (b.port, r.port))
+        assert c.call("SET", "{1}i2", "v") == b"OK"
+    with r.raw(auth=True) as cr:
+        assert cr.call("GET", "{1}i2") == b"v"
+
+
+def test_the_upstream_follows_with_the_cache_off(proxy_factory, replica_of_b):
+    """cache-max-memory 0 (a plain proxy): the MOVED of a failover moves the
+    upstream all the same, so that the volume's commands keep coming
+    through the proxy, which CLUSTER SLOTS names."""
+    a, b, r, _ = replica_of_b
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}", "--cache-max-memory", "0"))
+    with p.raw(auth=True) as c:
+        assert c.call("SET", "{1}i2", "v1") == b"OK"
+        with r.raw(auth=True) as cr, b.raw(auth=True) as cb:
+            assert cr.call("CLUSTER", "FAILOVER") == b"OK"
+            wait_for("R did not take over", lambda: b"role:master" in cr.call("INFO", "replication") and
+                     b"role:slave" in cb.call("INFO", "replication"))
+        assert c.cmd("SET", "{1}i2", "v2").raw == b"-MOVED 9842 127.0.0.1:%d\r\n" % r.port
+        wait_log(p, "cluster: slot 9842 of key-prefix {1} moved")
+        assert c.call("SET", "{1}i2", "v2") == b"OK"
+    with r.raw(auth=True) as cr:
+        assert cr.call("GET", "{1}i2") == b"v2"
+
+
+class HangingForwarder:
+    """A TCP forwarder to a node that can stop accepting with its accept
+    queue full, so that a connect to it hangs (its SYNs are dropped), and
+    then close, so that the hanging connect is refused."""
+
+    def __init__(self, target_port):
+        self.target = target_port
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(1)
+        self.port = self.ls.getsockname()[1]
+        self.accepting = True
+        self.fillers = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                ready, _, _ = select.select([self.ls], [], [], 0.05)
+            except (OSError, ValueError):
+                return
+            if not self.accepting or not ready:
+                continue
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            t = socket.create_connection(("127.0.0.1", self.target))
+            for x, y in ((c, t), (t, c)):
+                threading.Thread(target=self._pipe, args=(x, y), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def hang(self):
+        self.accepting = False
+        time.sleep(0.2)
+        for _ in range(4):
+            f = socket.socket()
+            f.setblocking(False)
+            f.connect_ex(("127.0.0.1", self.port))
+            self.fillers.append(f)
+        time.sleep(0.2)
+
+    def close(self):
+        self.ls.close()
+        for f in self.fillers:
+            f.close()
+
+
+def test_a_connect_to_the_old_node_that_fails_late_keeps_the_followed_upstream(proxy_factory, replica_of_b):
+    """A client's own connection to B is still connecting when the proxy
+    follows the slot to R; then that connect is refused. It went to where
+    Redis was: the proxy stays on R (it had gone back to B, gone for good,
+    and every command failed)."""
+    a, b, r, _ = replica_of_b
+    fwd = HangingForwarder(b.port)
+    p = proxy_factory(upstream_url="redis://127.0.0.1:%d" % fwd.port, args=("--key-prefix", "{1}"))
+    try:
+        with p.raw(auth=True) as c1, p.raw(auth=True) as c2:
+            wait_tracking_active(c1)
+            assert c1.call("SET", "{1}i1", "v1") == b"OK"
+            with r.raw(auth=True) as cr, b.raw(auth=True) as cb:
+                assert cr.call("CLUSTER", "FAILOVER") == b"OK"
+                wait_for("R did not take over", lambda: b"role:master" in cr.call("INFO", "replication") and
+                         b"role:slave" in cb.call("INFO", "replication"))
+            fwd.hang()
+            c2.send_cmd("WATCH", "{1}i1")            # its own connection: the connect hangs
+            time.sleep(0.3)
+            assert c1.cmd("GET", "{1}x").raw == b"-MOVED 9842 127.0.0.1:%d\r\n" % r.port
+            wait_log(p, "cluster: slot 9842 of key-prefix {1} moved")
+            fwd.close()                              # the hanging connect is refused
+            wait_log(p, "Connection refused")
+            with r.raw(auth=True) as cr:             # R drops the proxy's connections
+                cr.call("CLIENT", "KILL", "TYPE", "normal")
+            time.sleep(0.5)
+            seen = []
+            wait_for("the proxy left R", lambda: seen.append(p.raw(auth=True).cmd("GET", "{1}i1").raw) or
+                     seen[-1] == b"$2\r\nv1\r\n", timeout=5,
+                     status=lambda: "replies %r; log:\n%s" % (sorted(set(seen)), open(p.logpath).read()[-3000:]))
+    finally:
+        fwd.close()
