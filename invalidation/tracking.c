@@ -429,6 +429,13 @@ static void connect_now(inv_conn *t) {
         inv_fail(t, why, 0);
         return;
     }
+    /* The highest priority (0), once the socket is set (setting it resets
+     * the events' priority): when an invalidation and a client's read of
+     * its key are both waiting, the purge comes first. Redis writes the
+     * invalidation of a write before the write's reply; without this a
+     * read that the writer's reply set off, read in the same pass, could
+     * be answered from the cache with the old value. */
+    bufferevent_priority_set(t->bev, 0);
     /* a connect whose SYNs go unanswered would otherwise wait for the
      * kernel (about two minutes), caching off all the while: it gets the
      * keep-alive's timeout, as an unanswered PING does */

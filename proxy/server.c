@@ -264,7 +264,11 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     cfg->maxclients = px_fdlimit_fit_clients(cfg->maxclients);
     signal(SIGPIPE, SIG_IGN);
     srv.base = event_base_new();
-    if (srv.base == NULL) {
+    /* Two priorities: the invalidation connection's events (0) run before
+     * any other that is ready at the same time (1, the default), so that a
+     * client's read arriving with the invalidation of its key is answered
+     * after the purge (invalidation/tracking.c). */
+    if (srv.base == NULL || event_base_priority_init(srv.base, 2) != 0) {
         px_error("cannot create the event loop");
         return 1;
     }
