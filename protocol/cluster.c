@@ -174,40 +174,65 @@ static int node_address(const char *m, size_t n, size_t at, const char **host, s
     return 0;
 }
 
-int cluster_slots_nodes(const char *data, size_t len, cluster_node_fn fn, void *arg) {
+/* Calls fn for each range of a CLUSTER SLOTS reply (the range at m) until
+ * it returns other than 0. Returns what it returned; 0 when it saw every
+ * range and the reply ends there; -1 for another shape. */
+typedef int (*range_fn)(void *arg, const char *m, const slot_range *r);
+
+static int each_range(const char *data, size_t len, range_fn fn, void *arg) {
     long long nranges;
     size_t at = resp_read_int_line(data, len, 0, '*', &nranges);
     slot_range r;
     if (at == 0 || nranges < 0) return -1;
     for (long long k = 0; k < nranges; k++, at += r.n) {
         if (read_range(data, len, at, &r) != 0) return -1;
-        const char *m = data + at;
-        for (size_t node = r.master; node < r.n;) {
-            const char *host;
-            size_t hostlen, nlen = value_len(m, r.n, node);
-            long long port;
-            if (nlen == 0 || node_address(m, r.n, node, &host, &hostlen, &port) != 0) return -1;
-            fn(arg, host, hostlen, port);
-            node += nlen;
-        }
+        int rc = fn(arg, data + at, &r);
+        if (rc != 0) return rc;
     }
     return at == len ? 0 : -1;
 }
 
-int cluster_slots_master(const char *data, size_t len, unsigned slot, char *out, size_t outlen) {
-    long long nranges;
-    size_t at = resp_read_int_line(data, len, 0, '*', &nranges);
-    slot_range r;
-    if (at == 0 || nranges < 0) return -1;
-    for (long long k = 0; k < nranges; k++, at += r.n) {
-        if (read_range(data, len, at, &r) != 0) return -1;
-        if (r.start > (long long)slot || (long long)slot > r.end) continue;
+struct node_visit {
+    cluster_node_fn fn;
+    void *arg;
+};
+
+static int visit_nodes(void *arg, const char *m, const slot_range *r) {
+    struct node_visit *v = arg;
+    for (size_t node = r->master; node < r->n;) {
         const char *host;
-        size_t hostlen;
+        size_t hostlen, nlen = value_len(m, r->n, node);
         long long port;
-        if (node_address(data + at, r.n, r.master, &host, &hostlen, &port) != 0) return -1;
-        int w = snprintf(out, outlen, "%.*s:%lld", (int)(hostlen > 255 ? 255 : hostlen), host, port);
-        return w > 0 && (size_t)w < outlen ? 0 : -1;
+        if (nlen == 0 || node_address(m, r->n, node, &host, &hostlen, &port) != 0) return -1;
+        v->fn(v->arg, host, hostlen, port);
+        node += nlen;
     }
-    return -1;
+    return 0;
+}
+
+int cluster_slots_nodes(const char *data, size_t len, cluster_node_fn fn, void *arg) {
+    struct node_visit v = {fn, arg};
+    return each_range(data, len, visit_nodes, &v);
+}
+
+struct master_find {
+    unsigned slot;
+    char *out;
+    size_t outlen;
+};
+
+static int find_master(void *arg, const char *m, const slot_range *r) {
+    struct master_find *f = arg;
+    const char *host;
+    size_t hostlen;
+    long long port;
+    if (r->start > (long long)f->slot || (long long)f->slot > r->end) return 0;
+    if (node_address(m, r->n, r->master, &host, &hostlen, &port) != 0) return -1;
+    int w = snprintf(f->out, f->outlen, "%.*s:%lld", (int)(hostlen > 255 ? 255 : hostlen), host, port);
+    return w > 0 && (size_t)w < f->outlen ? 1 : -1;
+}
+
+int cluster_slots_master(const char *data, size_t len, unsigned slot, char *out, size_t outlen) {
+    struct master_find f = {slot, out, outlen};
+    return each_range(data, len, find_master, &f) == 1 ? 0 : -1;
 }

@@ -723,3 +723,21 @@ def _short(v):
     if isinstance(v, (bytes, bytearray)) and len(v) > 300:
         return bytes(v[:300]) + b"...(%d bytes)" % len(v)
     return v
+
+
+def pump(a, b):
+    """One direction of a TCP forwarder: what socket a receives goes to b
+    until a closes or fails; then both are shut down."""
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    for s in (a, b):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

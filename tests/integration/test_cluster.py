@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from helpers import pump
+
 pytestmark = pytest.mark.proxy_only
 
 
@@ -424,23 +426,7 @@ class HangingForwarder:
                 return
             t = socket.create_connection(("127.0.0.1", self.target))
             for x, y in ((c, t), (t, c)):
-                threading.Thread(target=self._pipe, args=(x, y), daemon=True).start()
-
-    @staticmethod
-    def _pipe(a, b):
-        try:
-            while True:
-                data = a.recv(65536)
-                if not data:
-                    break
-                b.sendall(data)
-        except OSError:
-            pass
-        for s in (a, b):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+                threading.Thread(target=pump, args=(x, y), daemon=True).start()
 
     def hang(self):
         self.accepting = False

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from cachehelpers import Stats, wait_tracking_active, warm
-from helpers import HOST, REDIS_SERVER, ConnectionClosed, RedisServer, wait_until
+from helpers import HOST, REDIS_SERVER, ConnectionClosed, RedisServer, pump, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -203,23 +203,7 @@ class Forwarder(_Listener):
     def _accepted(self, c):
         t = socket.create_connection((HOST, self.target))
         for a, b in ((c, t), (t, c)):
-            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(a, b):
-        try:
-            while True:
-                x = a.recv(65536)
-                if not x:
-                    break
-                b.sendall(x)
-        except OSError:
-            pass
-        for s in (a, b):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            threading.Thread(target=pump, args=(a, b), daemon=True).start()
 
     def stop_accepting(self):
         self.ls.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close alone would not)

@@ -58,6 +58,23 @@ func startCluster(t *testing.T, ctx context.Context) (int, int) {
 	}
 }
 
+// masterAddrs is the address of every master the cluster client knows.
+func masterAddrs(t *testing.T, ctx context.Context, cc *redis.ClusterClient) []string {
+	t.Helper()
+	var (
+		mu      sync.Mutex // ForEachMaster calls fn from a goroutine per master
+		masters []string
+	)
+	must(t, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		masters = append(masters, c.Options().Addr)
+		return nil
+	}))
+	sort.Strings(masters)
+	return masters
+}
+
 func nodeClient(t *testing.T, port int) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))})
 	t.Cleanup(func() { _ = c.Close() })
@@ -101,17 +118,7 @@ func TestClusterClientSendsTheVolumeSlotThroughSidecache(t *testing.T) {
 	must(t, cc.Ping(ctx).Err())
 
 	// the masters it knows: sidecache alone
-	var (
-		mu      sync.Mutex // ForEachMaster calls fn from a goroutine per master
-		masters []string
-	)
-	must(t, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		masters = append(masters, c.Options().Addr)
-		return nil
-	}))
-	sort.Strings(masters)
+	masters := masterAddrs(t, ctx, cc)
 	want := []string{paddr}
 	if fmt.Sprint(masters) != fmt.Sprint(want) {
 		t.Fatalf("masters %v, want %v (sidecache); CLUSTER SLOTS: through sidecache %v, of A %v, of B %v",
@@ -217,16 +224,7 @@ func TestClusterClientStaysOnSidecacheAcrossReloads(t *testing.T) {
 		t.Fatalf("%d of %d reads of the volume's cached key hit sidecache's cache: the others went "+
 			"around it (CLUSTER SLOTS through sidecache: %v)", got, reads, proxy.ClusterSlots(ctx).Val())
 	}
-	var (
-		mu      sync.Mutex
-		masters []string
-	)
-	must(t, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		masters = append(masters, c.Options().Addr)
-		return nil
-	}))
+	masters := masterAddrs(t, ctx, cc)
 	if fmt.Sprint(masters) != fmt.Sprint([]string{paddr}) {
 		t.Fatalf("the cluster client's masters are %v, want sidecache alone (%s)", masters, paddr)
 	}
