@@ -756,6 +756,10 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
         cluster_slots_here(c, data, len, &topology) == 0) {
         data = topology.data;
         len = topology.len;
+    } else if (len > 0 && data[0] == '-' && !(r->aux_flags & PX_AUX_SCRIPT) && !r->lost &&
+               px_follow_tryagain(c->srv, data, len, &topology)) {
+        data = topology.data;
+        len = topology.len;
     }
     on_reply_deliver(c, r, data, answered ? 0 : len);
     resp_buf_deinit(&topology);
@@ -796,14 +800,22 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
 }
 
 void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t len) {
-    px_caching_on_error_reply(c->srv, data, len);
+    /* (an error sidecache made for a lost request says nothing of Redis) */
+    if (!r->lost) px_caching_on_error_reply(c->srv, data, len);
     px_caching_on_reply_part(c, r);
     if (c->state == PX_CLIENT_CLOSED) return;
+    resp_buf tryagain;
+    resp_buf_init(&tryagain);
+    if (len > 0 && data[0] == '-' && !r->lost && px_follow_tryagain(c->srv, data, len, &tryagain)) {
+        data = tryagain.data;
+        len = tryagain.len;
+    }
     /* the head slot's early replies were written when it became the head */
     if (r == c->slots_head)
         client_write(c, data, len);
     else
         early_add(c, r, data, len);
+    resp_buf_deinit(&tryagain);
 }
 
 void px_clients_access_learned(px_server *srv) {

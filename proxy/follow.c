@@ -46,6 +46,15 @@ void px_follow_to(px_server *srv, const char *node) {
     event_active(srv->follow_ev, EV_TIMEOUT, 0);
 }
 
+int px_follow_tryagain(const px_server *srv, const char *data, size_t len, resp_buf *out) {
+    char to[300];
+    long long slot;
+    if (srv->follow_ev == NULL || moved_target(data, len, &slot, to, sizeof to) != 0 || slot != slot_of_prefix(srv))
+        return 0;
+    return resp_buf_printf(out, "-TRYAGAIN sidecache: slot %lld moved to %s, which sidecache follows\r\n", slot,
+                           to) == 0;
+}
+
 void px_follow_moved(px_server *srv, const char *data, size_t len) {
     char to[300];
     long long slot;

@@ -35,6 +35,7 @@
 
 #include <stddef.h>
 
+#include "protocol/resp.h"
 #include "proxy/server.h"
 
 /* Whether the upstream follows the slot: key-prefix has a hash tag, and
@@ -49,6 +50,15 @@ void px_follow_moved(px_server *srv, const char *data, size_t len);
 /* The same, to node ("host:port" as Redis writes it): the topology a client
  * asked for names it as the slot's master. */
 void px_follow_to(px_server *srv, const char *node);
+
+/* What the client gets for that MOVED (data, len; not a script's): a
+ * TRYAGAIN, appended to out (returns 1; else 0, nothing appended). Nothing
+ * ran, as with MOVED, and a cluster client retries it after a pause, here,
+ * where sidecache now forwards to the new master; a MOVED would send it
+ * there itself, and go-redis keeps a node it was sent to among those it
+ * reads the topology from: from then on it could learn the real nodes and
+ * go around the cache (cluster.h). */
+int px_follow_tryagain(const px_server *srv, const char *data, size_t len, resp_buf *out);
 
 /* The nodes of a CLUSTER SLOTS reply from Redis (data, len): remembered,
  * to be asked where the slot is when the upstream cannot be reached. */
