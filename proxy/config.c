@@ -142,6 +142,19 @@ static const px_directive px_directives[] = {
     {.name = "upstream-timeout", .type = PX_CT_INT, PX_FIELD(upstream_timeout), .min = 0, .max = INT_MAX,
      .def = "30", .arg = "<seconds>",
      .help = "Drop an upstream connection whose requests get no reply byte for this long (half-open, hung); 0 = never"},
+    /* Default 2 s. A Redis beside its clients (the same zone) connects in
+     * about a millisecond, TLS included in a few; 2 s still lets a lost SYN
+     * or SYN-ACK be sent again (Linux does after 1 s). Clients' dial
+     * timeouts (go-redis's 5 s, which JuiceFS keeps) bound their connect to
+     * sidecache, which is local: what they wait for here is a reply, under
+     * their read timeout (go-redis: 3 s by default, JuiceFS: 30 s), and 2 s
+     * gives them sidecache's error, which says why, before their own
+     * timeout. A deadline too short for a slow link costs little: a failed
+     * connect is tried again after the pool's back-off (2 s at most). */
+    {.name = "upstream-connect-timeout", .type = PX_CT_INT, PX_FIELD(upstream_connect_timeout), .min = 0,
+     .max = 3600000, .def = "2000", .arg = "<ms>",
+     .help = "Fail a connect to Redis (TCP, and TLS for rediss://) not done in this time, as a refused one; "
+             "0 = no deadline"},
     {.name = "upstream-connections", .type = PX_CT_INT, PX_FIELD(upstream_connections),
      .min = 1, .max = 256, .def = "2", .arg = "<n>",
      .help = "Shared connections to Redis per pool (user, db, protocol)"},

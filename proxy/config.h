@@ -78,6 +78,7 @@ typedef struct px_config {
     char metrics_bind[64];         /* its address */               /* 1: TCP_NODELAY on client and upstream sockets */
     int upstream_connections;      /* shared connections per pool */
     int upstream_timeout;          /* seconds without a reply byte before a connection is dropped; 0 = never */
+    int upstream_connect_timeout;  /* ms a connect to Redis (TCP, TLS) may take; 0 = no deadline */
     int loglevel;                  /* enum px_loglevel */
     char logfile[1024];            /* "" = stderr */
     long long proto_max_bulk_len;  /* bytes */

@@ -277,6 +277,8 @@ int px_io_start_tls(px_io *io, SSL *ssl) {
     return 0;
 }
 
+int px_io_tls_handshaking(const px_io *io) { return io->ssl != NULL && !SSL_is_init_finished(io->ssl); }
+
 /* ------------------------------------------------------------------------ */
 
 static void io_read_cb(evutil_socket_t fd, short what, void *arg) {

@@ -109,6 +109,10 @@ int px_io_connect(px_io *io, const struct sockaddr *addr, socklen_t len);
  * socket. Returns 0, or -1 (ssl freed). */
 int px_io_start_tls(px_io *io, struct ssl_st *ssl);
 
+/* 1 while io speaks TLS and its handshake has not finished: for a
+ * rediss:// connection, the connect is not over yet. 0 for a plain socket. */
+int px_io_tls_handshaking(const px_io *io);
+
 /* The input read and not yet consumed: *len bytes at the pointer returned
  * (NULL when none). Valid until px_io_consume, or on_read's return. */
 const char *px_io_input(const px_io *io, size_t *len);

@@ -154,8 +154,8 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
  * news either. */
 static const char *const px_reloadable[] = {
     "loglevel", "maxclients", "timeout", "client-query-buffer-limit", "client-output-buffer-limit",
-    "upstream-output-limit", "proto-max-bulk-len", "max-multibulk-len", "proto-max-nesting",
-    "cache-max-memory", "cache-max-value", "cache-ttl", NULL,
+    "upstream-output-limit", "upstream-connect-timeout", "proto-max-bulk-len", "max-multibulk-len",
+    "proto-max-nesting", "cache-max-memory", "cache-max-value", "cache-ttl", NULL,
 };
 
 /* Warns, by name, of every change in fresh that needs a restart: one line an
@@ -179,7 +179,8 @@ static void warn_unapplied(const px_config *cfg, const px_config *fresh) {
  * SIGHUP: the configuration is read again from the same command line (and
  * the file it names). What can change at run time is applied: log level,
  * cache size, value limit and ttl, client limits and timeout (maxclients
- * fitted to the open files limit again, as at start): px_reloadable. Every
+ * fitted to the open files limit again, as at start), the connect deadline
+ * (for connects begun from then on): px_reloadable. Every
  * other directive (addresses, upstream, rules and tracking prefixes, modes,
  * logfile, ...) needs a restart, and a change to it is logged by name and
  * ignored. A configuration that does not load changes nothing.
@@ -211,6 +212,7 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
     cfg->client_output_buffer_limit = fresh->client_output_buffer_limit;
     cfg->upstream_output_limit = fresh->upstream_output_limit;
     px_server_upstream_output_fell(srv);
+    cfg->upstream_connect_timeout = fresh->upstream_connect_timeout;
     cfg->proto_max_bulk_len = fresh->proto_max_bulk_len;
     cfg->max_multibulk_len = fresh->max_multibulk_len;
     srv->req_limits.max_bulk_len = cfg->proto_max_bulk_len;
@@ -222,10 +224,10 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
         cfg->cache_ttl = fresh->cache_ttl;
         px_caching_reconfigure(srv);
     }
-    px_notice("reloaded loglevel=%d maxclients=%d timeout=%d cache_max_memory=%lld cache_max_value=%lld "
-              "cache_ttl=%d",
-              cfg->loglevel, cfg->maxclients, cfg->timeout, cfg->cache_max_memory, cfg->cache_max_value,
-              cfg->cache_ttl);
+    px_notice("reloaded loglevel=%d maxclients=%d timeout=%d upstream_connect_timeout=%d cache_max_memory=%lld "
+              "cache_max_value=%lld cache_ttl=%d",
+              cfg->loglevel, cfg->maxclients, cfg->timeout, cfg->upstream_connect_timeout, cfg->cache_max_memory,
+              cfg->cache_max_value, cfg->cache_ttl);
 out:
     px_config_deinit(fresh);
     free(fresh);

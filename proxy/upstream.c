@@ -436,6 +436,7 @@ int px_upstream_resolve(px_server *srv, char *why, size_t whylen) {
 }
 
 static const px_io_ops up_io_ops;
+static void up_close_as(px_upstream *u, const char *code, const char *why);
 
 /* A connect failed: where is Redis now? With Sentinel, the address stays
  * until px_sentinel_check sees a new master and moves every connection
@@ -458,6 +459,65 @@ static void up_connect_failed(px_server *srv) {
     srv->up_salen = 0;
     srv->up_followed = 0;
     srv->up_unreachable = 1;
+}
+
+/* TCP connecting, or TLS's handshake not done: the connect is not over. */
+static int up_connecting(px_upstream *u) {
+    return u->state == PX_UP_CONNECTING || px_io_tls_handshaking(&u->io);
+}
+
+/* A connect failed (cause: why, for the client and the log): the pool
+ * backs off, where Redis is is asked again, and the requests waiting on u
+ * get the error a refused connect gives (px_unavailable_code). */
+static void up_connect_fail(px_upstream *u, const char *cause) {
+    px_server *srv = u->srv;
+    char addr[300], why[600];
+    snprintf(why, sizeof why, "upstream %s unavailable: %s", up_addr(srv, addr, sizeof addr), cause);
+    /* (a retired connection went to where Redis was: that says nothing of
+     * where it is now) */
+    if (u->pool && !u->retired) pool_backoff(u->pool, why);
+    if (!u->retired) up_connect_failed(srv); /* resolve again: Redis may have moved */
+    px_warning("upstream connect failed addr=%s err=\"%s\"", addr, cause);
+    up_close_as(u, px_unavailable_code(srv), why); /* nothing was sent: nothing ran */
+}
+
+/*
+ * upstream-connect-timeout. A Redis host that drops SYNs (dead node,
+ * firewall, partition) leaves a connect waiting for the kernel's ~2
+ * minutes, and the requests queued on it for upstream-timeout; with
+ * Sentinel, a failed connect also asks where the master is ahead of the
+ * periodic ask. So each connect gets a deadline of its own: a libevent
+ * timer, armed when the connect starts and freed when it is over
+ * (up_connect_done). Not a check in cron: cron ticks once a second, too
+ * coarse for deadlines of a few hundred milliseconds to 2 s, and a timer
+ * costs nothing while no connect is in flight, which is most of the time
+ * (a pool's few shared connections, the pinned ones).
+ */
+static void up_on_connect_timeout(evutil_socket_t fd, short what, void *arg) {
+    px_upstream *u = arg;
+    char cause[128];
+    if (u->state == PX_UP_CLOSED || !up_connecting(u)) return; /* over: Redis's silence is upstream-timeout's */
+    snprintf(cause, sizeof cause, "connect timed out after %d ms (upstream-connect-timeout)", u->connect_timeout_ms);
+    up_connect_fail(u, cause);
+}
+
+/* Arms the deadline of u's connect, if there is one. 0, or -1 (OOM). */
+static int up_arm_connect_deadline(px_upstream *u) {
+    int ms = u->srv->cfg->upstream_connect_timeout;
+    if (ms <= 0) return 0;
+    u->connect_ev = evtimer_new(u->srv->base, up_on_connect_timeout, u);
+    if (u->connect_ev == NULL) return -1;
+    u->connect_timeout_ms = ms;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return evtimer_add(u->connect_ev, &tv);
+}
+
+/* The connect is over: its deadline goes. Never from the deadline's own
+ * callback (which closes u: up_close_with_frame deletes it, reap frees it). */
+static void up_connect_done(px_upstream *u) {
+    if (u->connect_ev == NULL) return;
+    event_free(u->connect_ev);
+    u->connect_ev = NULL;
 }
 
 static px_upstream *up_connect(px_pool *p) {
@@ -489,6 +549,10 @@ static px_upstream *up_connect(px_pool *p) {
         px_tls_error(cause, sizeof cause);
         goto fail;
     }
+    if (up_arm_connect_deadline(u) != 0) {
+        snprintf(cause, sizeof cause, "out of memory");
+        goto fail;
+    }
 
     resp_buf hs;
     resp_buf_init(&hs);
@@ -504,6 +568,7 @@ fail:
     snprintf(why, sizeof why, "upstream %s unavailable: %s", up_addr(srv, addr, sizeof addr), cause);
     pool_backoff(p, why);
     px_warning("upstream connect failed addr=%s err=\"%s\"", addr, cause);
+    if (u->connect_ev != NULL) event_free(u->connect_ev);
     px_io_close(&u->io);
     px_io_deinit(&u->io);
     resp_reply_deinit(&u->rp);
@@ -623,6 +688,7 @@ static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, c
     px_verbose("upstream closed id=%llu pending=%d reason=\"%s\"", (unsigned long long)u->id,
                u->npending, why);
     u->state = PX_UP_CLOSED;
+    if (u->connect_ev != NULL) event_del(u->connect_ev); /* freed at reap */
     px_io_close(&u->io);
     pool_unlink_upstream(u);
     if (u->close_written) {
@@ -673,6 +739,7 @@ void px_upstream_close(px_upstream *u, const char *why) {
 }
 
 void px_upstream_free(px_upstream *u) {
+    if (u->connect_ev != NULL) event_free(u->connect_ev);
     px_io_deinit(&u->io);
     resp_reply_deinit(&u->rp);
     free(u);
@@ -924,6 +991,7 @@ static size_t run_span(px_upstream *u, px_req *r, const char *data, size_t len, 
 static void up_on_read(void *arg) {
     px_upstream *u = arg;
     u->reads++;
+    up_connect_done(u); /* a reply came: TLS, if any, is through */
     while (u->state != PX_UP_CLOSED) {
         size_t len;
         const char *data = px_io_input(&u->io, &len);
@@ -955,7 +1023,7 @@ static void up_on_read(void *arg) {
 static void up_on_event(void *arg, int what, int err) {
     px_upstream *u = arg;
     px_server *srv = u->srv;
-    char addr[300], why[600];
+    char why[600];
     if (what == PX_IO_CONNECTED) {
         int one = 1;
         if (!srv->cfg->up.is_unix && srv->cfg->tcp_nodelay)
@@ -971,24 +1039,18 @@ static void up_on_event(void *arg, int what, int err) {
             }
         }
         srv->up_unreachable = 0;
+        /* with TLS, the deadline stays until its handshake is through */
+        if (!up_connecting(u)) up_connect_done(u);
         px_verbose("upstream connected id=%llu", (unsigned long long)u->id);
         return;
     }
     const char *cause = what == PX_IO_EOF ? "connection closed by upstream" : strerror(err);
-    if (u->state == PX_UP_CONNECTING) {
-        snprintf(why, sizeof why, "upstream %s unavailable: %s", up_addr(srv, addr, sizeof addr), cause);
-        /* (a retired connection went to where Redis was: that says nothing
-         * of where it is now) */
-        if (u->pool && !u->retired) pool_backoff(u->pool, why);
-        if (!u->retired) up_connect_failed(srv); /* resolve again: Redis may have moved */
-        px_warning("upstream connect failed addr=%s err=\"%s\"", addr, cause);
-        /* nothing was sent: nothing ran */
-        up_close_as(u, px_unavailable_code(srv), why);
+    if (up_connecting(u)) {
+        up_connect_fail(u, cause);
         return;
-    } else {
-        snprintf(why, sizeof why, "upstream connection lost: %s", cause);
-        px_notice("upstream lost id=%llu pending=%d err=\"%s\"", (unsigned long long)u->id, u->npending, cause);
     }
+    snprintf(why, sizeof why, "upstream connection lost: %s", cause);
+    px_notice("upstream lost id=%llu pending=%d err=\"%s\"", (unsigned long long)u->id, u->npending, cause);
     px_upstream_close(u, why);
 }
 

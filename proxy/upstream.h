@@ -22,10 +22,14 @@
  * connection whose bytes are relayed without matching (pub/sub, MONITOR,
  * CLIENT REPLY OFF, the client's own tracking).
  *
- * Connections are made on demand. After a failed connect the pool backs off
+ * Connections are made on demand. A connect is over when TCP, and TLS for
+ * rediss://, are: one not over within upstream-connect-timeout (a Redis
+ * host that drops SYNs) fails as a refused one does, rather than wait for
+ * the kernel's two minutes. After a failed connect the pool backs off
  * (100 ms doubling to 2 s); meanwhile requests fail at once with a clear
  * error instead of waiting, and the first request after the back-off tries
- * again, so the proxy recovers by itself when Redis returns.
+ * again, so the proxy recovers by itself when Redis returns. With Sentinel,
+ * a failed connect asks the sentinels where the master is, at once.
  */
 #ifndef SIDECACHE_PROXY_UPSTREAM_H
 #define SIDECACHE_PROXY_UPSTREAM_H
@@ -37,6 +41,7 @@
 #include "proxy/io.h"
 #include "proxy/server.h"
 
+struct event;
 struct evbuffer;
 struct px_client;
 
@@ -232,6 +237,9 @@ typedef struct px_upstream {
                                   are in; shared: on srv->retired meanwhile;
                                   pinned: when its client gives it back */
     struct px_upstream *next_retired;
+    struct event *connect_ev;  /* upstream-connect-timeout's deadline while the
+                                  connect is not over, or NULL */
+    int connect_timeout_ms;    /* ... as it was when the connect began */
 } px_upstream;
 
 /* Finds or creates the pool of an identity; takes a reference. NULL on OOM. */

@@ -123,6 +123,7 @@ static void test_defaults(void) {
     CHECK_EQ_INT(c.tcp_keepalive, 300);
     CHECK_EQ_INT(c.tcp_nodelay, 1);
     CHECK_EQ_INT(c.upstream_connections, 2);
+    CHECK_EQ_INT(c.upstream_connect_timeout, 2000);
     CHECK_EQ_INT(c.loglevel, PX_LOG_NOTICE);
     CHECK_STR(c.logfile, "");
     CHECK_EQ_INT(c.proto_max_bulk_len, 512LL * 1024 * 1024);
@@ -212,6 +213,12 @@ static void test_int_bounds(void) {
     CHECK_EQ_INT(set1(&c, "upstream-connections", "257", err, sizeof(err)), -1);
     CHECK_HAS(err, "upstream-connections must be between 1 and 256");
     CHECK_EQ_INT(set1(&c, "upstream-connections", "0", err, sizeof(err)), -1);
+    CHECK_EQ_INT(set1(&c, "upstream-connect-timeout", "0", err, sizeof(err)), 0); /* no deadline */
+    CHECK_EQ_INT(c.upstream_connect_timeout, 0);
+    CHECK_EQ_INT(set1(&c, "upstream-connect-timeout", "3600000", err, sizeof(err)), 0);
+    CHECK_EQ_INT(c.upstream_connect_timeout, 3600000);
+    CHECK_EQ_INT(set1(&c, "upstream-connect-timeout", "-1", err, sizeof(err)), -1);
+    CHECK_HAS(err, "upstream-connect-timeout must be between 0 and 3600000");
     CHECK_EQ_INT(set1(&c, "timeout", "2147483647", err, sizeof(err)), 0);
     CHECK_EQ_INT(c.timeout, INT_MAX);
     CHECK_EQ_INT(set1(&c, "timeout", "2147483648", err, sizeof(err)), -1);
@@ -1161,7 +1168,7 @@ static void test_dump_roundtrip(void) {
     {
         int lines = 0;
         for (const char *p = one; *p; p++) lines += *p == '\n';
-        CHECK_EQ_INT(lines, 44); /* every directive once; cache-rule lines only when set */
+        CHECK_EQ_INT(lines, 45); /* every directive once; cache-rule lines only when set */
     }
     free(one);
     free(two);
