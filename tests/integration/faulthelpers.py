@@ -419,9 +419,14 @@ def mb(n):
 # Small client helpers
 
 
+PROXY_ERRORS = ("ERR sidecache", "MASTERDOWN sidecache", "CLUSTERDOWN sidecache")
+
+
 def is_proxy_error(v):
-    """An error the proxy makes itself for a lost or unreachable upstream."""
-    return isinstance(v, Err) and bytes(v).startswith(b"ERR sidecache")
+    """An error the proxy makes itself for a lost upstream connection (ERR:
+    the request may have run) or an unreachable one (MASTERDOWN, or
+    CLUSTERDOWN in front of a cluster: nothing ran)."""
+    return isinstance(v, Err) and bytes(v).startswith(tuple(e.encode() for e in PROXY_ERRORS))
 
 
 def direct_get(server, key):
@@ -673,7 +678,7 @@ class Workload:
         if self.ryw:
             problems.append("read-your-writes violations: %s" % self.ryw[:5])
         odd = [e for _, e in self.errors
-               if "ERR sidecache" not in e and not e.startswith("EXEC: EXECABORT Transaction")]
+               if not any(p in e for p in PROXY_ERRORS) and not e.startswith("EXEC: EXECABORT Transaction")]
         if odd:
             problems.append("errors that are not the proxy's upstream errors: %s" % odd[:5])
         if expect_errors is False and self.errors:

@@ -13,7 +13,7 @@ bandwidth (a low rate).
 
 What is asserted:
   - data path: every request gets an answer (a reply, or the proxy's own
-    `-ERR sidecache: ...`) — none hangs; every acknowledged write is in
+    `-ERR sidecache: ...` or `-MASTERDOWN sidecache: ...`) — none hangs; every acknowledged write is in
     Redis afterwards (checked directly on Redis); read-your-writes holds; a
     write made directly on Redis during the fault is never hidden by a
     cached old value; the proxy recovers by itself once the fault is gone;
