@@ -645,6 +645,20 @@ static int cluster_slots_here(px_client *c, const char *data, size_t len, resp_b
     return rc == 0 ? 0 : -1;
 }
 
+/* Whether a MOVED of the volume's slot in reply to r reaches its client as
+ * TRYAGAIN (follow.h): when r went on a shared connection, whose next try
+ * goes to the new master. On a client's own connection (WATCH, MULTI) the
+ * try would come back to the old node, which holds the client's WATCH, and
+ * get the same answer until the client gave up (go-redis: MaxRetries with
+ * back-off, some 20 s for JuiceFS): it gets the MOVED, which go-redis's
+ * cluster Watch follows at once. (A MOVED teaches the client the node; it
+ * keeps it among the nodes it reads the topology from only in its first
+ * minute, before it first collects them.) Not a request lost with its
+ * connection: that error is sidecache's own. */
+static int moved_becomes_tryagain(const px_req *r) {
+    return !r->lost && r->up != NULL && r->up->owner == NULL;
+}
+
 /* INFO's reply with the "# sidecache" section appended; the same type
  * (bulk, or RESP3 verbatim text). Returns 0, or -1 to relay it unchanged. */
 static int info_with_section(px_client *c, const char *data, size_t len, resp_buf *out) {
@@ -756,7 +770,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
         cluster_slots_here(c, data, len, &topology) == 0) {
         data = topology.data;
         len = topology.len;
-    } else if (len > 0 && data[0] == '-' && !(r->aux_flags & PX_AUX_SCRIPT) && !r->lost &&
+    } else if (len > 0 && data[0] == '-' && !(r->aux_flags & PX_AUX_SCRIPT) && moved_becomes_tryagain(r) &&
                px_follow_tryagain(c->srv, data, len, &topology)) {
         data = topology.data;
         len = topology.len;
@@ -806,7 +820,7 @@ void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t l
     if (c->state == PX_CLIENT_CLOSED) return;
     resp_buf tryagain;
     resp_buf_init(&tryagain);
-    if (len > 0 && data[0] == '-' && !r->lost && px_follow_tryagain(c->srv, data, len, &tryagain)) {
+    if (len > 0 && data[0] == '-' && moved_becomes_tryagain(r) && px_follow_tryagain(c->srv, data, len, &tryagain)) {
         data = tryagain.data;
         len = tryagain.len;
     }

@@ -9,9 +9,10 @@
  * cache is emptied at once (C6, caching.c), and sidecache moves its
  * upstream there, gently (px_upstreams_move): the invalidation connection
  * moves, and until tracking is active on the new master no hit is served;
- * the requests in flight get the old node's own MOVED, which the client
- * follows before it reads the topology again, through sidecache, which now
- * names itself for the new master; new connections go there. A CLUSTER
+ * the requests in flight get the old node's answer (its MOVED as a
+ * TRYAGAIN on shared connections: px_follow_tryagain); new connections go
+ * to the new master, and the topology through sidecache names sidecache
+ * for it. A CLUSTER
  * SLOTS that names another master for the slot (a failover no MOVED told of
  * yet) moves it the same way (client.c), with the cache off too.
  *
