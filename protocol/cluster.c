@@ -30,6 +30,16 @@ static int hash_tag(const char *key, size_t len, size_t *at, size_t *n) {
     return 1;
 }
 
+int cluster_moved(const char *data, size_t len, long long *slot, const char **to, size_t *tolen) {
+    if (len < 9 || memcmp(data, "-MOVED ", 7) != 0 || data[len - 2] != '\r') return -1;
+    const char *p = data + 7, *end = data + len - 2;
+    const char *sp = memchr(p, ' ', (size_t)(end - p));
+    if (sp == NULL || !resp_string2ll(p, (size_t)(sp - p), slot)) return -1;
+    *to = sp + 1;
+    *tolen = (size_t)(end - sp - 1);
+    return 0;
+}
+
 unsigned cluster_key_slot(const char *key, size_t len) {
     size_t at, n;
     if (hash_tag(key, len, &at, &n)) return crc16(key + at, n) & (CLUSTER_SLOTS - 1);

@@ -30,6 +30,11 @@
  * that is not empty). */
 unsigned cluster_key_slot(const char *key, size_t len);
 
+/* A MOVED error frame ("-MOVED <slot> <host>:<port>\r\n", whole): its
+ * slot, and where its target ("host:port" as Redis wrote it) lies in data.
+ * Returns 0, or -1 for another shape. */
+int cluster_moved(const char *data, size_t len, long long *slot, const char **to, size_t *tolen);
+
 /* The slot of every key that begins with prefix, or -1 when keys with
  * this prefix may fall in any slot (no complete, non-empty hash tag). */
 int cluster_prefix_slot(const char *prefix, size_t len);

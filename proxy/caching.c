@@ -1273,13 +1273,11 @@ static void lookup_reply(struct px_caching *pc, px_req *r, const char *data, siz
  * for another (a client reading another master's key) tells nothing of
  * them. Without one, any slot may hold cached keys. */
 static int moved_elsewhere(const px_server *srv, const char *data, size_t len) {
-    const char *prefix = srv->cfg->key_prefix;
+    const char *prefix = srv->cfg->key_prefix, *to;
     int ours = cluster_prefix_slot(prefix, strlen(prefix));
     long long slot;
-    const char *p = data + 7, *sp;
-    if (ours < 0 || len < 8 || (sp = memchr(p, ' ', len - 7)) == NULL || !resp_string2ll(p, (size_t)(sp - p), &slot))
-        return 0;
-    return slot != ours;
+    size_t tolen;
+    return ours >= 0 && cluster_moved(data, len, &slot, &to, &tolen) == 0 && slot != ours;
 }
 
 void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {

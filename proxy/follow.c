@@ -26,17 +26,17 @@ static int slot_of_prefix(const px_server *srv) {
     return cluster_prefix_slot(srv->cfg->key_prefix, strlen(srv->cfg->key_prefix));
 }
 
-/* The slot and "host:port" of a MOVED frame ("-MOVED <slot> <host>:<port>\r\n"),
- * the latter into to; 0, or -1 for another shape. */
-static int moved_target(const char *data, size_t len, long long *slot, char *to, size_t tolen) {
-    if (len < 9 || memcmp(data, "-MOVED ", 7) != 0 || data[len - 2] != '\r') return -1;
-    const char *p = data + 7, *end = data + len - 2;
-    const char *sp = memchr(p, ' ', (size_t)(end - p));
-    if (sp == NULL || !resp_string2ll(p, (size_t)(sp - p), slot) || (size_t)(end - sp - 1) >= tolen ||
-        end - sp - 1 < 2)
+/* The target of a MOVED frame for the key-prefix's slot, into to
+ * (NUL-terminated); 0, or -1: another slot, no following, or another shape. */
+static int moved_here(const px_server *srv, const char *data, size_t len, char *to, size_t tolen) {
+    long long slot;
+    const char *at;
+    size_t n;
+    if (srv->follow_ev == NULL || cluster_moved(data, len, &slot, &at, &n) != 0 || n < 2 || n >= tolen ||
+        slot != slot_of_prefix(srv))
         return -1;
-    memcpy(to, sp + 1, (size_t)(end - sp - 1));
-    to[end - sp - 1] = '\0';
+    memcpy(to, at, n);
+    to[n] = '\0';
     return 0;
 }
 
@@ -48,18 +48,14 @@ void px_follow_to(px_server *srv, const char *node) {
 
 int px_follow_tryagain(const px_server *srv, const char *data, size_t len, resp_buf *out) {
     char to[300];
-    long long slot;
-    if (srv->follow_ev == NULL || moved_target(data, len, &slot, to, sizeof to) != 0 || slot != slot_of_prefix(srv))
-        return 0;
-    return resp_buf_printf(out, "-TRYAGAIN sidecache: slot %lld moved to %s, which sidecache follows\r\n", slot,
-                           to) == 0;
+    if (moved_here(srv, data, len, to, sizeof to) != 0) return 0;
+    return resp_buf_printf(out, "-TRYAGAIN sidecache: slot %d moved to %s, which sidecache follows\r\n",
+                           slot_of_prefix(srv), to) == 0;
 }
 
 void px_follow_moved(px_server *srv, const char *data, size_t len) {
     char to[300];
-    long long slot;
-    if (srv->follow_ev != NULL && moved_target(data, len, &slot, to, sizeof to) == 0 && slot == slot_of_prefix(srv))
-        px_follow_to(srv, to);
+    if (moved_here(srv, data, len, to, sizeof to) == 0) px_follow_to(srv, to);
 }
 
 /* host:port (host as Redis wrote it: an IPv6 address without brackets, or

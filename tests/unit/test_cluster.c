@@ -216,6 +216,24 @@ static void test_nodes_and_the_master_of_a_slot(void) {
     CHECK_EQ_INT(cluster_slots_master(in, strlen(in), 1, master, 8), -1);
 }
 
+/* a MOVED error frame: its slot and target; anything else is not one */
+static void test_moved_frames(void) {
+    long long slot;
+    const char *to;
+    size_t n;
+    const char *f = "-MOVED 9842 127.0.0.1:7001\r\n";
+    CHECK_EQ_INT(cluster_moved(f, strlen(f), &slot, &to, &n), 0);
+    CHECK_EQ_INT(slot, 9842);
+    CHECK_MEM(to, n, "127.0.0.1:7001");
+    f = "-MOVED 3 ::1:7000\r\n";
+    CHECK_EQ_INT(cluster_moved(f, strlen(f), &slot, &to, &n), 0);
+    CHECK_MEM(to, n, "::1:7000");
+    const char *not_moved[] = {"-ASK 9842 127.0.0.1:7001\r\n", "-MOVED 9842\r\n", "-MOVED x 1.2.3.4:5\r\n",
+                               "-MOVED 9842 127.0.0.1:7001", "+OK\r\n"};
+    for (size_t i = 0; i < sizeof not_moved / sizeof not_moved[0]; i++)
+        CHECK_EQ_INT(cluster_moved(not_moved[i], strlen(not_moved[i]), &slot, &to, &n), -1);
+}
+
 int main(void) {
     RUN(test_key_slots_are_redis_slots);
     RUN(test_prefix_slot_needs_a_whole_tag);
@@ -224,5 +242,6 @@ int main(void) {
     RUN(test_nothing_to_rewrite_leaves_the_reply);
     RUN(test_another_master_is_left_alone);
     RUN(test_nodes_and_the_master_of_a_slot);
+    RUN(test_moved_frames);
     return unit_report();
 }
