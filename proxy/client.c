@@ -2047,6 +2047,16 @@ static void client_on_event(void *arg, int what, int err) {
 
 static const px_io_ops client_io_ops = {client_on_read, client_on_drain, client_on_event};
 
+/* The parser and buffers px_client_new sets up, freed. */
+static void client_buffers_deinit(px_client *c) {
+    resp_req_deinit(&c->rq);
+    resp_buf_deinit(&c->scratch);
+    resp_buf_deinit(&c->txn_keys);
+    resp_buf_deinit(&c->txn_frames);
+    resp_buf_deinit(&c->batch_frames);
+    resp_buf_deinit(&c->batch_reqs);
+}
+
 px_client *px_client_new(px_server *srv, int fd, const char *addr, int tls) {
     px_client *c = calloc(1, sizeof *c);
     if (c == NULL) {
@@ -2069,12 +2079,7 @@ px_client *px_client_new(px_server *srv, int fd, const char *addr, int tls) {
     if (c->pool == NULL || px_io_init(&c->io, srv, fd, &client_io_ops, c) != 0) {
         if (c->pool == NULL) evutil_closesocket(fd);
         px_pool_unref(c->pool);
-        resp_req_deinit(&c->rq);
-        resp_buf_deinit(&c->scratch);
-        resp_buf_deinit(&c->txn_keys);
-        resp_buf_deinit(&c->txn_frames);
-        resp_buf_deinit(&c->batch_frames);
-        resp_buf_deinit(&c->batch_reqs);
+        client_buffers_deinit(c);
         free(c);
         return NULL;
     }
@@ -2136,12 +2141,7 @@ void px_client_free(px_client *c) {
     output_wait_end(c); /* (client_close did) */
     px_io_deinit(&c->io);
     px_pool_unref(c->pool);
-    resp_req_deinit(&c->rq);
-    resp_buf_deinit(&c->scratch);
-    resp_buf_deinit(&c->txn_keys);
-    resp_buf_deinit(&c->txn_frames);
-    resp_buf_deinit(&c->batch_frames);
-    resp_buf_deinit(&c->batch_reqs);
+    client_buffers_deinit(c);
     free(c->user);
     free(c->pass);
     free(c->name);

@@ -71,6 +71,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t nodes = 0;
     if (cluster_slots_master(reply, len, slot, master, sizeof master) == 0) CHECK(memchr(master, '\0', sizeof master));
     (void)cluster_slots_nodes(reply, len, count_node, &nodes);
+
+    /* a MOVED frame: its target lies inside the frame, before its CRLF */
+    long long moved_slot;
+    const char *to;
+    size_t tolen;
+    if (cluster_moved(reply, len, &moved_slot, &to, &tolen) == 0)
+        CHECK(to > reply && to + tolen + 2 == reply + len && memchr(reply, ' ', (size_t)(to - reply)) != NULL);
     free(reply);
     return 0;
 }
