@@ -137,6 +137,7 @@ struct cmdtable {
     cmdt_entry *cmds;
     cmdt_script *scripts;
     const cmdt_entry *memo[CMDT_MEMO];
+    size_t entry_fields; /* elements of the last loaded reply's entries (the most) */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -217,6 +218,10 @@ void cmdtable_free(cmdtable *t) {
 
 size_t cmdtable_count(const cmdtable *t) {
     return HASH_COUNT(t->cmds);
+}
+
+int cmdtable_from_redis6(const cmdtable *t) {
+    return t != NULL && t->entry_fields > 0 && t->entry_fields < 10;
 }
 
 static void entry_set(cmdt_entry *e, int arity, int flags, int first_key, int last_key,
@@ -319,6 +324,7 @@ typedef struct loader {
     resp_reply_parser p;
     const char *buf;
     cmdtable *staging;
+    size_t entry_fields; /* the most elements of a top-level entry */
 } loader;
 
 /* Frames the one value that starts at `at` and must end by `end`. */
@@ -401,6 +407,8 @@ static int load_entry(loader *L, const rview *ent, int depth) {
         return 0;
     if (ent->type != '*' || ent->count < 6)
         return -1;
+    if (depth == 0 && (size_t)ent->count > L->entry_fields)
+        L->entry_fields = (size_t)ent->count;
     iter_init(&it, ent);
 
     if (iter_next(L, &it, &v) < 0 || !view_str(&v) || v.len == 0 || v.len > CMDT_NAME_MAX)
@@ -501,6 +509,7 @@ int cmdtable_load_command_reply(cmdtable *t, const char *reply, size_t len) {
         return -1;
     resp_reply_init(&L.p, NULL);
     L.buf = reply;
+    L.entry_fields = 0;
     if ((L.staging = cmdtable_new()) == NULL)
         goto out;
     if (frame_at(&L, 0, len, &top) < 0 || top.next != len || top.type != '*' || top.is_null)
@@ -513,6 +522,7 @@ int cmdtable_load_command_reply(cmdtable *t, const char *reply, size_t len) {
     added = cmdtable_count(L.staging);
     if (added > INT_MAX || merge(t, L.staging) < 0)
         goto out;
+    t->entry_fields = L.entry_fields;
     rc = (int)added;
 out:
     cmdtable_free(L.staging);

@@ -118,6 +118,10 @@ int cmdtable_check(const cmdtable *t, int argc, const resp_arg *argv, int *flags
 /* Number of commands known. */
 size_t cmdtable_count(const cmdtable *t);
 
+/* Whether the last COMMAND reply loaded came from Redis 6: entries of 7
+ * elements (Redis 7 gives 10: tips, key specs, subcommands). */
+int cmdtable_from_redis6(const cmdtable *t);
+
 /* Marks a script (40 hex digits, any case) as read-only: EVALSHA of it
  * writes nothing. Returns 0 or -1. */
 /* (-1: not 40 hex digits, or OOM. Adding a digest twice is fine.) */

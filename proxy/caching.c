@@ -227,6 +227,7 @@ static void on_command_table(void *arg, const char *reply, size_t len) {
     }
     if (pc->cmdt) cmdtable_free(pc->cmdt);
     pc->cmdt = t;
+    px_server_upstream_redis6(srv, cmdtable_from_redis6(t));
     px_verbose("command table loaded commands=%d", n);
 }
 

@@ -95,6 +95,26 @@ void px_server_reap(px_server *srv) {
     }
 }
 
+/* Redis 6's hard limit on the arguments of a request (7.0 takes INT_MAX) */
+#define REDIS6_MAX_ARGS (1024 * 1024)
+
+void px_server_apply_request_limits(px_server *srv) {
+    long long n = srv->cfg->max_multibulk_len;
+    if (srv->upstream_max_args > 0 && srv->upstream_max_args < n) n = srv->upstream_max_args;
+    srv->req_limits.max_bulk_len = srv->cfg->proto_max_bulk_len;
+    srv->req_limits.max_multibulk_len = n;
+    for (px_client *c = srv->clients; c != NULL; c = c->next) c->rq.lim = srv->req_limits;
+}
+
+void px_server_upstream_redis6(px_server *srv, int redis6) {
+    long long was = srv->upstream_max_args;
+    srv->upstream_max_args = redis6 ? REDIS6_MAX_ARGS : 0;
+    if (redis6 && was == 0 && srv->cfg->max_multibulk_len > REDIS6_MAX_ARGS)
+        px_notice("upstream is Redis 6: requests of more than %d arguments are refused here, as it would "
+                  "(max-multibulk-len %lld)", REDIS6_MAX_ARGS, srv->cfg->max_multibulk_len);
+    px_server_apply_request_limits(srv);
+}
+
 void px_server_upstream_reached(px_server *srv, const char *addr) {
     if (srv->upstream_reached) return;
     srv->upstream_reached = 1;
@@ -215,9 +235,7 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
     cfg->upstream_connect_timeout = fresh->upstream_connect_timeout;
     cfg->proto_max_bulk_len = fresh->proto_max_bulk_len;
     cfg->max_multibulk_len = fresh->max_multibulk_len;
-    srv->req_limits.max_bulk_len = cfg->proto_max_bulk_len;
-    srv->req_limits.max_multibulk_len = cfg->max_multibulk_len;
-    for (px_client *c = srv->clients; c != NULL; c = c->next) c->rq.lim = srv->req_limits;
+    px_server_apply_request_limits(srv);
     if (cfg->cache_max_memory != 0 && fresh->cache_max_memory != 0) {
         cfg->cache_max_memory = fresh->cache_max_memory;
         cfg->cache_max_value = fresh->cache_max_value;

@@ -41,6 +41,8 @@ typedef struct px_server {
     px_config *cfg;
     resp_limits req_limits;   /* what clients may send */
     resp_limits reply_limits; /* what Redis may answer */
+    long long upstream_max_args; /* most arguments Redis takes in a request;
+                                    0: none known below max-multibulk-len */
 
     struct evconnlistener *listeners[PX_MAX_LISTENERS];
     int nlisteners;
@@ -162,6 +164,16 @@ int64_t px_loop_now_us(struct px_server *srv);
 /* What waits to be written to Redis fell (or upstream-output-limit
  * changed): clients paused for it are woken once it is at half the limit. */
 void px_server_upstream_output_fell(px_server *srv);
+
+/* The most arguments of a request: max-multibulk-len, or less when the
+ * upstream takes less (upstream_max_args). Sets it for every client. */
+void px_server_apply_request_limits(px_server *srv);
+
+/* The upstream's COMMAND table came from Redis 6 (or not): Redis 6 refuses a
+ * request of more than 1,048,576 arguments with a protocol error and closes
+ * the connection, which would fail every request in flight on it, other
+ * clients' too; sidecache refuses it itself, with Redis's words. */
+void px_server_upstream_redis6(px_server *srv, int redis6);
 
 /* Asks for px_server_reap() at the end of this loop iteration. */
 void px_server_schedule_reap(px_server *srv);

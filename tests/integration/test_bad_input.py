@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from helpers import assert_same_runs
+from cachehelpers import wait_tracking_active
+from helpers import REDIS_VERSION, assert_same_runs
 
 # name -> (bytes sent, the error Redis sends before closing, or None for "accepted")
 CASES = {
@@ -51,6 +52,26 @@ def test_bad_input_closes_only_offending_client(proxy, ref, name):
     assert got["bystander"] == b":2\r\n"
     # And new clients are still served.
     assert proxy.client().ping() is True
+
+
+@pytest.mark.skipif(REDIS_VERSION >= (7, 0), reason="Redis 6's limit (7.0 takes up to INT_MAX arguments)")
+def test_request_past_redis6s_argument_limit_is_refused_here(proxy, ref):
+    """Redis 6 refuses a request of more than 1,048,576 arguments as soon as
+    it reads the count, and closes the connection. Sidecache learns from
+    COMMAND that its upstream is Redis 6 and refuses it the same way, before
+    any of it is forwarded: on a shared connection, Redis's close would fail
+    every other client's request in flight there."""
+    wait_tracking_active(proxy)  # (COMMAND is read first)
+    data = b"*1048579\r\n$4\r\nSADD\r\n$3\r\nbig\r\n"
+    got = dict(assert_same_runs(lambda ep: bad_input_scenario(ep, data), proxy, ref))
+    assert got["reply"] == b"-ERR Protocol error: invalid multibulk length\r\n"
+    assert got["closed"] is True
+    assert got["bystander"] == b":2\r\n"
+    # one argument fewer is a request like any other
+    n = 1048576 - 2
+    with proxy.raw(timeout=60) as c:
+        c.send(b"*%d\r\n$4\r\nSADD\r\n$3\r\nbig\r\n" % (n + 2) + b"".join(b"$7\r\n%07d\r\n" % i for i in range(n)))
+        assert c.read_frame(timeout=60).raw == b":%d\r\n" % n
 
 
 def test_bad_input_after_good_commands_in_same_write(proxy, ref):
@@ -172,6 +193,7 @@ def test_reply_nesting_limit_directive_is_obsolete(proxy_factory, upstream):
         assert b"proto-max-nesting is obsolete and ignored" in f.read()
 
 
+@pytest.mark.redis(7, 0, "requests of more than 1,048,576 arguments")
 def test_request_with_more_than_a_million_arguments(proxy, ref):
     """Redis 7 takes a request of up to INT_MAX arguments (6.2 stopped at
     1,048,576): an SADD of 1,048,578 members is answered as by Redis."""

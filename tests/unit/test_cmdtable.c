@@ -2,7 +2,9 @@
  * tests/unit/test_cmdtable.c — the command table against the COMMAND reply
  * of a real redis-server 7.0 (tests/unit/data/command-7.0.resp, captured
  * with `*1\r\n$7\r\nCOMMAND\r\n` on a RESP2 connection), plus synthetic and
- * malformed replies. Run from the repository root.
+ * malformed replies; the classification tests run again on the table of a
+ * redis-server 6.2 (command-6.2.resp: 7 fields a command, no key specs, no
+ * subcommands). Run from the repository root.
  */
 #include "protocol/cmdtable.h"
 
@@ -14,6 +16,7 @@
 #include "tests/unit/unit.h"
 
 #define FIXTURE "tests/unit/data/command-7.0.resp"
+#define FIXTURE_62 "tests/unit/data/command-6.2.resp"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
@@ -89,8 +92,8 @@ static int keys_are(const keys *ks, const char *want) {
 static char *fixture;
 static size_t fixture_len;
 
-static int read_fixture(void) {
-    FILE *f = fopen(FIXTURE, "rb");
+static int read_fixture(const char *path) {
+    FILE *f = fopen(path, "rb");
     long n;
     if (f == NULL)
         return -1;
@@ -125,7 +128,18 @@ static void test_load_fixture(void) {
     CHECK_EQ_INT(cmdtable_count(t), n);
     /* 240 commands and 126 subcommands in redis-server 7.0.15 */
     CHECK_EQ_INT(n, 366);
+    CHECK(!cmdtable_from_redis6(t));
     cmdtable_free(t);
+}
+
+static void test_load_fixture_62(void) {
+    cmdtable *t = loaded();
+    REQUIRE(t != NULL);
+    /* 224 commands in redis-server 6.2.14, none with subcommands */
+    CHECK_EQ_INT(cmdtable_count(t), 224);
+    CHECK(cmdtable_from_redis6(t));
+    cmdtable_free(t);
+    CHECK(!cmdtable_from_redis6(NULL));
 }
 
 static void test_load_twice_replaces(void) {
@@ -324,6 +338,8 @@ static void test_load_resp3(void) {
 /* Classification with the real table                                      */
 
 static cmdtable *T;
+/* the major version of the Redis whose table T holds: 7, or 6 (6.2) */
+static int redis_major;
 
 static void test_plain_writes(void) {
     keys ks;
@@ -399,7 +415,10 @@ static void test_arity_errors(void) {
     CHECK_EQ_INT(wr(T, &ks, "FLUSHALL", "ASYNC", "x", NULL), CMDT_WRITES_UNKNOWN); /* -1 */
     CHECK_EQ_INT(wr(T, &ks, "SWAPDB", "0", NULL), CMDT_WRITES_NOTHING);           /* 3 */
     CHECK_EQ_INT(wr(T, &ks, "CONFIG", "SET", "a", NULL), CMDT_WRITES_NOTHING);    /* -4 */
-    CHECK_EQ_INT(wr(T, &ks, "XGROUP", "CREATE", "s", "g", NULL), CMDT_WRITES_NOTHING);
+    /* 6.2 knows no subcommand's arity: XGROUP's own (-2) lets it through,
+     * and its key is purged for nothing */
+    CHECK_EQ_INT(wr(T, &ks, "XGROUP", "CREATE", "s", "g", NULL),
+                 redis_major >= 7 ? CMDT_WRITES_NOTHING : CMDT_WRITES_KEYS);
     CHECK_EQ_INT(wr(T, &ks, "EVAL", "return 1", NULL), CMDT_WRITES_NOTHING);
     CHECK_EQ_INT(wr(T, &ks, "ZUNIONSTORE", "d", "1", NULL), CMDT_WRITES_NOTHING);
     /* MSET with a key and no value: arity passes, Redis refuses it later;
@@ -415,12 +434,15 @@ static void test_check(void) {
     CHECK((f & CMDT_F_WRITE) && !(f & (CMDT_F_ADMIN | CMDT_F_BLOCKING | CMDT_F_NO_MULTI)));
     CHECK_EQ_INT(chk(T, &f, "set", "k", NULL), 0);              /* arity */
     CHECK_EQ_INT(chk(T, &f, "NOSUCH", NULL), 0);
-    CHECK_EQ_INT(chk(T, &f, "CONFIG", "NOSUCH", NULL), 0);      /* unknown subcommand */
+    /* an unknown subcommand (6.2's table has none to know) */
+    CHECK_EQ_INT(chk(T, &f, "CONFIG", "NOSUCH", NULL), redis_major >= 7 ? 0 : 1);
     CHECK_EQ_INT(chk(T, &f, "xgroup|destroy", "a", "k", "g", NULL), 0);
     CHECK_EQ_INT(chk(T, &f, "GET", "k", NULL), 1);
     CHECK(!(f & CMDT_F_WRITE) && (f & CMDT_F_READONLY));
     CHECK_EQ_INT(chk(T, &f, "BLPOP", "k", "0", NULL), 1);
-    CHECK(f & CMDT_F_BLOCKING);
+    /* 6.2 has no blocking flag, but no script may block: noscript (the
+     * router knows the blocking commands itself: commands.c) */
+    CHECK(f & (redis_major >= 7 ? CMDT_F_BLOCKING : CMDT_F_NOSCRIPT));
     CHECK_EQ_INT(chk(T, &f, "FLUSHALL", NULL), 1);
     CHECK(f & CMDT_F_WRITE);
     CHECK_EQ_INT(chk(T, &f, "CONFIG", "SET", "a", "b", NULL), 1);
@@ -435,7 +457,8 @@ static void test_keyless_writes_unknown(void) {
     CHECK_EQ_INT(wr(T, &ks, "FLUSHALL", NULL), CMDT_WRITES_UNKNOWN);
     CHECK_EQ_INT(wr(T, &ks, "flushdb", "async", NULL), CMDT_WRITES_UNKNOWN);
     CHECK_EQ_INT(wr(T, &ks, "SWAPDB", "0", "1", NULL), CMDT_WRITES_UNKNOWN);
-    CHECK_EQ_INT(wr(T, &ks, "FUNCTION", "FLUSH", NULL), CMDT_WRITES_UNKNOWN);
+    /* (7.0's: to 6.2 an unknown command, which writes nothing) */
+    CHECK_EQ_INT(wr(T, &ks, "FUNCTION", "FLUSH", NULL), redis_major >= 7 ? CMDT_WRITES_UNKNOWN : CMDT_WRITES_NOTHING);
     CHECK_EQ_INT(ks.n, 0);
 }
 
@@ -456,8 +479,8 @@ static void test_scripts(void) {
     CHECK(keys_are(&ks, "a,b"));
     CHECK_EQ_INT(wr(T, &ks, "EVAL", "return 1", "0", NULL), CMDT_WRITES_UNKNOWN);
     CHECK_EQ_INT(ks.n, 0);
-    CHECK_EQ_INT(wr(T, &ks, "FCALL", "f", "1", "a", "x", NULL), CMDT_WRITES_UNKNOWN);
-    CHECK(keys_are(&ks, "a"));
+    CHECK_EQ_INT(wr(T, &ks, "FCALL", "f", "1", "a", "x", NULL), redis_major >= 7 ? CMDT_WRITES_UNKNOWN : CMDT_WRITES_NOTHING);
+    CHECK(keys_are(&ks, redis_major >= 7 ? "a" : ""));
     CHECK_EQ_INT(wr(T, &ks, "EVALSHA", sha, "1", "d1", "name", NULL), CMDT_WRITES_UNKNOWN);
     CHECK(keys_are(&ks, "d1"));
 
@@ -537,6 +560,12 @@ static void test_sort(void) {
 
 static void test_mpop(void) {
     keys ks;
+    if (redis_major < 7) {
+        /* 7.0's commands: unknown to 6.2, which runs none of them */
+        CHECK_EQ_INT(wr(T, &ks, "LMPOP", "2", "a", "b", "LEFT", NULL), CMDT_WRITES_NOTHING);
+        CHECK_EQ_INT(wr(T, &ks, "BZMPOP", "1.5", "1", "z", "MAX", NULL), CMDT_WRITES_NOTHING);
+        return;
+    }
     CHECK_EQ_INT(wr(T, &ks, "LMPOP", "2", "a", "b", "LEFT", NULL), CMDT_WRITES_KEYS);
     CHECK(keys_are(&ks, "a,b"));
     CHECK_EQ_INT(wr(T, &ks, "ZMPOP", "1", "z", "MIN", "COUNT", "3", NULL), CMDT_WRITES_KEYS);
@@ -741,29 +770,13 @@ static void test_memo_never_mixes_names(void) {
         CHECK(!(f & CMDT_F_READONLY) && !(f & CMDT_F_WRITE));
         CHECK_EQ_INT(chk(T, &f, "CONFIG", "SET", "a", "b", NULL), 1);
         CHECK(f & CMDT_F_ADMIN);
-        CHECK_EQ_INT(chk(T, &f, "config", "nosuch", NULL), 0);
+        CHECK_EQ_INT(chk(T, &f, "config", "nosuch", NULL), redis_major >= 7 ? 0 : 1);
         CHECK_EQ_INT(chk(T, &f, "tyPE", NULL), 0);            /* arity */
     }
 }
 
-int main(void) {
-    if (read_fixture() < 0) {
-        fprintf(stderr, "cannot read %s (run from the repository root)\n", FIXTURE);
-        return 1;
-    }
-    RUN(test_load_fixture);
-    RUN(test_load_twice_replaces);
-    RUN(test_load_merges_into_added);
-    RUN(test_load_truncated);
-    RUN(test_load_trailing_bytes);
-    RUN(test_load_corrupted);
-    RUN(test_load_small_and_malformed);
-    RUN(test_load_resp3);
-    T = loaded();
-    if (T == NULL) {
-        fprintf(stderr, "cannot load %s\n", FIXTURE);
-        return 1;
-    }
+/* The tests that classify commands, on table T (7.0's, then 6.2's). */
+static void classify_tests(void) {
     RUN(test_plain_writes);
     RUN(test_reads_write_nothing);
     RUN(test_unknown_commands);
@@ -782,7 +795,39 @@ int main(void) {
     RUN(test_pfcount);
     RUN(test_nul_bytes);
     RUN(test_long_arguments);
+}
+
+int main(void) {
+    if (read_fixture(FIXTURE) < 0) {
+        fprintf(stderr, "cannot read %s (run from the repository root)\n", FIXTURE);
+        return 1;
+    }
+    RUN(test_load_fixture);
+    RUN(test_load_twice_replaces);
+    RUN(test_load_merges_into_added);
+    RUN(test_load_truncated);
+    RUN(test_load_trailing_bytes);
+    RUN(test_load_corrupted);
+    RUN(test_load_small_and_malformed);
+    RUN(test_load_resp3);
+    T = loaded();
+    if (T == NULL) {
+        fprintf(stderr, "cannot load %s\n", FIXTURE);
+        return 1;
+    }
+    redis_major = 7;
+    classify_tests();
     RUN(test_add_by_hand);
+    cmdtable_free(T);
+    free(fixture);
+
+    if (read_fixture(FIXTURE_62) < 0 || (T = loaded()) == NULL) {
+        fprintf(stderr, "cannot load %s\n", FIXTURE_62);
+        return 1;
+    }
+    RUN(test_load_fixture_62);
+    redis_major = 6;
+    classify_tests();
     cmdtable_free(T);
     free(fixture);
     return unit_report();
