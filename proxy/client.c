@@ -1420,10 +1420,11 @@ static int client_local_ask(px_client *c, int sub) {
 
 /* Whether Redis's reply to a probe says it ran the subcommand: a value,
  * or the error for the invalid value it was given (or, before 7.2, for
- * SETINFO, which it does not know). Anything else (NOPERM, NOAUTH, BUSY,
- * LOADING, ...) is Redis's answer to the client. */
+ * SETINFO, which it does not know: 7.0's words, then 6.2's). Anything else
+ * (NOPERM, NOAUTH, BUSY, LOADING, ...) is Redis's answer to the client. */
 static int client_probe_ran(const char *data, size_t len) {
-    static const char *const ran[] = {"-ERR Client names ", "-ERR lib-name ", "-ERR unknown subcommand "};
+    static const char *const ran[] = {"-ERR Client names ", "-ERR lib-name ", "-ERR unknown subcommand ",
+                                      "-ERR Unknown subcommand or wrong number of arguments for 'SETINFO'"};
     if (!resp_frame_is_error(data, len)) return 1;
     for (size_t i = 0; i < sizeof ran / sizeof ran[0]; i++)
         if (resp_frame_starts_with(data, len, ran[i])) return 1;

@@ -38,7 +38,10 @@ Fixtures
 - proxy: proxy_factory() in front of `upstream`.
 
 Markers: slow (long-running; deselect with -m "not slow"), proxy_only,
-timeout(seconds) (per-test wall clock limit, default 60 s, SIGALRM-based).
+timeout(seconds) (per-test wall clock limit, default 60 s, SIGALRM-based),
+redis(major, minor, why): needs that Redis version or newer (what it uses
+that older servers lack); skipped on an older REDIS_SERVER_BIN (the suite
+runs on Redis 6.2 too: `make test-redis62`).
 On a failure, the logs of every process the test started are attached to
 the report.
 """
@@ -47,7 +50,7 @@ import signal
 
 import pytest
 
-from helpers import DirectTarget, ProxyProcess, RedisServer
+from helpers import REDIS_SERVER, REDIS_VERSION, DirectTarget, ProxyProcess, RedisServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -71,16 +74,24 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "proxy_only: meaningless against Redis directly; "
                                        "skipped with SIDECACHE_TARGET=direct")
     config.addinivalue_line("markers", "timeout(seconds): wall-clock limit for the test")
+    config.addinivalue_line("markers", "redis(major, minor, why): needs that Redis version or newer")
 
 
 def pytest_report_header(config):
+    server = "redis-server %s (%d.%d)" % ((REDIS_SERVER,) + REDIS_VERSION)
     if TARGET == "direct":
-        return "sidecache: SIDECACHE_TARGET=direct (tests run against redis-server itself)"
-    return "sidecache: target proxy %s%s" % (
-        SIDECACHE_BIN, "" if os.path.exists(SIDECACHE_BIN) else " (NOT FOUND)")
+        return "sidecache: SIDECACHE_TARGET=direct (tests run against redis-server itself); " + server
+    return "sidecache: target proxy %s%s; %s" % (
+        SIDECACHE_BIN, "" if os.path.exists(SIDECACHE_BIN) else " (NOT FOUND)", server)
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for m in item.iter_markers("redis"):
+            major, minor, why = m.args
+            if REDIS_VERSION < (major, minor):
+                item.add_marker(pytest.mark.skip(reason="needs Redis %d.%d (%s); REDIS_SERVER_BIN is %d.%d"
+                                                 % (major, minor, why, REDIS_VERSION[0], REDIS_VERSION[1])))
     if TARGET != "direct":
         return
     skip = pytest.mark.skip(reason="proxy-only behaviour (SIDECACHE_TARGET=direct)")

@@ -131,7 +131,9 @@ C1_CASES = {
 # every case in bcast mode; a sample in the per-connection modes
 C1_OTHER_MODES = ("set", "hset", "hdel", "rename_both_keys", "multi_exec", "pipeline_set_get",
                   "eval_undeclared_key", "write_by_other_client")
-C1_PARAMS = ([pytest.param("bcast", c, id=c) for c in sorted(C1_CASES)]
+# cases that use what older servers lack
+C1_NEEDS = {"fcall_declared_keys": pytest.mark.redis(7, 0, "FUNCTION and FCALL")}
+C1_PARAMS = ([pytest.param("bcast", c, id=c, marks=C1_NEEDS.get(c, ())) for c in sorted(C1_CASES)]
              + [pytest.param(m, c, id="%s-%s" % (m, c)) for m in MODES[1:] for c in C1_OTHER_MODES])
 
 

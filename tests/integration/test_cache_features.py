@@ -11,7 +11,7 @@ import pytest
 from cachehelpers import (MODES, SIDECACHE_FIELDS, Stats, make_tracked, parse_sidecache_section,
                           start_cached, wait_stat, wait_tracking_active, warm)
 from faulthelpers import toxiproxy, toxiproxy_bin  # noqa: F401 (fixtures)
-from helpers import HOST, encode, wait_until
+from helpers import HOST, acl_without, encode, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -256,7 +256,7 @@ def test_no_hits_when_tracking_refused(mode, proxy_factory, redis_factory):
     up = redis_factory(requirepass="pw", name="noacl")
     a = up.client()
     a.execute_command("ACL", "SETUSER", "sc", "on", ">scpw", "~*", "&*", "+@all",
-                      "-client|tracking")
+                      *acl_without("tracking"))
     p = proxy_factory(up=up, upstream_url="redis://sc:scpw@127.0.0.1:%d" % up.port,
                       args=("--tracking-mode", mode))
     st = Stats(p)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from helpers import ConnectionClosed, Push, Simple, assert_same_runs, assert_same_steps, encode, wait_until
+from helpers import REDIS_VERSION, ConnectionClosed, Push, Simple, acl_without, assert_same_runs, assert_same_steps, encode, wait_until
 
 ID_RE = re.compile(rb"(\$2\r\nid\r\n):\d+\r\n")
 
@@ -278,7 +278,7 @@ def test_ping_and_echo_of_a_user_denied_them(proxy, upstream):
             assert [c.cmd("PING").raw, c.cmd("ECHO", "x").raw] == [b"+PONG\r\n", b"$1\r\nx\r\n"]
 
 
-NOCLIENT = ["--user", "noclient", "on", ">pw", "~*", "&*", "+@all", "-client|setname", "-client|getname"]
+NOCLIENT = ["--user", "noclient", "on", ">pw", "~*", "&*", "+@all", *acl_without("setname", "getname")]
 
 
 @pytest.mark.parametrize("pipelined", [False, True], ids=["one-by-one", "pipelined"])
@@ -304,14 +304,17 @@ def test_client_name_commands_of_a_user_denied_them(redis_factory, ref_factory, 
             return [f.raw for f in c.read_frames(len(steps))]
 
     want = [norm(w) for w in run(ref)]
-    assert want[1] == b"-NOPERM this user has no permissions to run the 'client|setname' command\r\n", want
+    # (6.2: "... to run the 'client' command or its subcommand")
+    assert want[1].startswith(b"-NOPERM this user has no permissions to run the 'client"), want
     for _ in range(2):
         assert [norm(g) for g in run(proxy)] == want
     # SETINFO (Redis 7.2) is answered as 7.2 answers it: Redis 7.0 does not
-    # know it, so its ACL cannot deny it
+    # know it, so its ACL cannot deny it (6.2's, which takes CLIENT away
+    # and gives back the subcommands it knows, does)
     with proxy.raw() as c:
         assert c.cmd("AUTH", "noclient", "pw").raw == b"+OK\r\n"
-        assert c.cmd("CLIENT", "SETINFO", "LIB-NAME", "l").raw == b"+OK\r\n"
+        got = c.cmd("CLIENT", "SETINFO", "LIB-NAME", "l").raw
+        assert got == b"+OK\r\n" if REDIS_VERSION >= (7, 0) else got.startswith(b"-NOPERM"), got
 
 
 def test_client_name_commands_before_the_proxy_knows_redis_wants_a_password(redis_factory, ref_factory,

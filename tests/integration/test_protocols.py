@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from helpers import Double, RMap, RSet, assert_same_runs, assert_same_steps, encode
+from helpers import REDIS_VERSION, Double, RMap, RSet, assert_same_runs, assert_same_steps, encode
 
 ID_RE = re.compile(rb"(\$2\r\nid\r\n):\d+\r\n")
 
@@ -126,7 +126,7 @@ def test_hello_ids_are_integers(proxy):
             assert isinstance(d[b"id"], int)
             assert d[b"proto"] == 3
             assert d[b"server"] == b"redis"
-            assert d[b"version"] == b"7.0.15"
+            assert tuple(int(x) for x in d[b"version"].split(b".")[:2]) == REDIS_VERSION, d
             ids.append(d[b"id"])
     # Through the proxy HELLO's id is that of the shared upstream connection
     # the client starts on (README, "Session state"); CLIENT ID is the one

@@ -132,6 +132,7 @@ def test_deeply_nested_script_reply_leaves_other_clients_writes_alone(shared_pro
         b.close()
 
 
+@pytest.mark.redis(7, 0, "a script's big_number reply")
 def test_big_number_text_from_script_is_relayed(shared_proxy, ref):
     cmds = [("EVAL", BUSY + "return {big_number='abc'}", "0"),
             ("EVAL", "return {big_number=''}", "0"),

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cachehelpers import Stats, start_cached
-from helpers import HOST, wait_until
+from helpers import HOST, acl_without, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -72,7 +72,7 @@ def test_tracking_stays_active_when_setname_is_denied(proxy_factory, upstream):
     """The upstream user may not name its connection: the name is left out,
     and the cache works all the same."""
     upstream.client().execute_command("ACL", "SETUSER", "trk2", "reset", "on", ">pw", "~*", "&*", "+@all",
-                                      "-client|setname")
+                                      *acl_without("setname"))
     p, st = start_cached(proxy_factory, upstream_url="redis://trk2:pw@127.0.0.1:%d" % upstream.port)
     assert st.get()["tracking_state"] == "active"
     assert invalidation_clients(upstream) == []

@@ -342,6 +342,7 @@ def served_as_open(proxy, up, clients):
 
 @pytest.mark.proxy_only
 @pytest.mark.timeout(60)
+@pytest.mark.redis(7, 0, "loading-process-events-interval-bytes: a LOADING that answers")
 def test_redis_loading_after_restart_is_not_taken_for_a_password(proxy_factory, redis_factory):
     up = redis_factory(args=SLOW_LOAD)
     proxy = proxy_factory(up=up)
@@ -358,6 +359,7 @@ def test_redis_loading_after_restart_is_not_taken_for_a_password(proxy_factory, 
 
 @pytest.mark.proxy_only
 @pytest.mark.timeout(60)
+@pytest.mark.redis(7, 0, "loading-process-events-interval-bytes: a LOADING that answers")
 def test_proxy_started_while_redis_loads_learns_access_once_loaded(proxy_factory, redis_factory):
     """Every probe meets LOADING, so nothing is known: the proxy asks again
     on its (long-lived) connections, and learns once Redis has loaded."""

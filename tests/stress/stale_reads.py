@@ -5,7 +5,7 @@ tests/stress/stale_reads.py - randomized concurrent stale-read hunt for sidecach
 
     python3 tests/stress/stale_reads.py [--bin build/sidecache] \
         [--seed 1] [--duration 60] [--proxies 2] [--mode bcast|default|optin] \
-        [--batch 250] [--cache-mem 256mb] [--ttl] [--acl [--acl-lookup]] [--swapdb] [--multidb] \
+        [--redis-server PATH] [--batch 250] [--cache-mem 256mb] [--ttl] [--acl [--acl-lookup]] [--swapdb] [--multidb] \
         [--writers 4] [--readers 6] [--nkeys 6] [--nfields 4] [--slack 0.05] [--port-base 47100] [--extra "--x y"] [--chaos 1|2] [--inv-delay-ms 30 --slack 0.3] [--data-delay-ms 20]
 
 Starts one redis-server (port-base) and N proxies (port-base+1..) on loopback,
@@ -433,7 +433,7 @@ class Stress:
     # -------------------------------------------------------------- setup
     def start(self):
         a = self.a
-        rargs = ["redis-server", "--port", str(self.rport), "--bind", HOST, "--save", "",
+        rargs = [a.redis_server, "--port", str(self.rport), "--bind", HOST, "--save", "",
                  "--appendonly", "no", "--dir", self.tmp, "--protected-mode", "no",
                  "--logfile", os.path.join(self.tmp, "redis.log"), "--hz", str(a.hz)]
         self.procs.append(subprocess.Popen(rargs, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -1579,6 +1579,8 @@ class Stress:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(REPO, "build", "sidecache"))
+    ap.add_argument("--redis-server", default="redis-server",
+                    help="the redis-server binary (build-deps/redis-6.2/redis-server: Redis 6.2)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--duration", type=float, default=30)
     ap.add_argument("--proxies", type=int, default=2)
