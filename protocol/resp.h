@@ -252,6 +252,16 @@ static inline int resp_frame_is_execabort(const char *data, size_t len) {
 static inline int resp_frame_is_noperm(const char *data, size_t len) {
     return resp_frame_starts_with(data, len, "-NOPERM ");
 }
+/* Redis Cluster's refusal of a command for where its keys are: CROSSSLOT,
+ * MOVED, ASK, TRYAGAIN, CLUSTERDOWN. To an EXEC it says that Redis
+ * discarded the transaction and ran nothing of it (processCommand checks
+ * the keys of all the queued commands together before EXEC runs, and
+ * discards the transaction when it refuses them), as EXECABORT does. */
+static inline int resp_frame_is_cluster_refusal(const char *data, size_t len) {
+    return resp_frame_starts_with(data, len, "-CROSSSLOT ") || resp_frame_starts_with(data, len, "-MOVED ") ||
+           resp_frame_starts_with(data, len, "-ASK ") || resp_frame_starts_with(data, len, "-TRYAGAIN ") ||
+           resp_frame_starts_with(data, len, "-CLUSTERDOWN ");
+}
 
 /* ------------------------------------------------------------------------ */
 /* Encoders. proto is 2 or 3; where RESP2 has no such type, the RESP2 form

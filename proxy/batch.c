@@ -202,10 +202,13 @@ void px_batch_on_reply(px_client *c, px_req *ex, const char *data, size_t len) {
             reqs[i]->pending = 0;
             px_client_on_reply(c, reqs[i], data + offs[i], offs[i + 1] - offs[i]);
         }
-    } else if (!ex->lost && resp_frame_is_execabort(data, len)) {
-        /* EXECABORT: nothing ran. Each again, alone: each gets Redis's own
-         * reply (u answered this very reply, so it is alive). Any other
-         * error (EXEC refused) closes the connection (upstream.c) */
+    } else if (!ex->lost && (resp_frame_is_execabort(data, len) || resp_frame_is_cluster_refusal(data, len))) {
+        /* EXECABORT, or a cluster's refusal of the block's keys together
+         * (CROSSSLOT: writes to two slots of one node, each of which Redis
+         * runs alone; MOVED, ASK, TRYAGAIN after a slot moved): nothing
+         * ran. Each again, alone: each gets Redis's own reply (u answered
+         * this very reply, so it is alive). Any other error (EXEC refused)
+         * closes the connection (upstream.c) */
         px_verbose("write batch refused, sent again one by one n=%u reply=\"%.*s\"", h.n,
                    (int)(len > 80 ? 80 : len - 2), data);
         /* an ACL without EXEC refuses every block: batch no more */

@@ -780,9 +780,12 @@ static void up_txn_refused(px_upstream *u, const char *data, size_t len, int dis
 }
 
 /* The reply to the EXEC of a block sidecache made: an error other than
- * EXECABORT (a queued command refused: nothing ran) is a refusal. */
+ * EXECABORT (a queued command refused: nothing ran) or a cluster's refusal
+ * of the block's keys (CROSSSLOT, MOVED, ...: nothing ran either, and the
+ * connection left MULTI) is a refusal. */
 static int block_exec_refused(const char *data, size_t len) {
-    return resp_frame_is_error(data, len) && !resp_frame_is_execabort(data, len);
+    return resp_frame_is_error(data, len) && !resp_frame_is_execabort(data, len) &&
+           !resp_frame_is_cluster_refusal(data, len);
 }
 
 static int is_noauth(const char *data, size_t len) {

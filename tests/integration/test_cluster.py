@@ -532,3 +532,55 @@ def test_a_connect_to_the_old_node_that_fails_late_keeps_the_followed_upstream(p
                      status=lambda: "replies %r; log:\n%s" % (sorted(set(seen)), open(p.logpath).read()[-3000:]))
     finally:
         fwd.close()
+
+
+def test_a_pipeline_of_writes_to_two_slots_of_the_upstream_runs_as_sent(proxy_factory, cluster_node):
+    """A client pipelines writes to keys of two slots that the upstream
+    serves (any cluster client may: sidecache names itself the master of
+    every slot, so go-redis sends it every pipeline). Redis runs each
+    command as sent. In one write batch (MULTI ... EXEC) Redis refuses the
+    EXEC with -CROSSSLOT and runs nothing; the writes must still get the
+    replies Redis gives them alone, and the next batches must still go."""
+    from exacthelpers import sidecache_info
+    p = proxy_factory(up=cluster_node, args=("--key-prefix", "{1}"))
+    cmds = [("SET", "{a}k", "1"), ("SET", "{b}k", "2"), ("INCR", "{a}n"), ("INCR", "{b}n")]
+    with cluster_node.raw(auth=True) as d:
+        want = [f.raw for f in d.pipeline(cmds)]
+        assert d.call("FLUSHALL") == b"OK"
+    assert want == [b"+OK\r\n", b"+OK\r\n", b":1\r\n", b":1\r\n"]
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert [f.raw for f in c.pipeline(cmds)] == want
+        assert [c.call("GET", k) for k in ("{a}k", "{b}k", "{a}n", "{b}n")] == [b"1", b"2", b"1", b"1"]
+        blocks = sidecache_info(p)["batch_blocks"]
+        assert [f.raw for f in c.pipeline([("SET", "{1}x%d" % i, "v") for i in range(5)])] == [b"+OK\r\n"] * 5
+        assert sidecache_info(p)["batch_blocks"] == blocks + 1, "batching stopped for the user"
+    with open(p.logpath) as f:
+        assert "refused a MULTI, EXEC or DISCARD" not in f.read()
+
+
+def test_a_cross_slot_transaction_gets_crossslot_and_nothing_else_changes(proxy_factory, cluster_node):
+    """MULTI, writes to two slots of the upstream, EXEC: Redis answers the
+    EXEC -CROSSSLOT, having discarded the transaction (nothing ran, the
+    connection is clean). That is the client's answer; it is no sign that
+    the user may not send MULTI: the shared connection stays (other
+    clients' requests on it are not failed) and the user's later
+    transactions and write batches are still made on it."""
+    from exacthelpers import sidecache_info
+    p = proxy_factory(up=cluster_node, args=("--key-prefix", "{1}"))
+    cmds = [("MULTI",), ("SET", "{a}k", "1"), ("SET", "{b}k", "2"), ("EXEC",)]
+    with cluster_node.raw(auth=True) as d:
+        want = [f.raw for f in d.pipeline(cmds)]
+    assert want[-1].startswith(b"-CROSSSLOT")
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert [f.raw for f in c.pipeline(cmds)] == want
+        before = sidecache_info(p)
+        assert [f.raw for f in c.pipeline([("MULTI",), ("SET", "{1}x", "1"), ("EXEC",)])] == \
+            [b"+OK\r\n", b"+QUEUED\r\n", b"*1\r\n+OK\r\n"]
+        assert [f.raw for f in c.pipeline([("SET", "{1}y%d" % i, "v") for i in range(5)])] == [b"+OK\r\n"] * 5
+        after = sidecache_info(p)
+    assert after["txn_shared"] == before["txn_shared"] + 1, "the MULTI went to a connection of its own"
+    assert after["batch_blocks"] == before["batch_blocks"] + 1, "batching stopped for the user"
+    with open(p.logpath) as f:
+        assert "refused a MULTI, EXEC or DISCARD" not in f.read()
