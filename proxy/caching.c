@@ -902,6 +902,17 @@ static uint64_t change_seq(struct px_caching *pc) {
     return st->invalidations + st->flushes + pc->purges_skipped;
 }
 
+/* A command that writes nothing (cmdtable_writes said so): one Redis flags
+ * readonly (HSCAN, LRANGE, HGETALL, ...), or a script call (a read-only
+ * script's EVALSHA: JuiceFS's resolve). Sent again, it does what it did. */
+static int reads_only(struct px_caching *pc, int argc, const resp_arg *a) {
+    int flags = 0;
+    if (!cmdtable_check(pc->cmdt, argc, a, &flags)) return 0;
+    if ((flags & CMDT_F_READONLY) && !(flags & CMDT_F_WRITE)) return 1;
+    return resp_arg_is(a[0].ptr, a[0].len, "EVALSHA") || resp_arg_is(a[0].ptr, a[0].len, "EVALSHA_RO") ||
+           resp_arg_is(a[0].ptr, a[0].len, "EVAL_RO") || resp_arg_is(a[0].ptr, a[0].len, "FCALL_RO");
+}
+
 /* The MGET's plan goes with the request; its missing keys begin fills. */
 static void mget_send(struct px_caching *pc, px_client *c, px_upstream *u, px_req *r, int may_fill) {
     mget_hdr h;
@@ -971,6 +982,7 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
 
     if (cacheable && r != NULL && !in_multi) {
         int may_fill = px_caching_active(c->srv) && conn_tracked(pc, u);
+        if (u != NULL && u->owner == NULL) r->aux_flags |= PX_AUX_READ;
         r->learn = partition_of(pc, c->user) << 3 | (uint32_t)cacheable;
         r->learn_mark = px_acl_mark(c->srv);
         if (cacheable == PX_READ_MGET) {
@@ -1064,6 +1076,8 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
         if (w == CMDT_WRITES_UNKNOWN) c->txn_flush = 1;
         return;
     }
+    if (r != NULL && u != NULL && u->owner == NULL && w == CMDT_WRITES_NOTHING && reads_only(pc, argc, a))
+        r->aux_flags |= PX_AUX_READ;
     if (r != NULL) {
         if (w == CMDT_WRITES_UNKNOWN) r->aux_flags |= PX_AUX_FLUSH;
         if (keys.len) {

@@ -659,9 +659,24 @@ void px_upstream_send_raw(px_upstream *u, const char *data, size_t len) {
     px_io_write(&u->io, data, len);
 }
 
-/* Hands every pending request the error frame err (whole RESP frame). */
+/* Hands every pending request the error frame err (whole RESP frame). A
+ * read (PX_AUX_READ) gets sidecache's "-ERR sidecache: ..." as
+ * "-MASTERDOWN sidecache: ..." (CLUSTERDOWN in front of a cluster): a
+ * client connected to Redis itself sees EOF, and go-redis sends the
+ * command again (JuiceFS: a restart or a failover is a stall); it does for
+ * these errors, not for an ERR, which JuiceFS takes for EIO (and, for its
+ * lookup script, for a reason to stop using the script). A read changes
+ * nothing, whether it ran or not; a write keeps the ERR (it may have
+ * run). */
 static void up_fail_pending(px_upstream *u, const char *err, size_t errlen) {
     px_req *r;
+    char read_err[600];
+    size_t read_len = 0;
+    if (errlen > 16 && errlen + 16 < sizeof read_err && memcmp(err, "-ERR sidecache: ", 16) == 0) {
+        int n = snprintf(read_err, sizeof read_err, "-%s %.*s", px_unavailable_code(u->srv), (int)(errlen - 5),
+                         err + 5);
+        if (n > 0 && (size_t)n < sizeof read_err) read_len = (size_t)n;
+    }
     while ((r = u->head) != NULL) {
         u->head = r->next_up;
         if (u->head == NULL) u->tail = NULL;
@@ -679,7 +694,10 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen) {
          * the slots that are not */
         for (; r->replies_left > 1; r->replies_left--) px_client_on_reply_part(r->client, r, err, errlen);
         r->pending = 0;
-        px_client_on_reply(r->client, r, err, errlen);
+        if (read_len > 0 && (r->aux_flags & PX_AUX_READ))
+            px_client_on_reply(r->client, r, read_err, read_len);
+        else
+            px_client_on_reply(r->client, r, err, errlen);
     }
 }
 

@@ -123,6 +123,11 @@ enum px_aux_flag {
     PX_AUX_SCRIPT = 1 << 24, /* EVAL, FCALL and kin: an error it returns is
                                 the script's text, not Redis's state (no
                                 failover flush, C6) */
+    PX_AUX_READ = 1 << 25,   /* changes nothing (a cacheable read, a command
+                                Redis flags readonly, a read-only script), on
+                                a shared connection: lost with it, it gets
+                                an error go-redis sends it again for
+                                (up_fail_pending) */
 };
 
 typedef struct px_req {

@@ -789,3 +789,40 @@ def test_script_flush_in_multi_forgets_the_script_at_exec(proxy_factory, upstrea
     assert b.cmd(*lookup(SHA_V1, "d1", "f")).raw == found(2, b"attr")
     assert a.cmd("EXEC").raw == b"*1\r\n+OK\r\n"
     assert b.cmd(*lookup(SHA_V1, "d1", "f")).raw == NOSCRIPT
+
+
+# Errors go-redis retries by itself (its shouldRetry), as it retries an EOF.
+GO_REDIS_RETRIES = (b"-MASTERDOWN ", b"-CLUSTERDOWN ", b"-TRYAGAIN ", b"-LOADING ", b"-READONLY ")
+
+
+def test_reads_lost_on_their_way_get_an_error_go_redis_retries(proxy_factory, upstream):
+    """A lookup, a GET, an HGET, an MGET (and HSCAN, LRANGE: readdir, read)
+    on their way to Redis when the proxy's connection to Redis is lost
+    (here Redis hangs past upstream-timeout; a restart, a Sentinel switch or
+    a killed connection do the same). Directly, go-redis would see EOF or a
+    timeout and send each again (MaxRetries): a restart of a few seconds is
+    a stall. A read changes nothing whether it ran or not, so the proxy's
+    error for it must be one go-redis retries as well (MASTERDOWN, as for a
+    command it could not send), not ERR: an ERR reaches JuiceFS as EIO, and
+    for the lookup script as "unexpected error", after which JuiceFS stops
+    using the script for the life of the process (redis.go
+    handleLuaResult). A write keeps its ERR: it may have run."""
+    with upstream.raw(auth=True) as d:
+        assert d.call("SCRIPT", "LOAD", LOOKUP_V1) == SHA_V1.encode()
+        d.call("HSET", "d1", "f", dentry(2))
+        d.call("SET", "i2", ATTRS[2])
+    p = proxy_factory(args=("--upstream-timeout", "1"))
+    reads = [lookup(SHA_V1, "d1", "f"), ("GET", "i2"), ("HGET", "d1", "f"), ("MGET", "i2", "i3"),
+             ("HSCAN", "d1", "0", "MATCH", "*", "COUNT", "10000"), ("LRANGE", "c2_0", "0", "-1")]
+    with p.raw(auth=True, timeout=15) as c:
+        from cachehelpers import wait_tracking_active
+        wait_tracking_active(p)
+        with upstream.raw(auth=True, timeout=15) as sleeper:
+            sleeper.send_cmd("DEBUG", "SLEEP", "4")
+            time.sleep(0.3)
+            c.send(b"".join(encode(*cmd) for cmd in reads) + encode("SET", "x", "1"))
+            got = [f.raw for f in c.read_frames(len(reads) + 1, timeout=12)]
+            assert sleeper.read_frame(timeout=10).raw == b"+OK\r\n"
+    for cmd, raw in zip(reads, got):
+        assert raw.startswith(GO_REDIS_RETRIES) and b"sidecache" in raw, (cmd, raw)
+    assert got[-1].startswith(b"-ERR sidecache: "), got[-1]

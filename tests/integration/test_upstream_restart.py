@@ -2,7 +2,8 @@
 an error that names the upstream (no hangs, no closed client connections):
 -MASTERDOWN for a command that could not be sent (nothing ran; go-redis
 retries it as it retries a refused connection), -ERR for one that was on
-its way when the connection was lost;
+its way when the connection was lost (-MASTERDOWN for a read: it changed
+nothing, and go-redis sends it again);
 after Redis is back on the same port the same connections work again, and
 nothing stale is served from the cache. Redis restarted with data is LOADING
 for a while: that is not taken for a password (see below)."""
