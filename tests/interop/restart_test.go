@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,4 +68,51 @@ func startRedisOn(t *testing.T, port int) error {
 	p.mayExit = true
 	t.Cleanup(func() { _ = p.stop() })
 	return waitReady(p, "127.0.0.1:"+strconv.Itoa(port), true, "")
+}
+
+// A JuiceFS lookup (EVALSHA of its script) on its way to Redis when
+// sidecache's connection to Redis is lost (here Redis hangs past
+// upstream-timeout; a restart or a Sentinel switch does the same). Against
+// Redis itself go-redis sees the connection fail and sends the command again;
+// JuiceFS treats any other error text from the script as "unexpected" and
+// stops using the script for the life of the process (handleLuaResult). A
+// read changed nothing whether it ran or not: sidecache's error for it must
+// be one go-redis retries, so that the lookup gets its answer once Redis
+// answers again, as it would directly.
+func TestLookupInFlightWhenTheUpstreamConnectionIsLostIsRetried(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	rport := startRedis(t, "", "--enable-debug-command", "yes")
+	target := rport
+	if !targetDirect() {
+		target = startProxy(t, proxyBin(t), rport, "", "--upstream-timeout", "1")
+	}
+	direct := nodeClient(t, rport)
+	must(t, direct.ScriptLoad(ctx, jfsLookupScript).Err())
+	attr := strings.Repeat("a", 71) + "\x00"
+	must(t, direct.HSet(ctx, "d1", "f", "\x01\x00\x00\x00\x00\x00\x00\x00\x02").Err())
+	must(t, direct.Set(ctx, "i2", attr, 0).Err())
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(target), ReadTimeout: 20 * time.Second,
+		MaxRetries: 10, MinRetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 500 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	if !targetDirect() {
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(c.Info(ctx, "sidecache").Val(), "tracking_state:active") {
+			if time.Now().After(deadline) {
+				t.Fatal("tracking not active")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	slept := make(chan error, 1)
+	go func() { slept <- nodeClient(t, rport).Do(ctx, "DEBUG", "SLEEP", "3").Err() }()
+	time.Sleep(300 * time.Millisecond)
+	res, err := c.EvalSha(ctx, jfsLookupSHA, []string{"d1", "f"}).Result()
+	if err != nil {
+		t.Fatalf("lookup while the connection to Redis was lost: %v (JuiceFS: \"unexpected error\", the script "+
+			"is off for the life of the process; against Redis go-redis retries)", err)
+	}
+	if v, ok := res.([]interface{}); !ok || len(v) != 2 || v[0] != int64(2) || v[1] != attr {
+		t.Fatalf("lookup = %#v", res)
+	}
+	must(t, <-slept)
 }
