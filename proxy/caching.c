@@ -903,12 +903,15 @@ static uint64_t change_seq(struct px_caching *pc) {
 }
 
 /* A command that writes nothing (cmdtable_writes said so): one Redis flags
- * readonly (HSCAN, LRANGE, HGETALL, ...), or a script call (a read-only
- * script's EVALSHA: JuiceFS's resolve). Sent again, it does what it did. */
+ * readonly (HSCAN, LRANGE, HGETALL, ...), a script call (a read-only
+ * script's EVALSHA: JuiceFS's resolve), or SCRIPT LOAD (JuiceFS loads its
+ * scripts again after a NOSCRIPT, as after a Redis restart, and one that
+ * fails leaves the script off). Sent again, it does what it did. */
 static int reads_only(struct px_caching *pc, int argc, const resp_arg *a) {
     int flags = 0;
     if (!cmdtable_check(pc->cmdt, argc, a, &flags)) return 0;
     if ((flags & CMDT_F_READONLY) && !(flags & CMDT_F_WRITE)) return 1;
+    if (argc == 3 && resp_arg_is(a[0].ptr, a[0].len, "SCRIPT") && resp_arg_is(a[1].ptr, a[1].len, "LOAD")) return 1;
     return resp_arg_is(a[0].ptr, a[0].len, "EVALSHA") || resp_arg_is(a[0].ptr, a[0].len, "EVALSHA_RO") ||
            resp_arg_is(a[0].ptr, a[0].len, "EVAL_RO") || resp_arg_is(a[0].ptr, a[0].len, "FCALL_RO");
 }

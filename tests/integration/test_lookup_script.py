@@ -806,14 +806,16 @@ def test_reads_lost_on_their_way_get_an_error_go_redis_retries(proxy_factory, up
     command it could not send), not ERR: an ERR reaches JuiceFS as EIO, and
     for the lookup script as "unexpected error", after which JuiceFS stops
     using the script for the life of the process (redis.go
-    handleLuaResult). A write keeps its ERR: it may have run."""
+    handleLuaResult; so does a SCRIPT LOAD that fails, which JuiceFS sends
+    after a NOSCRIPT). A write keeps its ERR: it may have run."""
     with upstream.raw(auth=True) as d:
         assert d.call("SCRIPT", "LOAD", LOOKUP_V1) == SHA_V1.encode()
         d.call("HSET", "d1", "f", dentry(2))
         d.call("SET", "i2", ATTRS[2])
     p = proxy_factory(args=("--upstream-timeout", "1"))
     reads = [lookup(SHA_V1, "d1", "f"), ("GET", "i2"), ("HGET", "d1", "f"), ("MGET", "i2", "i3"),
-             ("HSCAN", "d1", "0", "MATCH", "*", "COUNT", "10000"), ("LRANGE", "c2_0", "0", "-1")]
+             ("HSCAN", "d1", "0", "MATCH", "*", "COUNT", "10000"), ("LRANGE", "c2_0", "0", "-1"),
+             ("SCRIPT", "LOAD", LOOKUP_V1)]
     with p.raw(auth=True, timeout=15) as c:
         from cachehelpers import wait_tracking_active
         wait_tracking_active(p)
