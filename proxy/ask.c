@@ -54,7 +54,11 @@ static int write_all(int fd, const char *p, size_t len, int64_t deadline) {
 }
 
 /* Reads into b until it holds one whole reply at b->data[at]; its length
- * into *flen. 0, or -1 (closed, late, too long, malformed). */
+ * into *flen. 0, or -1 (closed, late, too long, malformed). The parser
+ * resumes where it stopped (resp.h), and the deadline holds while bytes
+ * keep coming too: a reply of megabytes (CLUSTER SLOTS of a cluster whose
+ * slots are spread over thousands of ranges) costs one pass, not one per
+ * read of 4 KB, which held the event loop for seconds. */
 static int read_reply(int fd, resp_buf *b, size_t at, size_t max, int64_t deadline, size_t *flen) {
     resp_limits lim;
     resp_reply_parser rp;
@@ -63,7 +67,6 @@ static int read_reply(int fd, resp_buf *b, size_t at, size_t max, int64_t deadli
     int rc = -1;
     for (;;) {
         if (b->len > at) {
-            resp_reply_reset(&rp);
             int prc = resp_reply_parse(&rp, b->data + at, b->len - at);
             if (prc == RESP_OK) {
                 *flen = rp.frame_len;
@@ -73,7 +76,7 @@ static int read_reply(int fd, resp_buf *b, size_t at, size_t max, int64_t deadli
             if (prc == RESP_ERR) break;
         }
         char chunk[4096];
-        if (b->len - at >= max) break;
+        if (b->len - at >= max || px_now_ms() >= deadline) break;
         ssize_t n = read(fd, chunk, sizeof chunk);
         if (n > 0) {
             if (resp_buf_append(b, chunk, (size_t)n) != 0) break;
