@@ -287,7 +287,22 @@ def add_replica_of_b(redis_factory, two_masters, *extra):
         wait_for("R did not learn the cluster's epoch", lambda: epochs_settled(cr, (a, b, r)))
         # and a manual failover needs R's cluster link to B
         wait_for("R has no link to B", lambda: link_up(cr, id_b))
-        return a, b, r, cr.call("CLUSTER", "MYID")
+        # and the masters' votes: a master that still takes R for a master
+        # denies it its vote ("it is a master node"; 6.2, often)
+        id_r = cr.call("CLUSTER", "MYID")
+        wait_for("the masters do not know R as B's replica",
+                 lambda: all(replica_of(n, id_r) == id_b for n in (a, b)))
+        return a, b, r, id_r
+
+
+def replica_of(node, node_id):
+    """The id of the master node_id replicates, as node sees it (None: a master)."""
+    with node.raw(auth=True) as c:
+        for ln in c.call("CLUSTER", "NODES").split(b"\n"):
+            f = ln.split()
+            if f and f[0] == node_id:
+                return f[3] if f[3] != b"-" else None
+    return None
 
 
 def link_up(c, node_id):
