@@ -604,7 +604,7 @@ static int wants_cluster_rewrite(px_client *c) {
  * the cache is emptied; without following (Sentinel, a tracking-upstream)
  * the reply is Redis's. Returns 0, or -1 to relay the reply unchanged
  * (also to a client on a unix socket: no address to name). */
-static int cluster_slots_here(px_client *c, const char *data, size_t len, resp_buf *out) {
+static int cluster_slots_here(px_client *c, const px_req *r, const char *data, size_t len, resp_buf *out) {
     px_server *srv = c->srv;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
@@ -632,7 +632,10 @@ static int cluster_slots_here(px_client *c, const char *data, size_t len, resp_b
         if (colon != NULL && resp_string2ll(colon + 1, strlen(colon + 1), &oport)) {
             there[colon - there] = '\0';
             cluster_self moved = {.hosts = {there, NULL}, .port = (int)oport};
-            px_follow_to(srv, other);
+            /* (not from a retired connection: its node is where Redis was,
+             * and tells where the slot was then, maybe before a later
+             * move the upstream followed since) */
+            if (r->up == NULL || !r->up->retired) px_follow_to(srv, other);
             rc = cluster_slots_rewrite(data, len, (unsigned)slot, &moved, host, port, out, other, sizeof other);
         }
     }
@@ -767,7 +770,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     resp_buf topology;
     resp_buf_init(&topology);
     if ((r->aux_flags & PX_AUX_CLUSTER_SLOTS) && c->state != PX_CLIENT_CLOSED &&
-        cluster_slots_here(c, data, len, &topology) == 0) {
+        cluster_slots_here(c, r, data, len, &topology) == 0) {
         data = topology.data;
         len = topology.len;
     } else if (len > 0 && data[0] == '-' && !(r->aux_flags & PX_AUX_SCRIPT) && moved_becomes_tryagain(r) &&

@@ -771,7 +771,10 @@ static void note_role(px_upstream *u, const px_req *r, const char *data, size_t 
     if (r->aux_flags & PX_AUX_SCRIPT) return;
     if (len >= 9 && memcmp(data, "-READONLY", 9) == 0 && u->srv->sentinel_ev != NULL)
         event_active(u->srv->sentinel_ev, EV_TIMEOUT, 0);
-    else if (len >= 7 && memcmp(data, "-MOVED ", 7) == 0)
+    else if (len >= 7 && memcmp(data, "-MOVED ", 7) == 0 && !u->retired)
+        /* (a retired connection's node is where Redis was: its MOVED
+         * says where the slot went from there, maybe before a later move
+         * the upstream followed since) */
         px_follow_moved(u->srv, data, len);
 }
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from helpers import REDIS_VERSION, pump
+from helpers import REDIS_VERSION, encode, pump
 
 pytestmark = pytest.mark.proxy_only
 
@@ -599,3 +599,65 @@ def test_a_cross_slot_transaction_gets_crossslot_and_nothing_else_changes(proxy_
     assert after["batch_blocks"] == before["batch_blocks"] + 1, "batching stopped for the user"
     with open(p.logpath) as f:
         assert "refused a MULTI, EXEC or DISCARD" not in f.read()
+
+
+def make_masters(redis_factory, *extra):
+    """A cluster of three masters: A with slots 0-8191, B with 8192-11999
+    ({1}: 9842), C with 12000-16383. Returns ((A, B, C), (their ids))."""
+    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf") + extra
+    nodes = [redis_factory(args=args, name=n) for n in ("node-a", "node-b", "node-c")]
+    ranges = [("0", "8191"), ("8192", "11999"), ("12000", "16383")]
+    conns = [n.raw(auth=True) for n in nodes]
+    try:
+        for c, (lo, hi) in zip(conns, ranges):
+            assert add_slots(c, lo, hi) == b"OK"
+        for n in nodes[1:]:
+            assert conns[0].call("CLUSTER", "MEET", "127.0.0.1", str(n.port)) == b"OK"
+        wait_for("the nodes did not form a cluster", lambda: all(
+            b"cluster_state:ok" in c.call("CLUSTER", "INFO") and len(c.call("CLUSTER", "SLOTS")) == 3
+            for c in conns))
+        return tuple(nodes), tuple(c.call("CLUSTER", "MYID") for c in conns)
+    finally:
+        for c in conns:
+            c.close()
+
+
+@pytest.mark.parametrize("late", ["moved", "cluster-slots"])
+def test_a_late_answer_of_the_first_old_node_does_not_move_the_upstream_back(proxy_factory, redis_factory, late):
+    """The slot moves twice, B to A to C, and the proxy follows. W, a
+    client with a connection of its own to B (retired at the first move,
+    and W keeps it), gets B's answer only after the second move (B was
+    busy meanwhile): a MOVED, or a CLUSTER SLOTS, that names A, where the
+    slot was when B knew it. That says nothing of C: the proxy stays there
+    (it moved back to A, and every command of the volume got A's MOVED)."""
+    (a, b, c3), (id_a, id_b, id_c) = make_masters(redis_factory)
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
+    with p.raw(auth=True) as c, p.raw(auth=True) as w:
+        wait_tracking_active(c)
+        assert w.call("WATCH", "{1}w") == b"OK"            # w: a connection of its own, to B
+        with a.raw(auth=True) as ca, b.raw(auth=True) as cb, c3.raw(auth=True) as cc:
+            for n in (ca, cb, cc):
+                assert n.call("CLUSTER", "SETSLOT", "9842", "NODE", id_a) == b"OK"
+        assert c.cmd("GET", "{1}x").raw == tryagain(a)
+        wait_log(p, "moved from=127.0.0.1:%d to=127.0.0.1:%d" % (b.port, a.port))
+        # B sleeps; what w sent behind, B answers afterwards, as it knows
+        # the slot: A's. Meanwhile the slot moves on to C.
+        asked = ("GET", "{1}x") if late == "moved" else ("CLUSTER", "SLOTS")
+        w.send(encode("DEBUG", "SLEEP", "2") + encode(*asked))
+        time.sleep(0.2)
+        with a.raw(auth=True) as ca, c3.raw(auth=True) as cc:
+            for n in (ca, cc):
+                assert n.call("CLUSTER", "SETSLOT", "9842", "NODE", id_c) == b"OK"
+        assert c.cmd("GET", "{1}x").raw == tryagain(c3)
+        wait_log(p, "moved from=127.0.0.1:%d to=127.0.0.1:%d" % (a.port, c3.port))
+        assert w.read_frame(timeout=5).raw == b"+OK\r\n"
+        answer = w.read_frame(timeout=5).raw
+        if late == "moved":
+            assert answer == b"-MOVED 9842 127.0.0.1:%d\r\n" % a.port
+        time.sleep(0.2)
+        # the proxy is on C: the volume's commands run there
+        assert c.cmd("SET", "{1}x", "v").raw == b"+OK\r\n", open(p.logpath).read()[-2000:]
+        assert "moved from=127.0.0.1:%d to=127.0.0.1:%d" % (c3.port, a.port) not in open(p.logpath).read()
+    with c3.raw(auth=True) as cc:
+        assert cc.call("GET", "{1}x") == b"v"
+
