@@ -193,6 +193,11 @@ void px_follow_cron(px_server *srv) {
         }
         snprintf(because, sizeof because, "upstream unreachable, %s names it", node);
         move_to(srv, master, 0, because);
+        /* a node answered: asked again after the next failed connect, not
+         * every second while the connections the proxy has work (a connect
+         * that failed once leaves up_unreachable set until another one
+         * succeeds, and most clients need no new connection) */
+        srv->up_unreachable = 0;
         return;
     }
 }

@@ -69,7 +69,10 @@ void px_follow_learn_nodes(px_server *srv, const char *data, size_t len);
  * asks the remembered nodes, a few each second, for the slot's master
  * (CLUSTER SLOTS, with the upstream's credentials, plain TCP), and moves
  * there when it is another node: a master that died and whose replica the
- * cluster promoted. */
+ * cluster promoted. Once a node answered, it asks again only after the
+ * next failed connect (the flag stays set until a connect succeeds, which
+ * may not come for long when one failed once and the connections the
+ * proxy has work). */
 void px_follow_cron(px_server *srv);
 
 #define PX_FOLLOW_ASKS_PER_TICK 2

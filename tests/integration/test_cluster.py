@@ -661,3 +661,62 @@ def test_a_late_answer_of_the_first_old_node_does_not_move_the_upstream_back(pro
     with c3.raw(auth=True) as cc:
         assert cc.call("GET", "{1}x") == b"v"
 
+
+def fail_one_connect(p, node):
+    """node, started with --tcp-backlog 8, takes no connection for a moment
+    (it sleeps, with its accept queue full): the proxy's next new connection
+    to it times out (upstream-connect-timeout 300), while those it has stay
+    up. Returns once node is awake again."""
+    with node.raw(auth=True) as cn, p.raw(auth=True) as w2:
+        cn.send_cmd("DEBUG", "SLEEP", "1.5")
+        time.sleep(0.1)
+        fillers = []
+        try:
+            for _ in range(16):
+                f = socket.socket()
+                f.setblocking(False)
+                f.connect_ex(("127.0.0.1", node.port))
+                fillers.append(f)
+            time.sleep(0.1)
+            w2.send_cmd("WATCH", "{1}other")                 # a connection of its own: its connect hangs
+            wait_log(p, "connect timed out after 300 ms")
+            assert cn.read_frame(timeout=5).raw == b"+OK\r\n"
+        finally:
+            for f in fillers:
+                f.close()
+
+
+def slots_asked(node):
+    with node.raw(auth=True) as cn:
+        stats = cn.call("INFO", "commandstats").decode()
+    if "cmdstat_cluster|slots:" not in stats:
+        return 0
+    return int(stats.split("cmdstat_cluster|slots:calls=")[1].split(",")[0])
+
+
+def test_after_a_connect_that_failed_once_the_followed_node_is_not_asked_for_ever(proxy_factory, redis_factory):
+    """The proxy follows the slot from B to R (a failover). One connect to R
+    times out while R is busy; the connections the proxy has stay up. A
+    node it asks names R: the proxy stays, and asks no more (it asked two
+    nodes every second for as long as no new connection succeeded, each
+    ask a blocking exchange in the event loop, up to 250 ms for a node
+    that does not answer)."""
+    a, b, r, _ = add_replica_of_b(redis_factory, make_two_masters(redis_factory), "--tcp-backlog", "8")
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}", "--upstream-connect-timeout", "300",
+                                  "--tracking-timeout-ms", "10000"))
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        c.cmd("CLUSTER", "SLOTS")                           # the nodes to ask
+        with r.raw(auth=True) as cr, b.raw(auth=True) as cb:
+            assert cr.call("CLUSTER", "FAILOVER") == b"OK"
+            wait_for("R did not take over", lambda: b"role:master" in cr.call("INFO", "replication") and
+                     b"role:slave" in cb.call("INFO", "replication"))
+        assert c.cmd("SET", "{1}i2", "v1").raw == tryagain(r)
+        wait_log(p, "moved from=127.0.0.1:%d to=127.0.0.1:%d" % (b.port, r.port))
+        assert c.call("SET", "{1}i2", "v1") == b"OK"
+        fail_one_connect(p, r)
+        time.sleep(2.5)
+        asked = slots_asked(a) + slots_asked(b)
+        time.sleep(2.5)
+        assert slots_asked(a) + slots_asked(b) == asked, "the proxy keeps asking where the slot is"
+        assert c.call("GET", "{1}i2") == b"v1"
