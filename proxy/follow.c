@@ -96,11 +96,15 @@ static int move_to(px_server *srv, const char *node, int gently, const char *bec
         return -1;
     }
     if (srv->up_salen != 0 && px_same_address(&srv->up_sa, srv->up_salen, &sa, salen)) return 0;
+    px_format_address(&sa, salen, to, sizeof to);
+    /* the node whose connect failed last, its address only forgotten to
+     * be resolved again at the next connect (up_connect_failed): the slot
+     * has not moved, and nothing is to be emptied or closed */
+    if (srv->up_salen == 0 && srv->up_failed[0] != '\0' && strcmp(srv->up_failed, to) == 0) return 0;
     if (srv->up_salen != 0)
         px_format_address(&srv->up_sa, srv->up_salen, from, sizeof from);
     else if (srv->up_failed[0] != '\0')
         snprintf(from, sizeof from, "%s", srv->up_failed);
-    px_format_address(&sa, salen, to, sizeof to);
     px_notice("cluster: slot %d of key-prefix %s moved from=%s to=%s (%s): cache emptied, connections moved",
               slot_of_prefix(srv), srv->cfg->key_prefix, from, to, because);
     px_upstreams_move(srv, &sa, salen, gently);

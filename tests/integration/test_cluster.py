@@ -694,6 +694,31 @@ def slots_asked(node):
     return int(stats.split("cmdstat_cluster|slots:calls=")[1].split(",")[0])
 
 
+def test_a_connect_that_fails_once_moves_nothing(proxy_factory, redis_factory):
+    """One connect to B, the configured upstream, times out while B is
+    busy; the connections the proxy has stay up. Asked where the slot is, A
+    names B: nothing moved. The proxy neither empties its cache nor closes
+    its connections (it moved "from B to B", hard: every client with a
+    connection of its own was disconnected), and stops asking."""
+    a, b, _, _ = make_two_masters(redis_factory, "--tcp-backlog", "8")
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}", "--upstream-connect-timeout", "300",
+                                  "--tracking-timeout-ms", "10000"))
+    with p.raw(auth=True) as c, p.raw(auth=True) as w:
+        wait_tracking_active(c)
+        c.cmd("CLUSTER", "SLOTS")                           # the nodes to ask, as a cluster client reads it
+        assert c.call("SET", "{1}i2", "v1") == b"OK"
+        assert w.call("WATCH", "{1}i2") == b"OK"            # w: a connection of its own, to B
+        flushes = failover_flushes(c)
+        fail_one_connect(p, b)
+        time.sleep(2.5)                                     # the cron asks the nodes where the slot is
+        assert "cluster: slot 9842" not in open(p.logpath).read()
+        assert w.cmd("GET", "{1}i2").raw == b"$2\r\nv1\r\n"  # w keeps its connection
+        assert failover_flushes(c) == flushes
+        asked = slots_asked(a)
+        time.sleep(2.5)
+        assert slots_asked(a) == asked, "the proxy keeps asking where the slot is"
+
+
 def test_after_a_connect_that_failed_once_the_followed_node_is_not_asked_for_ever(proxy_factory, redis_factory):
     """The proxy follows the slot from B to R (a failover). One connect to R
     times out while R is busy; the connections the proxy has stay up. A
