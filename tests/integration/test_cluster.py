@@ -745,3 +745,65 @@ def test_after_a_connect_that_failed_once_the_followed_node_is_not_asked_for_eve
         time.sleep(2.5)
         assert slots_asked(a) + slots_asked(b) == asked, "the proxy keeps asking where the slot is"
         assert c.call("GET", "{1}i2") == b"v1"
+
+
+def test_a_write_batch_whose_exec_gets_moved_ran_nothing(proxy_factory, two_masters):
+    """The slot moves from B while B reads a write batch (MULTI, 250 SETs,
+    EXEC, 16 KB at a time): the SETs queued before the move make B answer
+    the EXEC itself with MOVED, and discard the transaction. Nothing ran:
+    each SET gets what it gets alone (B's MOVED, as TRYAGAIN), and nothing
+    says that Redis refused EXEC to the user (it took it so: the connection
+    was closed, failing what else waited on it, every SET got "unexpected
+    reply to a write batch", and the user's writes were never batched
+    again, nor its MULTIs answered here)."""
+    a, b, id_a, id_b = two_masters
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
+    n = 250
+    with p.raw(auth=True) as c, b.raw(auth=True) as sleeper, b.raw(auth=True) as admin:
+        wait_tracking_active(c)
+        assert c.call("SET", "{1}warm", "x") == b"OK"
+        assert c.call("DEL", "{1}warm") == 1
+        sleeper.send_cmd("DEBUG", "SLEEP", "1")
+        time.sleep(0.1)
+        # one write batch, waiting in B's socket while B sleeps
+        c.send(b"".join(encode("SET", "{1}k%d" % i, "v" * 200) for i in range(n)))
+        time.sleep(0.3)
+        with a.raw(auth=True) as ca:
+            assert ca.call("CLUSTER", "SETSLOT", "9842", "NODE", id_a) == b"OK"
+        # B runs it once awake, after the first 16 KB of the batch
+        admin.send_cmd("CLUSTER", "SETSLOT", "9842", "NODE", id_a)
+        replies = [f.raw for f in c.read_frames(n, timeout=10)]
+        assert admin.read_frame(timeout=5).raw == b"+OK\r\n", "the batch ran before the move"
+        assert sleeper.read_frame(timeout=5).raw == b"+OK\r\n"
+    log = open(p.logpath).read()
+    assert "Redis refused a MULTI, EXEC or DISCARD" not in log, log[-2000:]
+    assert all(r == tryagain(a) for r in replies), sorted(set(replies))
+    with a.raw(auth=True) as ca:
+        assert ca.call("EXISTS", *("{1}k%d" % i for i in range(n))) == 0
+
+
+def test_a_transaction_whose_exec_gets_moved_ran_nothing(proxy_factory, two_masters):
+    """The same for a transaction without WATCH (MULTI answered here, the
+    block sent at EXEC): the client gets B's MOVED for EXEC as TRYAGAIN
+    (nothing ran), and the user keeps its local MULTI and write batches."""
+    a, b, id_a, id_b = two_masters
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
+    n = 250
+    with p.raw(auth=True) as c, b.raw(auth=True) as sleeper, b.raw(auth=True) as admin:
+        wait_tracking_active(c)
+        assert c.call("MULTI") == b"OK"
+        c.send(b"".join(encode("SET", "{1}k%d" % i, "v" * 200) for i in range(n)))
+        assert all(f.raw == b"+QUEUED\r\n" for f in c.read_frames(n, timeout=10))
+        sleeper.send_cmd("DEBUG", "SLEEP", "1")
+        time.sleep(0.1)
+        c.send_cmd("EXEC")                                  # the block waits in B's socket
+        time.sleep(0.3)
+        with a.raw(auth=True) as ca:
+            assert ca.call("CLUSTER", "SETSLOT", "9842", "NODE", id_a) == b"OK"
+        admin.send_cmd("CLUSTER", "SETSLOT", "9842", "NODE", id_a)
+        assert c.read_frame(timeout=10).raw == tryagain(a)
+        assert admin.read_frame(timeout=5).raw == b"+OK\r\n", "the transaction ran before the move"
+    log = open(p.logpath).read()
+    assert "Redis refused a MULTI, EXEC or DISCARD" not in log, log[-2000:]
+    with a.raw(auth=True) as ca:
+        assert ca.call("EXISTS", *("{1}k%d" % i for i in range(n))) == 0
