@@ -105,21 +105,27 @@ def make_two_masters(redis_factory, *extra, third=False):
     is slot 9842, on B). Returns (A, B, A's id, B's id). third: a third
     master, C, takes B's slots from 12000 on (a failover after a master
     dies needs the votes of a majority of the masters)."""
+    nodes, ids = make_masters(redis_factory, *extra, count=3 if third else 2)
+    return nodes[0], nodes[1], ids[0], ids[1]
+
+
+def make_masters(redis_factory, *extra, count=3):
+    """A cluster of count (2 or 3) masters: A with slots 0-8191, B with
+    8192-11999 ({1}: 9842), C with 12000-16383; with two, B has 8192-16383.
+    Returns ((A, B[, C]), (their ids))."""
     args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf") + extra
-    nodes = [redis_factory(args=args, name=n) for n in ("node-a", "node-b", "node-c")[:3 if third else 2]]
-    ranges = [("0", "8191"), ("8192", "11999" if third else "16383"), ("12000", "16383")]
+    nodes = [redis_factory(args=args, name=n) for n in ("node-a", "node-b", "node-c")[:count]]
+    ranges = [("0", "8191"), ("8192", "11999" if count == 3 else "16383"), ("12000", "16383")]
     conns = [n.raw(auth=True) for n in nodes]
     try:
         for c, (lo, hi) in zip(conns, ranges):
             assert add_slots(c, lo, hi) == b"OK"
         for n in nodes[1:]:
             assert conns[0].call("CLUSTER", "MEET", "127.0.0.1", str(n.port)) == b"OK"
-        deadline = time.monotonic() + 20
-        while not all(b"cluster_state:ok" in c.call("CLUSTER", "INFO") and
-                      len(c.call("CLUSTER", "SLOTS")) == len(nodes) for c in conns):
-            assert time.monotonic() < deadline, "the nodes did not form a cluster"
-            time.sleep(0.05)
-        return nodes[0], nodes[1], conns[0].call("CLUSTER", "MYID"), conns[1].call("CLUSTER", "MYID")
+        wait_for("the nodes did not form a cluster", lambda: all(
+            b"cluster_state:ok" in c.call("CLUSTER", "INFO") and len(c.call("CLUSTER", "SLOTS")) == count
+            for c in conns))
+        return tuple(nodes), tuple(c.call("CLUSTER", "MYID") for c in conns)
     finally:
         for c in conns:
             c.close()
@@ -599,27 +605,6 @@ def test_a_cross_slot_transaction_gets_crossslot_and_nothing_else_changes(proxy_
     assert after["batch_blocks"] == before["batch_blocks"] + 1, "batching stopped for the user"
     with open(p.logpath) as f:
         assert "refused a MULTI, EXEC or DISCARD" not in f.read()
-
-
-def make_masters(redis_factory, *extra):
-    """A cluster of three masters: A with slots 0-8191, B with 8192-11999
-    ({1}: 9842), C with 12000-16383. Returns ((A, B, C), (their ids))."""
-    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf") + extra
-    nodes = [redis_factory(args=args, name=n) for n in ("node-a", "node-b", "node-c")]
-    ranges = [("0", "8191"), ("8192", "11999"), ("12000", "16383")]
-    conns = [n.raw(auth=True) for n in nodes]
-    try:
-        for c, (lo, hi) in zip(conns, ranges):
-            assert add_slots(c, lo, hi) == b"OK"
-        for n in nodes[1:]:
-            assert conns[0].call("CLUSTER", "MEET", "127.0.0.1", str(n.port)) == b"OK"
-        wait_for("the nodes did not form a cluster", lambda: all(
-            b"cluster_state:ok" in c.call("CLUSTER", "INFO") and len(c.call("CLUSTER", "SLOTS")) == 3
-            for c in conns))
-        return tuple(nodes), tuple(c.call("CLUSTER", "MYID") for c in conns)
-    finally:
-        for c in conns:
-            c.close()
 
 
 @pytest.mark.parametrize("late", ["moved", "cluster-slots"])
