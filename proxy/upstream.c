@@ -659,24 +659,10 @@ void px_upstream_send_raw(px_upstream *u, const char *data, size_t len) {
     px_io_write(&u->io, data, len);
 }
 
-/* Hands every pending request the error frame err (whole RESP frame). A
- * read (PX_AUX_READ) gets sidecache's "-ERR sidecache: ..." as
- * "-MASTERDOWN sidecache: ..." (CLUSTERDOWN in front of a cluster): a
- * client connected to Redis itself sees EOF, and go-redis sends the
- * command again (JuiceFS: a restart or a failover is a stall); it does for
- * these errors, not for an ERR, which JuiceFS takes for EIO (and, for its
- * lookup script, for a reason to stop using the script). A read changes
- * nothing, whether it ran or not; a write keeps the ERR (it may have
- * run). */
-static void up_fail_pending(px_upstream *u, const char *err, size_t errlen) {
+/* Hands every pending request the error frame err (whole RESP frame); a
+ * read (PX_AUX_READ) gets read_err instead when there is one (up_close_as). */
+static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, const char *read_err, size_t read_len) {
     px_req *r;
-    char read_err[600];
-    size_t read_len = 0;
-    if (errlen > 16 && errlen + 16 < sizeof read_err && memcmp(err, "-ERR sidecache: ", 16) == 0) {
-        int n = snprintf(read_err, sizeof read_err, "-%s %.*s", px_unavailable_code(u->srv), (int)(errlen - 5),
-                         err + 5);
-        if (n > 0 && (size_t)n < sizeof read_err) read_len = (size_t)n;
-    }
     while ((r = u->head) != NULL) {
         u->head = r->next_up;
         if (u->head == NULL) u->tail = NULL;
@@ -694,14 +680,16 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen) {
          * the slots that are not */
         for (; r->replies_left > 1; r->replies_left--) px_client_on_reply_part(r->client, r, err, errlen);
         r->pending = 0;
-        if (read_len > 0 && (r->aux_flags & PX_AUX_READ))
+        if (read_err != NULL && (r->aux_flags & PX_AUX_READ))
             px_client_on_reply(r->client, r, read_err, read_len);
         else
             px_client_on_reply(r->client, r, err, errlen);
     }
 }
 
-static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, const char *why) {
+/* Closes u; its pending requests get frame, reads read_frame if not NULL. */
+static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, const char *read_frame,
+                                size_t read_len, const char *why) {
     if (u->state == PX_UP_CLOSED) return;
     px_verbose("upstream closed id=%llu pending=%d reason=\"%s\"", (unsigned long long)u->id,
                u->npending, why);
@@ -734,7 +722,7 @@ static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, c
     px_client *owner = u->owner;
     u->owner = NULL;
     if (owner != NULL) px_client_on_pinned_lost(owner, u);
-    up_fail_pending(u, frame, len);
+    up_fail_pending(u, frame, len, read_frame, read_len);
     u->next_reap = u->srv->reap_upstreams;
     u->srv->reap_upstreams = u;
     px_server_schedule_reap(u->srv);
@@ -744,12 +732,26 @@ const char *px_unavailable_code(const px_server *srv) {
     return px_follow_enabled(srv) ? "CLUSTERDOWN" : "MASTERDOWN";
 }
 
-/* Closes u; its pending requests get "-<code> sidecache: <why>". */
+/* "-<code> sidecache: <why>\r\n" into frame (cut to fit); its length. */
+static size_t sidecache_error(char *frame, size_t size, const char *code, const char *why) {
+    int n = snprintf(frame, size, "-%s sidecache: %s\r\n", code, why);
+    if (n < 0 || (size_t)n >= size) n = (int)size - 1, frame[n - 2] = '\r', frame[n - 1] = '\n';
+    return (size_t)n;
+}
+
+/* Closes u; its pending requests get "-<code> sidecache: <why>". A read
+ * (PX_AUX_READ) gets "-MASTERDOWN sidecache: <why>" (CLUSTERDOWN in front
+ * of a cluster), code ERR or not: a client connected to Redis itself sees
+ * EOF, and go-redis sends the command again (JuiceFS: a restart or a
+ * failover is a stall); it does for these errors, not for an ERR, which
+ * JuiceFS takes for EIO (and, for its lookup script, for a reason to stop
+ * using the script). A read changes nothing, whether it ran or not; a
+ * write keeps the ERR (it may have run). */
 static void up_close_as(px_upstream *u, const char *code, const char *why) {
-    char frame[512];
-    int n = snprintf(frame, sizeof frame, "-%s sidecache: %s\r\n", code, why);
-    if (n < 0 || (size_t)n >= sizeof frame) n = (int)sizeof frame - 1, frame[n - 2] = '\r', frame[n - 1] = '\n';
-    up_close_with_frame(u, frame, (size_t)n, why);
+    char frame[512], read_frame[512];
+    size_t n = sidecache_error(frame, sizeof frame, code, why);
+    size_t rn = sidecache_error(read_frame, sizeof read_frame, px_unavailable_code(u->srv), why);
+    up_close_with_frame(u, frame, n, read_frame, rn, why);
 }
 
 void px_upstream_close(px_upstream *u, const char *why) {
@@ -900,7 +902,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
             char why[300];
             snprintf(why, sizeof why, "handshake refused: %.*s", (int)(len > 200 ? 200 : len - 2), data + 1);
             if (u->pool != NULL) u->pool->refused = 1;
-            up_close_with_frame(u, data, len, why);
+            up_close_with_frame(u, data, len, NULL, 0, why);
             return;
         }
         if (--u->handshake_left == 0) {
