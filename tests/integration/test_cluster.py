@@ -301,36 +301,41 @@ def add_replica_of_b(redis_factory, two_masters, *extra):
         return a, b, r, id_r
 
 
+def cluster_nodes(c):
+    """CLUSTER NODES on connection c: node id -> the fields of its line
+    (id, address, flags, master, ping, pong, config epoch, link, slots...)."""
+    return {f[0]: f for f in (ln.split() for ln in c.call("CLUSTER", "NODES").split(b"\n")) if f}
+
+
 def replica_of(node, node_id):
     """The id of the master node_id replicates, as node sees it (None: a master)."""
     with node.raw(auth=True) as c:
-        for ln in c.call("CLUSTER", "NODES").split(b"\n"):
-            f = ln.split()
-            if f and f[0] == node_id:
-                return f[3] if f[3] != b"-" else None
-    return None
+        f = cluster_nodes(c).get(node_id)
+    return f[3] if f is not None and f[3] != b"-" else None
 
 
 def link_up(c, node_id):
     """Whether the node of connection c has its cluster bus link to node_id up."""
-    line = [ln for ln in c.call("CLUSTER", "NODES").split(b"\n") if ln.startswith(node_id)][0].split()
-    return line[7] == b"connected" and b"fail" not in line[2]
+    f = cluster_nodes(c)[node_id]
+    return f[7] == b"connected" and b"fail" not in f[2]
 
 
 def manual_failover(cr, cb):
     """CLUSTER FAILOVER on R (connection cr), until R is the master and B
-    (cb) its replica. An election that gets no majority in time (Redis 6.2
-    sometimes: the vote of a master whose epoch moved meanwhile) ends the
-    manual failover after 5 s; it is asked again, up to 3 times."""
+    (cb) its replica. An election that gets no majority in time ends the
+    manual failover after 5 s (add_replica_of_b waits for what the votes
+    need; this is the last resort): it is asked again, up to 3 times."""
     def took_over():
         return b"role:master" in cr.call("INFO", "replication") and b"role:slave" in cb.call("INFO", "replication")
     for attempt in range(3):
         if b"role:master" not in cr.call("INFO", "replication"):
             assert cr.call("CLUSTER", "FAILOVER") == b"OK"
         deadline = time.monotonic() + 7
-        while time.monotonic() < deadline and not took_over():
+        while not took_over():
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.05)
-        if took_over():
+        else:
             return
     raise AssertionError("R did not take over")
 
@@ -339,8 +344,7 @@ def epochs_settled(c, nodes):
     """The masters' config epochs are apart (two masters that both start
     at 0 move one of them up, some time after they meet), as c's node sees
     them, and every node has the same current epoch."""
-    masters = [ln.split() for ln in c.call("CLUSTER", "NODES").split(b"\n") if b"master" in ln]
-    config = [m[6] for m in masters if len(m) > 8]  # the ones that hold slots
+    config = [f[6] for f in cluster_nodes(c).values() if b"master" in f[2] and len(f) > 8]  # (with slots)
     return len(set(config)) == len(config) and len({current_epoch(n) for n in nodes}) == 1
 
 
