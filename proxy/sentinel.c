@@ -3,6 +3,7 @@
  */
 #include "proxy/sentinel.h"
 
+#include <event2/event.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +139,7 @@ void px_sentinel_check(px_server *srv) {
      * sentinel that does not answer: unanswered checks back off */
     int64_t now = px_now_ms();
     if (now < srv->sentinel_next_ms) return;
+    srv->sentinel_asked_ms = now;
     if (px_sentinel_master(srv, &sa, &salen, why, sizeof why) != 0) {
         srv->sentinel_backoff_ms = srv->sentinel_backoff_ms ? srv->sentinel_backoff_ms * 2 : 1000;
         if (srv->sentinel_backoff_ms > 30000) srv->sentinel_backoff_ms = 30000;
@@ -158,4 +160,15 @@ void px_sentinel_check(px_server *srv) {
     px_format_address(&sa, salen, to, sizeof to);
     px_notice("sentinel: master moved from=%s to=%s: cache emptied, connections moved", from, to);
     px_upstreams_move(srv, &sa, salen, 0);
+}
+
+void px_sentinel_ask_soon(px_server *srv) {
+    if (srv->sentinel_soon_ev == NULL || evtimer_pending(srv->sentinel_soon_ev, NULL)) return;
+    /* Each ask holds the loop up (a round trip to a sentinel, more when one
+     * hangs): asked on every READONLY, a demoted master that the sentinels
+     * still name would have every loop iteration ask. */
+    int64_t wait = srv->sentinel_asked_ms + PX_SENTINEL_SOON_MS - px_now_ms();
+    if (wait < 0) wait = 0;
+    struct timeval tv = {(time_t)(wait / 1000), (suseconds_t)(wait % 1000) * 1000};
+    evtimer_add(srv->sentinel_soon_ev, &tv);
 }

@@ -5,8 +5,10 @@
  *
  * The sentinels are asked, in order, SENTINEL get-master-addr-by-name; the
  * first answer wins. They are asked when an upstream address is needed (at
- * start, and after a connect failed), every sentinel-check-ms, and at once
- * when Redis answers READONLY (it is no longer the master).
+ * start), every sentinel-check-ms, and soon after a sign that the master
+ * moved (a connect failed, Redis answered READONLY): at once, but at most
+ * once per PX_SENTINEL_SOON_MS, since every write to a demoted master that
+ * the sentinels still name (a failover under way) answers READONLY.
  *
  * A failover, seen as a new master address: the cache is emptied before
  * anything else (C6), every upstream connection is closed (their requests
@@ -30,6 +32,7 @@
 #include "proxy/server.h"
 
 #define PX_SENTINEL_TIMEOUT_MS 250
+#define PX_SENTINEL_SOON_MS 100
 
 /* Whether upstream-sentinel is configured. */
 int px_sentinel_enabled(const px_server *srv);
@@ -38,8 +41,12 @@ int px_sentinel_enabled(const px_server *srv);
  * with a reason in why (no sentinel answered, or none knows the master). */
 int px_sentinel_master(px_server *srv, struct sockaddr_storage *sa, unsigned *salen, char *why, size_t whylen);
 
-/* Asks now, and switches to a new master if it moved (see above). From cron
- * and on a READONLY reply. */
+/* Asks now, and switches to a new master if it moved (see above). From the
+ * sentinel-check-ms timer. */
 void px_sentinel_check(px_server *srv);
+
+/* Something says the master may have moved: asks at once, or when
+ * PX_SENTINEL_SOON_MS have passed since the last ask. */
+void px_sentinel_ask_soon(px_server *srv);
 
 #endif

@@ -324,7 +324,8 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     if (px_sentinel_enabled(&srv)) {
         struct timeval every = {cfg->sentinel_check_ms / 1000, (cfg->sentinel_check_ms % 1000) * 1000};
         srv.sentinel_ev = event_new(srv.base, -1, EV_PERSIST, sentinel_cb, &srv);
-        if (srv.sentinel_ev == NULL || event_add(srv.sentinel_ev, &every) != 0) {
+        srv.sentinel_soon_ev = evtimer_new(srv.base, sentinel_cb, &srv);
+        if (srv.sentinel_ev == NULL || srv.sentinel_soon_ev == NULL || event_add(srv.sentinel_ev, &every) != 0) {
             px_error("cannot start the sentinel timer");
             srv.exit_code = 1;
             goto out;
@@ -378,6 +379,7 @@ out:
         free(r);
     }
     if (srv.sentinel_ev != NULL) event_free(srv.sentinel_ev);
+    if (srv.sentinel_soon_ev != NULL) event_free(srv.sentinel_soon_ev);
     px_follow_free(&srv);
     event_free(srv.reap_ev);
     event_free(srv.output_wake_ev);

@@ -117,7 +117,9 @@ typedef struct px_server {
     struct evhttp *metrics;    /* /metrics, NULL when off (proxy/metrics.c) */
     struct ssl_ctx_st *tls_server_ctx, *tls_client_ctx; /* proxy/tls.h */
     struct event *sentinel_ev; /* upstream-sentinel: asks every sentinel-check-ms */
+    struct event *sentinel_soon_ev; /* ... and soon after a sign of a move (px_sentinel_ask_soon) */
     int64_t sentinel_next_ms;  /* ... but not before this after failures */
+    int64_t sentinel_asked_ms; /* when the sentinels were last asked */
     int sentinel_backoff_ms;
     int sentinel_first;        /* the sentinel asked first: the last that answered */
     char sentinel_master_logged[64]; /* the master's address last logged */

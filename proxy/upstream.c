@@ -445,7 +445,7 @@ static void up_close_as(px_upstream *u, const char *code, const char *why);
  * address is resolved again (its name may point elsewhere now). */
 static void up_connect_failed(px_server *srv) {
     if (px_sentinel_enabled(srv) && srv->sentinel_ev != NULL) {
-        event_active(srv->sentinel_ev, EV_TIMEOUT, 0);
+        px_sentinel_ask_soon(srv);
         return;
     }
     if (srv->up_followed) {
@@ -771,8 +771,8 @@ void px_upstream_free(px_upstream *u) {
  * switch closes or retires this very connection. */
 static void note_role(px_upstream *u, const px_req *r, const char *data, size_t len) {
     if (r->aux_flags & PX_AUX_SCRIPT) return;
-    if (len >= 9 && memcmp(data, "-READONLY", 9) == 0 && u->srv->sentinel_ev != NULL)
-        event_active(u->srv->sentinel_ev, EV_TIMEOUT, 0);
+    if (len >= 9 && memcmp(data, "-READONLY", 9) == 0 && px_sentinel_enabled(u->srv))
+        px_sentinel_ask_soon(u->srv);
     else if (len >= 7 && memcmp(data, "-MOVED ", 7) == 0 && !u->retired)
         /* (a retired connection's node is where Redis was: its MOVED
          * says where the slot went from there, maybe before a later move

@@ -169,6 +169,7 @@ class FakeSentinel(_Listener):
 
     def __init__(self, port):
         self.master = port
+        self.asks = 0
         super().__init__()
         self.addr = "%s:%d" % (HOST, self.port)
 
@@ -184,6 +185,7 @@ class FakeSentinel(_Listener):
                     return
                 buf += x
                 if buf.count(b"\r\n") >= 7:  # *3 SENTINEL get-master-addr-by-name <name>
+                    self.asks += 1
                     p = str(self.master).encode()
                     s.sendall(b"*2\r\n$9\r\n127.0.0.1\r\n$%d\r\n%s\r\n" % (len(p), p))
                     buf = b""
@@ -228,6 +230,37 @@ def test_failover_disconnects_every_client_with_its_own_connection(redis_factory
         for c in subs + [w, st]:
             c.expect_closed(timeout=5)
         assert a.client().pubsub_numsub("ch0", "ch1", "ch2") == [(b"ch0", 0), (b"ch1", 0), (b"ch2", 0)]
+    finally:
+        s.close()
+
+
+def test_readonly_replies_ask_the_sentinels_at_most_every_100ms(redis_factory, proxy_factory):
+    """A failover under way: the master the sentinels still name has been
+    made a replica, and every write to it answers READONLY. Each READONLY
+    asks the sentinels where the master is, a blocking exchange in the event
+    loop; asked on every one, the proxy held every client up for a round trip
+    to a sentinel per loop iteration. At most one ask per 100 ms, and the
+    switch still follows the first READONLY after the sentinels name the new
+    master (the periodic ask is an hour away here)."""
+    a, b = redis_factory(name="a"), redis_factory(name="b")
+    s = FakeSentinel(a.port)
+    try:
+        p = proxy_factory(up=a, args=("--upstream-sentinel", "mymaster", s.addr, "--sentinel-check-ms", "3600000"))
+        c = p.raw()
+        assert c.cmd("SET", "k", "0").raw == b"+OK\r\n"
+        a.client().replicaof(HOST, b.port)
+        asks0, t0 = s.asks, time.monotonic()
+        for i in range(500):
+            assert c.cmd("SET", "k", str(i)).raw.startswith(b"-READONLY")
+        elapsed = time.monotonic() - t0
+        asked = s.asks - asks0
+        assert 1 <= asked <= elapsed / 0.1 + 2, "%d asks in %.2f s" % (asked, elapsed)
+        s.master = b.port  # the sentinels name the new master
+        t0 = time.monotonic()
+        wait_until(lambda: c.cmd("SET", "k", "new").raw == b"+OK\r\n", timeout=2, interval=0.02,
+                   what="a write to reach the new master")
+        assert b.client().get("k") == b"new"
+        print("switched %.3f s after the sentinels named the new master" % (time.monotonic() - t0))
     finally:
         s.close()
 
