@@ -82,12 +82,15 @@ integration: test-deps $(BIN)
 interop: test-deps $(BIN)
 	SIDECACHE_BIN=$(CURDIR)/$(BIN) scripts/run-interop.sh
 
-# The integration tests again, with Redis 6.2 behind the proxy (built from
-# source: install-deps.sh redis62); tests of what 6.2 lacks are skipped.
+# The integration and interop tests again, with Redis 6.2 behind the proxy
+# (built from source: install-deps.sh redis62); tests of what 6.2 lacks are
+# skipped.
 integration-redis62: test-deps $(BIN)
 	@scripts/install-deps.sh redis62
 	REDIS_SERVER_BIN=$(CURDIR)/build-deps/redis-6.2/redis-server SIDECACHE_BIN=$(CURDIR)/$(BIN) \
 		python3 -m pytest -q tests/integration
+	REDIS_SERVER=$(CURDIR)/build-deps/redis-6.2/redis-server SIDECACHE_BIN=$(CURDIR)/$(BIN) \
+		scripts/run-interop.sh
 
 test: deps test-deps
 	$(MAKE) unit

@@ -288,12 +288,32 @@ func rawPing(c net.Conn, password string) error {
 
 // startRedis starts redis-server on a free loopback port in a temporary
 // directory, with extra arguments, and returns the port.
+// redisServerBin is the redis-server the tests start (REDIS_SERVER).
+func redisServerBin() string {
+	if bin := os.Getenv("REDIS_SERVER"); bin != "" {
+		return bin
+	}
+	return "/usr/bin/redis-server"
+}
+
+// debugCommandArgs are the arguments that let a client send DEBUG: Redis 7
+// refuses it unless enable-debug-command says so, a directive Redis 6 does
+// not know (and refuses to start with).
+func debugCommandArgs(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command(redisServerBin(), "--version").Output()
+	if err != nil {
+		t.Fatalf("%s --version: %v", redisServerBin(), err)
+	}
+	if strings.Contains(string(out), " v=6.") {
+		return nil
+	}
+	return []string{"--enable-debug-command", "yes"}
+}
+
 func startRedis(t *testing.T, password string, extra ...string) int {
 	t.Helper()
-	bin := os.Getenv("REDIS_SERVER")
-	if bin == "" {
-		bin = "/usr/bin/redis-server"
-	}
+	bin := redisServerBin()
 	dir := t.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {

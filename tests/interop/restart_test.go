@@ -81,7 +81,7 @@ func startRedisOn(t *testing.T, port int) error {
 // answers again, as it would directly.
 func TestLookupInFlightWhenTheUpstreamConnectionIsLostIsRetried(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
-	rport := startRedis(t, "", "--enable-debug-command", "yes")
+	rport := startRedis(t, "", debugCommandArgs(t)...)
 	target := rport
 	if !targetDirect() {
 		target = startProxy(t, proxyBin(t), rport, "", "--upstream-timeout", "1")
