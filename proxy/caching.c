@@ -66,7 +66,7 @@ struct px_caching {
      * GET filled) */
     uint64_t read_ok[66][4];
     /* flushes by cause */
-    uint64_t flush_tracking, flush_null, flush_write, flush_failover, flush_unknown_user;
+    uint64_t flush_tracking, flush_null, flush_write, flush_failover, flush_unknown_user, flush_acl;
     uint64_t hits_served, fills_begun;
     uint64_t purges_skipped; /* write replies whose purge was skipped (purge_again) */
     uint64_t bypassed;       /* cacheable reads sent to Redis because the client
@@ -172,6 +172,18 @@ void px_caching_upstream_moved(px_server *srv) {
     flush_cache(pc);
     pc->flush_failover++;
     inv_restart(pc->inv, "upstream master moved (failover)");
+}
+
+void px_caching_acl_changed(px_server *srv, int first) {
+    struct px_caching *pc = srv->caching;
+    if (pc == NULL) return;
+    /* what the cache holds of a user, and what was learned of the reads
+     * Redis lets it make, may be more than its ACL now allows (C8) */
+    flush_cache(pc);
+    srv->acl_epoch++;
+    if (first) return; /* the first list read: the cache is a handshake old */
+    pc->flush_acl++;
+    px_notice("cache flushed reason=\"ACL changed on Redis\"");
 }
 
 void px_caching_on_connect(px_server *srv, px_upstream *u) {
@@ -1468,6 +1480,7 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_flushes_null_invalidation = pc->flush_null;
     s->cache_flushes_write_unknown_keys = pc->flush_write;
     s->cache_flushes_failover = pc->flush_failover;
+    s->cache_flushes_acl_changed = pc->flush_acl;
     s->cache_entries = st->entries;
     s->cache_pending_fills = st->pending;
     s->cache_reclaiming = st->reclaiming;

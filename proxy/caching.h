@@ -140,6 +140,10 @@ void px_caching_on_reply_part(struct px_client *c, struct px_req *r);
  * reply. */
 void px_caching_txn_prepurge(struct px_client *c);
 
+/* ACL LIST on Redis is another (proxy/aclwatch.h), or was read the first
+ * time (first): the cache is emptied and permissions are learned anew. */
+void px_caching_acl_changed(px_server *srv, int first);
+
 /* tracking-mode default/optin: a new upstream connection turns tracking
  * on, redirected to the invalidation connection; one whose reads filled
  * the cache empties it when lost (C4). No-ops in bcast mode. */

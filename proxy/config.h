@@ -58,6 +58,7 @@ typedef struct px_config {
     char sentinel[1][1200];        /* upstream-sentinel "<master-name> <host:port>,...": */
     int nsentinel;                 /* 1 when given (proxy/sentinel.h) */
     int sentinel_check_ms;         /* how often the sentinels are asked */
+    int acl_check_ms;              /* how often ACL LIST is asked (aclwatch.h); 0 = never */
     char *bind[PX_MAX_BIND];       /* listen addresses: numeric IPv4 or IPv6,
                                       or "*" for any (owned by the config,
                                       read-only) */

@@ -17,6 +17,7 @@
 
 #include <event2/event.h>
 
+#include "proxy/aclwatch.h"
 #include "proxy/caching.h"
 #include "proxy/client.h"
 #include "proxy/fdlimit.h"
@@ -316,6 +317,11 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
         srv.exit_code = 1;
         goto out;
     }
+    if (px_aclwatch_init(&srv) != 0) {
+        px_error("cannot start the ACL checks: out of memory");
+        srv.exit_code = 1;
+        goto out;
+    }
     if (px_follow_init(&srv) != 0) {
         px_warning("cannot start following the cluster slot");
         srv.exit_code = 1;
@@ -381,6 +387,7 @@ out:
     if (srv.sentinel_ev != NULL) event_free(srv.sentinel_ev);
     if (srv.sentinel_soon_ev != NULL) event_free(srv.sentinel_soon_ev);
     px_follow_free(&srv);
+    px_aclwatch_free(&srv);
     event_free(srv.reap_ev);
     event_free(srv.output_wake_ev);
     event_free(srv.cron_ev);

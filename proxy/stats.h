@@ -62,6 +62,7 @@ struct px_server;
     X(cache_flushes_null_invalidation, counter, "Flushes: Redis sent a null invalidation (FLUSHALL)")     \
     X(cache_flushes_write_unknown_keys, counter, "Flushes: a write whose keys cannot be known")            \
     X(cache_flushes_failover, counter, "Flushes: Redis answered LOADING, READONLY, MASTERDOWN or MOVED")       \
+    X(cache_flushes_acl_changed, counter, "Flushes: ACL LIST on Redis changed (acl-check-ms)")                \
     X(cache_entries, gauge, "Entries in the cache")                                                         \
     X(cache_pending_fills, gauge, "Reads in flight that may fill the cache")                               \
     X(cache_reclaiming, gauge, "Purged entries (of a large group) whose memory is not freed yet")          \

@@ -28,6 +28,7 @@
 #include <event2/event.h>
 #include <openssl/rand.h>
 
+#include "proxy/aclwatch.h"
 #include "proxy/caching.h"
 #include "proxy/client.h"
 #include "proxy/follow.h"
@@ -670,8 +671,9 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, cons
         r->next_up = NULL;
         r->lost = 1;
         if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING || r->kind == PX_REQ_TXN_CTL ||
-            r->kind == PX_REQ_PROBE || r->kind == PX_REQ_TTL) {
+            r->kind == PX_REQ_PROBE || r->kind == PX_REQ_TTL || r->kind == PX_REQ_ACL_LIST) {
             if (r->kind == PX_REQ_TTL) px_caching_on_ttl_reply(u->srv, r, err, errlen);
+            if (r->kind == PX_REQ_ACL_LIST) px_aclwatch_on_reply(u->srv, r, err, errlen, 1);
             px_req_release(u->srv, r);
             continue;
         }
@@ -957,6 +959,9 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_req_release(u->srv, r);
     } else if (r->kind == PX_REQ_TTL) {
         px_caching_on_ttl_reply(u->srv, r, data, len);
+        px_req_release(u->srv, r);
+    } else if (r->kind == PX_REQ_ACL_LIST) {
+        px_aclwatch_on_reply(u->srv, r, data, len, 0);
         px_req_release(u->srv, r);
     } else if (r->kind == PX_REQ_PROBE) {
         px_req_release(u->srv, r);

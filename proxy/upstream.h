@@ -66,6 +66,8 @@ enum px_req_kind {
                            srv->open_access is unknown; its reply teaches it */
     PX_REQ_TTL,         /* internal: PTTL of a key a read right before it
                            fills; the fill waits in its aux (caching.c) */
+    PX_REQ_ACL_LIST,    /* internal: ACL LIST, the periodic check of
+                           proxy/aclwatch.h */
 };
 
 /*

@@ -1125,19 +1125,72 @@ def test_c8_acl_revoked_through_proxy(proxy_factory, upstream):
         "after revocation alice still got %r (Redis refuses her the key)" % f)
 
 
-@pytest.mark.xfail(strict=False, reason="an ACL change made directly on Redis sends no "
-                   "invalidation: the proxy cannot see it (known limit of C8)")
 def test_c8_acl_revoked_directly_on_redis(proxy_factory, upstream):
-    """Same as above, but the ACL change is made directly on Redis."""
+    """Same as above, but the ACL change is made directly on Redis, which
+    sends no invalidation for it: sidecache asks ACL LIST every
+    acl-check-ms (default 1 s) and empties the cache when the list changed,
+    so the revocation holds within about that long, and for good."""
     d = _acl_users(upstream)
     p, st = start_cached(proxy_factory)
     alice = p.raw()
     assert alice.cmd("AUTH", "alice", "pa").raw == b"+OK\r\n"
     warm(alice, st, ("GET", "i1801"))
+    base = st["cache_flushes_acl_changed"]
     d.execute_command("ACL", "SETUSER", "alice", "resetkeys", "~i3*")
-    time.sleep(0.2)
-    f = alice.cmd("GET", "i1801")
-    assert isinstance(f.value, Err) and f.value.code == "NOPERM", f
+    t0 = time.monotonic()
+    wait_until(lambda: isinstance(alice.cmd("GET", "i1801").value, Err), timeout=5, interval=0.02,
+               what="alice's GET of a key she may no longer read to be refused")
+    took = time.monotonic() - t0
+    print("revocation honoured after %.3f s" % took)
+    for _ in range(3):
+        f = alice.cmd("GET", "i1801")
+        assert isinstance(f.value, Err) and f.value.code == "NOPERM", f
+    assert st["cache_flushes_acl_changed"] == base + 1
+    assert took < 2.5, "the revocation took %.2f s (acl-check-ms 1000)" % took
+
+
+def test_c8_unchanged_acl_list_keeps_the_cache(proxy_factory, upstream):
+    """ACL LIST asked every 50 ms and the same each time: nothing is
+    flushed, hits go on; the next change flushes once."""
+    d = _acl_users(upstream)
+    p, st = start_cached(proxy_factory, args=("--acl-check-ms", "50"))
+    alice = p.raw()
+    assert alice.cmd("AUTH", "alice", "pa").raw == b"+OK\r\n"
+    warm(alice, st, ("GET", "i1801"))
+    base, asked = st["cache_flushes"], upstream.client().info("commandstats").get("cmdstat_acl|list", {})
+    time.sleep(0.5)
+    with st.delta() as dd:
+        assert alice.cmd("GET", "i1801").value == b"alice-secret"
+    assert dd["cache_hits"] == 1, dict(dd)
+    assert st["cache_flushes"] == base
+    calls = upstream.client().info("commandstats")["cmdstat_acl|list"]["calls"]
+    assert calls >= asked.get("calls", 0) + 5, (asked, calls)
+    d.execute_command("ACL", "SETUSER", "bob", "resetkeys", "~i9*")
+    wait_until(lambda: st["cache_flushes_acl_changed"] == 1, timeout=3, what="the change to be seen")
+    time.sleep(0.3)
+    assert st["cache_flushes_acl_changed"] == 1
+
+
+def test_c8_acl_checks_stop_when_the_upstream_user_may_not_list(proxy_factory, upstream, tmp_path):
+    """The upstream user may not run ACL LIST: a notice says that changes
+    made on Redis are not seen, no more checks are sent, and the cache works
+    as before."""
+    d = upstream.client()
+    d.execute_command("ACL", "SETUSER", "noadmin", "on", ">pw", "~*", "&*", "+@all", "-acl")
+    d.set("i5", "v")
+    p, st = start_cached(proxy_factory, args=("--acl-check-ms", "50"),
+                         upstream_url="redis://noadmin:pw@127.0.0.1:%d" % upstream.port)
+    c = p.raw()
+    warm(c, st, ("GET", "i5"))
+    wait_until(lambda: "Redis refused ACL LIST (-NOPERM" in open(p.logpath).read(), timeout=3,
+               what="the notice")
+    calls = d.info("commandstats").get("cmdstat_acl|list", {}).get("calls", 0)
+    time.sleep(0.3)
+    assert d.info("commandstats").get("cmdstat_acl|list", {}).get("calls", 0) == calls
+    with st.delta() as dd:
+        assert c.cmd("GET", "i5").value == b"v"
+    assert dd["cache_hits"] == 1, dict(dd)
+    assert st["cache_flushes_acl_changed"] == 0
 
 
 # ---------------------------------------------------------------------------
