@@ -172,6 +172,38 @@ static int ask_node(px_server *srv, const char *node, char *master, size_t mlen,
     return rc;
 }
 
+/* The configured upstream as "host:port" (its host without brackets, as
+ * parse_target takes it): a name is resolved again each time it is used. */
+static void configured_node(const px_server *srv, char *node, size_t n) {
+    snprintf(node, n, "%s:%d", srv->cfg->up.host, srv->cfg->up.port);
+}
+
+/* Whether the configured address is asked in turn with the remembered
+ * nodes: only while the upstream is a node the slot was followed to (else
+ * the upstream is the configured address, resolved again at each connect),
+ * and only when it is not one of them already, as written. Its name may
+ * lead to nodes none of the remembered ones is (Kubernetes pods that came
+ * back with new addresses): without it, a cluster whose every known node
+ * is gone was never found again. */
+static int asks_configured(const px_server *srv) {
+    char node[300];
+    if (!srv->up_followed) return 0;
+    configured_node(srv, node, sizeof node);
+    for (int i = 0; i < srv->ncluster_nodes; i++)
+        if (strcmp(srv->cluster_nodes[i], node) == 0) return 0;
+    return 1;
+}
+
+/* The i-th node of a round of asks (i below the remembered nodes, plus one
+ * when asks_configured): the remembered nodes first, the configured
+ * address last, when none of them answered. */
+static void node_to_ask(const px_server *srv, int i, char *node, size_t n) {
+    if (i < srv->ncluster_nodes)
+        snprintf(node, n, "%s", srv->cluster_nodes[i]);
+    else
+        configured_node(srv, node, n);
+}
+
 void px_follow_cron(px_server *srv) {
     if (srv->follow_ev == NULL || !srv->up_unreachable || srv->stopping) return;
     /* (plain TCP: not with rediss://) */
@@ -180,17 +212,18 @@ void px_follow_cron(px_server *srv) {
          * configured one, whose MOVED leads on */
         if (srv->up_followed) {
             char node[300];
-            snprintf(node, sizeof node, "%s:%d", srv->cfg->up.host, srv->cfg->up.port);
+            configured_node(srv, node, sizeof node);
             move_to(srv, node, 0, "followed node unreachable, back to the configured one");
         }
         return;
     }
+    int nodes = srv->ncluster_nodes + asks_configured(srv);
     /* a few nodes a second: each that does not answer holds the loop up to
      * PX_SENTINEL_TIMEOUT_MS, while no request can be served anyway */
-    for (int tries = 0; tries < PX_FOLLOW_ASKS_PER_TICK && tries < srv->ncluster_nodes; tries++) {
-        const char *node = srv->cluster_nodes[srv->cluster_ask_from % srv->ncluster_nodes];
-        char master[300], why[300], because[400];
-        srv->cluster_ask_from = (srv->cluster_ask_from + 1) % srv->ncluster_nodes;
+    for (int tries = 0; tries < PX_FOLLOW_ASKS_PER_TICK && tries < nodes; tries++) {
+        char node[300], master[300], why[300], because[400];
+        node_to_ask(srv, srv->cluster_ask_from % nodes, node, sizeof node);
+        srv->cluster_ask_from = (srv->cluster_ask_from + 1) % nodes;
         if (ask_node(srv, node, master, sizeof master, why, sizeof why) != 0) {
             px_verbose("cluster: asked %s where the slot is: %s", node, why);
             continue;

@@ -20,7 +20,11 @@
  * the nodes that the last CLUSTER SLOTS through sidecache named (a cluster
  * client reads it at its start, and go-redis every 10 s) are asked where
  * the slot is, a few each second, and once the cluster has promoted a
- * replica, sidecache moves there (hard: the old node is gone).
+ * replica, sidecache moves there (hard: the old node is gone). While a
+ * followed node is the upstream, the configured address, resolved again,
+ * is asked too, after them: when the whole cluster came back elsewhere
+ * (Kubernetes pods with new addresses, behind the configured name), none
+ * of the nodes remembered answers, and only it leads to the cluster.
  *
  * Not with upstream-sentinel (Sentinel says where the master is), nor with
  * a tracking-upstream of its own (the invalidations would come from a node
@@ -28,8 +32,9 @@
  * credentials, database and TLS settings (the certificate is checked
  * against the configured host name, as after a Sentinel failover). A
  * followed node that cannot be reached stays the upstream until the
- * cluster's nodes name another (above); with none to ask, the configured
- * one is tried again.
+ * cluster's nodes or the configured address name another (above); with
+ * no node to ask (or with TLS, where none is asked), the configured one is
+ * tried again.
  */
 #ifndef SIDECACHE_PROXY_FOLLOW_H
 #define SIDECACHE_PROXY_FOLLOW_H
@@ -69,10 +74,12 @@ void px_follow_learn_nodes(px_server *srv, const char *data, size_t len);
  * asks the remembered nodes, a few each second, for the slot's master
  * (CLUSTER SLOTS, with the upstream's credentials, plain TCP), and moves
  * there when it is another node: a master that died and whose replica the
- * cluster promoted. Once a node answered, it asks again only after the
- * next failed connect (the flag stays set until a connect succeeds, which
- * may not come for long when one failed once and the connections the
- * proxy has work). */
+ * cluster promoted. While the upstream is a followed node, each round of
+ * asks ends with the configured address (resolved again: its name may
+ * lead to new nodes), unless it is one of the remembered nodes as written.
+ * Once a node answered, it asks again only after the next failed connect
+ * (the flag stays set until a connect succeeds, which may not come for
+ * long when one failed once and the connections the proxy has work). */
 void px_follow_cron(px_server *srv);
 
 #define PX_FOLLOW_ASKS_PER_TICK 2

@@ -451,8 +451,9 @@ static void up_connect_failed(px_server *srv) {
     }
     if (srv->up_followed) {
         /* the node a cluster's MOVED named: it stays the upstream until the
-         * cluster's nodes say where the slot went (px_follow_cron), whose
-         * move empties the cache and moves the invalidation connection */
+         * cluster's nodes, or the configured address, say where the slot
+         * went (px_follow_cron), whose move empties the cache and moves the
+         * invalidation connection */
         srv->up_unreachable = 1;
         return;
     }

@@ -10,6 +10,7 @@ empties the cache and moves the upstream to the slot's new master. (A
 go-redis ClusterClient against a two-master cluster:
 tests/interop/cluster_test.go.)
 """
+import re
 import select
 import socket
 import threading
@@ -483,7 +484,9 @@ def test_the_upstream_follows_with_the_cache_off(proxy_factory, replica_of_b):
 class HangingForwarder:
     """A TCP forwarder to a node that can stop accepting with its accept
     queue full, so that a connect to it hangs (its SYNs are dropped), and
-    then close, so that the hanging connect is refused."""
+    then close, so that the hanging connect is refused. Its target (a port)
+    may be changed: the connections it accepts from then on go there, as a
+    name that resolves to new addresses."""
 
     def __init__(self, target_port):
         self.target = target_port
@@ -557,6 +560,80 @@ def test_a_connect_to_the_old_node_that_fails_late_keeps_the_followed_upstream(p
                      status=lambda: "replies %r; log:\n%s" % (sorted(set(seen)), open(p.logpath).read()[-3000:]))
     finally:
         fwd.close()
+
+
+def cache_hits(c):
+    return int(c.call("INFO", "sidecache").decode().split("cache_hits:")[1].split("\r\n")[0])
+
+
+def test_when_no_known_node_answers_the_configured_address_is_asked_where_the_slot_is(proxy_factory,
+                                                                                        redis_factory):
+    """The proxy is configured at F (a name: a Kubernetes service) that led
+    to A; it followed the volume's slot to B (A's MOVED) and remembers A and
+    B (a client's CLUSTER SLOTS). Then the cluster comes back on new pods:
+    A and B are gone, and F leads to D, of the new cluster (D, E; the slot
+    on E). No node the proxy knows answers, so it asks the configured
+    address, resolved again, where the slot is, and follows it to E (it
+    asked A and B for ever, and stayed down). What the cache held of B is
+    not served after the move (C6)."""
+    (a, b), _ = make_masters(redis_factory, count=2)
+    fwd = HangingForwarder(a.port)
+    p = proxy_factory(upstream_url="redis://127.0.0.1:%d" % fwd.port, args=("--key-prefix", "{1}"))
+    try:
+        with p.raw(auth=True) as c:
+            assert c.cmd("GET", "{1}i2").raw == tryagain(b)   # A's MOVED: the upstream follows the slot to B
+            wait_log(p, "moved from=127.0.0.1:%d to=127.0.0.1:%d (MOVED)" % (fwd.port, b.port))
+            wait_tracking_active(c)
+            assert c.call("SET", "{1}i2", "old") == b"OK"
+            assert c.call("GET", "{1}i2") == b"old"
+            hits = cache_hits(c)
+            assert c.call("GET", "{1}i2") == b"old"
+            assert cache_hits(c) == hits + 1                   # "old" is in the cache
+            c.cmd("CLUSTER", "SLOTS")                          # the nodes to ask: A and B
+        (d, e), _ = make_masters(redis_factory, count=2)
+        with e.raw(auth=True) as ce:
+            assert ce.call("SET", "{1}i2", "new") == b"OK"
+        fwd.target = d.port
+        a.kill()
+        b.kill()
+        seen = []
+        with p.raw(auth=True) as c:
+            wait_for("the proxy did not move to E", lambda: seen.append(c.cmd("SET", "{1}w", "1").raw) or
+                     seen[-1] == b"+OK\r\n", timeout=10,
+                     status=lambda: "replies %r; log:\n%s" % (sorted(set(seen)), open(p.logpath).read()[-3000:]))
+            wait_log(p, "moved from=127.0.0.1:%d to=127.0.0.1:%d (upstream unreachable, 127.0.0.1:%d names it)"
+                     % (b.port, e.port, fwd.port))
+            assert c.call("GET", "{1}i2") == b"new"
+            wait_tracking_active(c)
+            assert [c.call("GET", "{1}i2") for _ in range(2)] == [b"new"] * 2
+        with e.raw(auth=True) as ce:
+            assert ce.call("GET", "{1}w") == b"1"
+    finally:
+        fwd.close()
+
+
+def test_a_configured_address_among_the_remembered_nodes_is_asked_once_a_round(proxy_factory, redis_factory):
+    """The proxy is configured at A as the cluster names it (127.0.0.1:port)
+    and followed the slot to B; then A and B are gone. Each round of asks
+    names A once: the configured address is added to the remembered nodes
+    only when it is not one of them (a node that does not answer holds the
+    event loop up to 250 ms each time it is asked)."""
+    (a, b), _ = make_masters(redis_factory, count=2)
+    p = proxy_factory(up=a, args=("--key-prefix", "{1}"), loglevel="verbose")
+    with p.raw(auth=True) as c:
+        assert c.cmd("GET", "{1}i2").raw == tryagain(b)     # A's MOVED: the upstream follows the slot to B
+        wait_log(p, "moved from=127.0.0.1:%d to=127.0.0.1:%d (MOVED)" % (a.port, b.port))
+        c.cmd("CLUSTER", "SLOTS")                            # the nodes to ask: A and B
+    a.kill()
+    b.kill()
+    with p.raw(auth=True) as c:
+        c.cmd("GET", "{1}i2")                                # a connect to B fails: the nodes are asked
+
+    def asked():
+        return re.findall(r"cluster: asked (\S+) where the slot is", open(p.logpath).read())
+    wait_for("the nodes were not asked", lambda: len(asked()) >= 6, timeout=10, status=asked)
+    want = ["127.0.0.1:%d" % a.port, "127.0.0.1:%d" % b.port] * 3
+    assert sorted(asked()[:6]) == sorted(want)
 
 
 def test_a_pipeline_of_writes_to_two_slots_of_the_upstream_runs_as_sent(proxy_factory, cluster_node):
