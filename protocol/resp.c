@@ -327,6 +327,11 @@ void resp_req_deinit(resp_req_parser *p) {
     p->argc = 0;
 }
 
+size_t resp_req_unparsed(const resp_req_parser *p, size_t len) {
+    int in_args = p->state == REQ_BULK_HDR || p->state == REQ_BULK_DATA;
+    return in_args && p->pos <= len ? len - p->pos : len;
+}
+
 void resp_req_reset(resp_req_parser *p) {
     p->state = REQ_START;
     p->pos = 0;

@@ -152,6 +152,11 @@ void resp_req_init(resp_req_parser *p, const resp_limits *lim);
 void resp_req_deinit(resp_req_parser *p);
 /* Forgets a partial frame and a sticky error. */
 void resp_req_reset(resp_req_parser *p);
+/* Of the len bytes of a frame that is not whole yet (RESP_AGAIN), those
+ * that are not a complete argument: what Redis's query buffer holds of it
+ * (each argument leaves it once read), which client-query-buffer-limit
+ * bounds. */
+size_t resp_req_unparsed(const resp_req_parser *p, size_t len);
 /*
  * Frames one request from buf[0..len). See the header comment for the return
  * values. With RESP_OK, argc/argv/frame_len/is_inline describe the request;

@@ -623,6 +623,31 @@ static int mget_all_cached(struct px_caching *pc, px_client *c, uint32_t part) {
     return 1;
 }
 
+/* The plan buffers keep at most this much between MGETs (px_caching_cron):
+ * one MGET of many large values must not hold its size for good. */
+#define PX_PLAN_KEEP (64 * 1024)
+
+/* An MGET whose every key is cached (nothing in flight): its reply, built
+ * straight from the cache into the client's scratch buffer. Returns the
+ * index of the first key not cached (the scratch is then garbage), argc
+ * when all are, or -1 when out of memory. */
+static int mget_reply_cached(struct px_caching *pc, px_client *c, uint32_t part, int64_t now) {
+    const resp_arg *a = c->rq.argv;
+    resp_buf *out = &c->scratch;
+    int fail = 0;
+    resp_buf_reset(out);
+    fail |= resp_enc_array(out, c->rq.argc - 1);
+    for (int i = 1; i < c->rq.argc; i++) {
+        const char *v;
+        size_t vlen;
+        int nil;
+        if (!cache_get(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len, "", 0, now, &v, &vlen, &nil))
+            return i;
+        fail |= nil ? resp_enc_null(out, c->proto) : resp_enc_bulk(out, v, vlen);
+    }
+    return fail ? -1 : c->rq.argc;
+}
+
 /* An MGET: answered when every key is cached; otherwise plans the MGET of
  * the rest (busy: the client has requests in flight, so nothing is taken
  * from the cache). Returns 1 if answered. */
@@ -632,14 +657,31 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
     resp_buf *plan = &pc->plan, *req = &pc->plan_req;
     mget_hdr h = {(uint32_t)(argc - 1), 0, part, (uint32_t)c->db, (uint32_t)c->proto, change_seq(pc)};
     int64_t now = px_now_ms();
+    /* the usual case first, without copying the values into a plan: the
+     * reply would cost its size three times over (plan, scratch, output) */
+    int first_miss = busy ? 1 : mget_reply_cached(pc, c, part, now);
+    if (first_miss == argc) {
+        pc->mget_hits++;
+        pc->mget_keys_cached += h.n;
+        pc->hits_served++;
+        return hit_write(c, &c->scratch);
+    }
+    if (first_miss < 0) {
+        *cacheable = PX_READ_NONE; /* out of memory: the plain MGET goes */
+        return 0;
+    }
     resp_buf_reset(plan);
     fail |= resp_buf_append(plan, &h, sizeof h);
     for (int i = 1; i < argc; i++) {
         const char *v;
         size_t vlen;
         int nil;
-        if (!busy && cache_get(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len, "", 0, now, &v, &vlen,
-                               &nil)) {
+        /* (the keys before the first miss were counted as hits already) */
+        int hit = !busy && (i < first_miss ? cache_peek(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len,
+                                                         "", 0, now, &v, &vlen, &nil)
+                                           : cache_get(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len,
+                                                       "", 0, now, &v, &vlen, &nil));
+        if (hit && vlen <= UINT32_MAX && a[i].len <= UINT32_MAX) {
             uint8_t tag[2] = {0, (uint8_t)nil};
             uint32_t n = nil ? 0 : (uint32_t)vlen, klen = (uint32_t)a[i].len;
             fail |= resp_buf_append(plan, tag, 2);
@@ -647,7 +689,7 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
             if (n) fail |= resp_buf_append(plan, v, n);
             fail |= resp_buf_append(plan, &klen, 4);
             fail |= resp_buf_append(plan, a[i].ptr, klen);
-        } else {
+        } else if (a[i].len <= UINT32_MAX) {
             uint8_t tag = 1;
             uint32_t klen = (uint32_t)a[i].len;
             uint64_t token = 0;
@@ -656,25 +698,16 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
             fail |= resp_buf_append(plan, a[i].ptr, klen);
             fail |= resp_buf_append(plan, &token, 8);
             h.nmiss++;
+        } else {
+            fail = 1; /* a key of 4 GiB or more: the plain MGET goes */
         }
     }
     if (fail) {
+        resp_buf_reset(plan);
         *cacheable = PX_READ_NONE; /* out of memory: the plain MGET goes */
         return 0;
     }
     memcpy(plan->data, &h, sizeof h);
-    if (h.nmiss == 0) {
-        /* every key cached: the reply, built from the plan */
-        plan_item it;
-        resp_buf_reset(&c->scratch);
-        resp_enc_array(&c->scratch, h.n);
-        for (size_t at = sizeof h; plan_next(plan->data, plan->len, &at, &it);)
-            plan_enc_cached(&c->scratch, &it, c->proto);
-        pc->mget_hits++;
-        pc->mget_keys_cached += h.n;
-        pc->hits_served++;
-        return hit_write(c, &c->scratch);
-    }
     if (h.nmiss < h.n) {
         pc->mget_partial++;
         pc->mget_keys_cached += h.n - h.nmiss;
@@ -686,6 +719,18 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
     for (size_t at = sizeof h; plan_next(plan->data, plan->len, &at, &it);)
         if (!it.cached) resp_enc_bulk(req, it.key, it.klen);
     return 0;
+}
+
+void px_caching_cron(px_server *srv) {
+    struct px_caching *pc = srv->caching;
+    if (pc == NULL) return;
+    /* (neither is needed between two events: a plan moves to its request,
+     * or is answered, in the dispatch that made it; the request of the
+     * missing keys is copied out there too) */
+    resp_buf_reset(&pc->plan);
+    resp_buf_reset(&pc->plan_req);
+    resp_buf_trim(&pc->plan, PX_PLAN_KEEP);
+    resp_buf_trim(&pc->plan_req, PX_PLAN_KEEP);
 }
 
 void px_caching_mget_request(px_client *c, const char **data, size_t *len) {
@@ -969,6 +1014,8 @@ typedef struct lookup_id {
 
 static void lookup_send(struct px_caching *pc, px_client *c, px_upstream *u, px_req *r) {
     const resp_arg *a = c->rq.argv;
+    /* (lengths are kept in 32 bits; such a name is never cached anyway) */
+    if (a[3].len > UINT32_MAX || a[4].len > UINT32_MAX) return;
     lookup_id id = {partition_of(pc, c->user), (uint32_t)c->db, (uint32_t)px_lookup_match(pc->lookup, c->rq.argc, a),
                     (uint32_t)c->proto, (uint32_t)a[3].len, (uint32_t)a[4].len, change_seq(pc),
                     px_lookup_generation(pc->lookup)};
@@ -1404,7 +1451,9 @@ void px_caching_txn_abandon(px_client *c) {
     struct px_caching *pc = c->srv->caching;
     if (pc != NULL && c->txn_keys.len > 0) invalidate_records(pc, c->txn_keys.data, c->txn_keys.len);
     if (pc != NULL && c->txn_flush) flush_for_write(pc, &(resp_arg){"(transaction dropped)", 21});
-    resp_buf_reset(&c->txn_keys);
+    /* freed, as Redis frees its queue at DISCARD: a client that discards a
+     * long transaction would keep its size until its next EXEC */
+    resp_buf_deinit(&c->txn_keys);
     c->txn_purged = 0;
     c->txn_flush = 0;
     c->txn_script_flush = 0;

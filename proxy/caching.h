@@ -140,6 +140,9 @@ void px_caching_on_reply_part(struct px_client *c, struct px_req *r);
  * reply. */
 void px_caching_txn_prepurge(struct px_client *c);
 
+/* Once a second: gives back what one large MGET made its buffers hold. */
+void px_caching_cron(px_server *srv);
+
 /* ACL LIST on Redis is another (proxy/aclwatch.h), or was read the first
  * time (first): the cache is emptied and permissions are learned anew. */
 void px_caching_acl_changed(px_server *srv, int first);

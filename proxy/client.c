@@ -1934,6 +1934,25 @@ static void client_process(px_client *c) {
     }
 }
 
+/* Is the part of a request still being read (len bytes held) past
+ * client-query-buffer-limit? As Redis counts it: an argument leaves its
+ * query buffer once read, so the limit bounds the argument (or line) being
+ * read, not a request's arguments in all. */
+static int query_buffer_over(const px_client *c, size_t len) {
+    return (long long)resp_req_unparsed(&c->rq, len) > c->srv->cfg->client_query_buffer_limit;
+}
+
+/* Has a whole request an argument that Redis's query buffer could not hold
+ * (the request came in one read, so nothing was counted on the way)? Redis
+ * would close the connection, a shared one: refused here. */
+static int argument_over_limit(const px_client *c) {
+    long long limit = c->srv->cfg->client_query_buffer_limit;
+    if ((long long)c->rq.frame_len <= limit) return 0;
+    for (int i = 0; i < c->rq.argc; i++)
+        if ((long long)c->rq.argv[i].len + 2 > limit) return 1;
+    return 0;
+}
+
 static void client_process_input(px_client *c) {
     if (c->io.closed) return;
     /* what waits to be written to the client's own connection (a
@@ -1963,18 +1982,19 @@ static void client_process_input(px_client *c) {
         const char *data = px_io_input(&c->io, &len);
         if (len == 0) break;
         if (c->rq.need != 0 && len < c->rq.need) {
-            if ((long long)len > c->srv->cfg->client_query_buffer_limit) goto too_big;
+            if (query_buffer_over(c, len)) goto too_big;
             break;
         }
         /* Redis's tighter limits before AUTH, where Redis wants one */
         c->rq.unauthenticated = c->pass == NULL && c->srv->open_access == 0 && c->mode != PX_MODE_TUNNEL;
         int rc = resp_req_parse(&c->rq, data, len);
         if (rc == RESP_AGAIN) {
-            if ((long long)len > c->srv->cfg->client_query_buffer_limit) goto too_big;
+            if (query_buffer_over(c, len)) goto too_big;
             if (c->partial_since_ms == 0) c->partial_since_ms = px_now_ms();
             break;
         }
         c->partial_since_ms = 0;
+        if (rc == RESP_OK && argument_over_limit(c)) goto too_big;
         if (rc == RESP_ERR) {
             px_verbose("client protocol error id=%llu addr=%s err=\"%s\"", (unsigned long long)c->id, c->addr,
                        c->rq.err);

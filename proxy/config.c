@@ -182,7 +182,7 @@ static const px_directive px_directives[] = {
      .help = "Close a client whose started command is not complete after this long; 0 = never"},
     {.name = "client-query-buffer-limit", .type = PX_CT_LL, .flags = PX_CF_MEMORY,
      PX_FIELD(client_query_buffer_limit), .min = PX_MB, .max = LLONG_MAX, .def = "1gb",
-     .arg = "<bytes>", .help = "Most bytes buffered from one client before it is closed"},
+     .arg = "<bytes>", .help = "Largest argument (or inline line) of a request, as Redis's query buffer counts it"},
     {.name = "client-output-buffer-limit", .type = PX_CT_LL, .flags = PX_CF_MEMORY,
      PX_FIELD(client_output_buffer_limit), .min = 0, .max = LLONG_MAX, .def = "256mb",
      .arg = "<bytes>",

@@ -136,6 +136,7 @@ static void cron_cb(evutil_socket_t fd, short what, void *arg) {
         px_client_cron(c, now);
     }
     px_pools_sweep(srv, now);
+    px_caching_cron(srv);
     px_upstreams_cron(srv, now);
     px_follow_cron(srv);
     if (srv->stopping && srv->nclients == 0) event_base_loopexit(srv->base, NULL);

@@ -617,6 +617,29 @@ static void test_req_unauthenticated_limits(void) {
     }
 }
 
+/* What Redis's query buffer would hold of a frame not whole yet: the
+ * argument (or line) being read, not the ones read before it. */
+static void test_req_unparsed(void) {
+    static const char in[] = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\n0123456789\r\n";
+    resp_req_parser p;
+
+    resp_req_init(&p, NULL);
+    /* the count line: all of it */
+    CHECK_EQ_INT(resp_req_parse(&p, in, 3), RESP_AGAIN);
+    CHECK_EQ_INT(resp_req_unparsed(&p, 3), 3);
+    /* inside SET's payload: from its first byte */
+    CHECK_EQ_INT(resp_req_parse(&p, in, 10), RESP_AGAIN);
+    CHECK_EQ_INT(resp_req_unparsed(&p, 10), 2);
+    /* two arguments read, the third's header and 3 of its bytes */
+    CHECK_EQ_INT(resp_req_parse(&p, in, 28), RESP_AGAIN);
+    CHECK_EQ_INT(resp_req_unparsed(&p, 28), 3);
+    REQUIRE(resp_req_parse(&p, in, sizeof(in) - 1) == RESP_OK);
+    /* an inline line: all of it */
+    CHECK_EQ_INT(resp_req_parse(&p, "PING ab", 7), RESP_AGAIN);
+    CHECK_EQ_INT(resp_req_unparsed(&p, 7), 7);
+    resp_req_deinit(&p);
+}
+
 static void test_req_need_and_zero_copy(void) {
     static const char in[] = "*2\r\n$3\r\nGET\r\n$5\r\nhello\r\n";
     resp_req_parser p;
@@ -1607,6 +1630,7 @@ int main(void) {
     RUN(test_req_simple);
     RUN(test_req_pipeline);
     RUN(test_req_binary);
+    RUN(test_req_unparsed);
     RUN(test_req_empty_bulk);
     RUN(test_req_empty_frames);
     RUN(test_req_inline);
