@@ -6,8 +6,8 @@ as Redis gives back its own.
 - An MGET answered from the cache whose reply is 120 MB: its copies go
   with the reply; sidecache kept a buffer of the reply's size for good.
 - A MULTI of 200,000 commands, then DISCARD: the keys recorded for the
-  EXEC's purge go with the transaction; the client kept them while it
-  stayed connected.
+  EXEC's purge go with the transaction, while the client stays connected
+  (Redis frees its queue at DISCARD).
 """
 import time
 
