@@ -139,7 +139,11 @@ static void reply_bytes(px_client *c, const char *data, size_t len) {
         client_close(c, "out of memory");
         return;
     }
-    evbuffer_add(r->early, data, len);
+    if (evbuffer_add(r->early, data, len) != 0) {
+        px_req_release(c->srv, r);
+        client_close(c, "out of memory");
+        return;
+    }
     r->done = 1;
     /* held here until the replies ahead of it are in: it counts in the
      * bytes that pause the client's input, as a forwarded request does */
@@ -905,7 +909,12 @@ static void request_bytes(px_client *c, const char *frame, const char **out, siz
         return;
     }
     resp_buf_reset(&c->scratch);
-    resp_enc_command(&c->scratch, c->rq.argc, c->rq.argv);
+    if (resp_enc_command(&c->scratch, c->rq.argc, c->rq.argv) != 0) {
+        /* no memory: the inline line as it came, which Redis reads too */
+        *out = frame;
+        *outlen = c->rq.frame_len;
+        return;
+    }
     *out = c->scratch.data;
     *outlen = c->scratch.len;
 }

@@ -31,12 +31,21 @@ static void io_disarm_write(px_io *io) {
 }
 
 static int io_tls_write_now(px_io *io);
+static void io_queue_flush(px_io *io);
+
+/* Output that could not be stored (no memory) is a hole in the stream:
+ * whatever follows would answer the wrong request. The connection goes,
+ * from its next write (not from inside the caller's call). */
+static void io_lost_output(px_io *io) {
+    io->lost_output = 1;
+    io_queue_flush(io);
+}
 
 /* Output by reference (px_io_write_ref): into out before anything else
  * goes there, or to the socket, and before the input it points into moves. */
 static void io_settle(px_io *io) {
     if (io->ref_len == 0) return;
-    evbuffer_add(io->out, io->ref, io->ref_len);
+    if (evbuffer_add(io->out, io->ref, io->ref_len) != 0) io_lost_output(io);
     io->ref = NULL;
     io->ref_len = 0;
     io->srv->ref_io = NULL;
@@ -65,6 +74,11 @@ static void io_settle_writing(px_io *io) {
 /* Writes what the socket takes. Returns 0, or -1 after reporting an error. */
 static int io_write_now(px_io *io) {
     io_settle_writing(io);
+    if (io->lost_output) {
+        io_disarm_write(io);
+        io->ops->on_event(io->arg, PX_IO_ERROR, ENOMEM);
+        return -1;
+    }
     if (io->ssl != NULL) return io_tls_write_now(io);
     while (evbuffer_get_length(io->out) > 0) {
         int n = evbuffer_write(io->out, io->fd);
@@ -411,7 +425,10 @@ int px_io_connect(px_io *io, const struct sockaddr *addr, socklen_t len) {
 void px_io_write(px_io *io, const void *data, size_t len) {
     if (io->closed) return;
     io_settle(io);
-    evbuffer_add(io->out, data, len);
+    if (io->lost_output || evbuffer_add(io->out, data, len) != 0) {
+        io_lost_output(io);
+        return;
+    }
     if (!io->want_write) io_queue_flush(io);
 }
 

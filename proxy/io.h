@@ -67,6 +67,9 @@ typedef struct px_io {
     int reading;          /* read event armed */
     int want_write;       /* write event armed */
     int flush_queued;     /* on srv's flush list */
+    int lost_output;      /* bytes for out were dropped (no memory): the
+                             stream is broken, reported as an error at the
+                             next write (io_write_now) */
     int closed;
     const char *ref;      /* px_io_write_ref: ref_len bytes not yet in out */
     size_t ref_len;
