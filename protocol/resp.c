@@ -36,9 +36,13 @@
  *   (at least 4 bytes each), with no limit on depth: Redis nests a reply as
  *   deep as a script's table, and a frame refused would fail every request
  *   queued behind it on a shared connection.
- * - A line limit is judged on the line itself (where its terminator is), not
- *   on how the bytes were split, so a frame fed whole, byte by byte or in any
- *   split gives the same result.
+ * - A frame fed whole, byte by byte or in any split gives the same result,
+ *   with one exception kept for Redis's sake: a '*'/'$' header line longer
+ *   than max_inline_len is refused as "too big ..." when that many bytes are
+ *   here without its '\r', and for its content ("invalid bulk length") when
+ *   its '\r' is already here, as Redis decides (see resp.h). It is refused
+ *   either way; only the text depends on the split. An inline line is
+ *   judged on its length alone.
  *
  * Fast paths: what arrives whole and usual (a request frame of short
  * lengths, runs of small integers and bulks inside an aggregate) is read in
@@ -413,12 +417,19 @@ static int req_done(resp_req_parser *p, const char *base, size_t frame_len,
  * Finds the byte `term` ending a line that starts at `start`, searching from
  * p->scan. Mirrors Redis's strchr(): a NUL byte hides everything after it, so
  * a NUL before the terminator means the line can never end (see resp.h).
+ * As Redis, "too big" is for a line that has not ended: more than
+ * max_inline_len bytes from `start` are here and none is `term`. A line whose
+ * terminator is already here beyond the limit is returned when `long_ok`
+ * (a '*' or '$' header: the caller refuses it for what it holds, "invalid
+ * bulk length", as Redis does, so that a line past the limit is never
+ * taken, however it was split) and refused with `too_big` otherwise (an
+ * inline line: see resp.h).
  * Returns RESP_OK with *at set, RESP_AGAIN, or RESP_ERR with `too_big`.
  */
-static int req_find(resp_req_parser *p, const char *buf, size_t len,
-                    size_t start, char term, const char *too_big, size_t *at) {
+static int req_find(resp_req_parser *p, const char *buf, size_t len, size_t start, char term, int long_ok,
+                    const char *too_big, size_t *at) {
     size_t lim = line_limit_end(start, p->lim.max_inline_len);
-    size_t end = len < lim ? len : lim;
+    size_t end = long_ok || len < lim ? len : lim;
     size_t from = p->scan;
     const char *hit = NULL;
 
@@ -448,7 +459,7 @@ static int req_find(resp_req_parser *p, const char *buf, size_t len,
         return req_fail(p, too_big);
     if (end > p->scan)
         p->scan = end;
-    if (end == lim)
+    if (len >= lim)
         return req_fail(p, too_big);
     return RESP_AGAIN;
 }
@@ -564,7 +575,7 @@ static int req_split_inline(resp_req_parser *p, const char *s, size_t n) {
 
 static int req_inline(resp_req_parser *p, const char *buf, size_t len) {
     size_t nl, line;
-    int rc = req_find(p, buf, len, 0, '\n', ERR_TOO_BIG_INLINE, &nl);
+    int rc = req_find(p, buf, len, 0, '\n', 0, ERR_TOO_BIG_INLINE, &nl);
 
     if (rc != RESP_OK)
         return rc;
@@ -694,15 +705,22 @@ static int req_multibulk(resp_req_parser *p, const char *buf, size_t len) {
     int rc;
 
     if (p->state == REQ_COUNT) {
-        rc = req_find(p, buf, len, 0, '\r', ERR_TOO_BIG_MBULK, &cr);
+        rc = req_find(p, buf, len, 0, '\r', 1, ERR_TOO_BIG_MBULK, &cr);
         if (rc != RESP_OK)
             return rc;
+        /* A line past the limit holds no valid count, whatever byte comes
+         * after its '\r': refused now, with the text Redis gives it once
+         * that byte is in. */
+        if (cr > p->lim.max_inline_len)
+            return req_fail(p, ERR_MBULK_LEN);
         if (cr + 1 >= len) {
             p->need = cr + 2;
             return RESP_AGAIN;
         }
-        if (!resp_string2ll(buf + 1, cr - 1, &ll) || ll > p->lim.max_multibulk_len ||
-            ll > INT_MAX || buf[cr + 1] != '\n')
+        /* The byte after the '\r' is skipped unread, as Redis does: what
+         * follows is framed as Redis frames it ("*1\r\r\n$..." then fails on
+         * the '\n' where a '$' should be, with Redis's text). */
+        if (!resp_string2ll(buf + 1, cr - 1, &ll) || ll > p->lim.max_multibulk_len || ll > INT_MAX)
             return req_fail(p, ERR_MBULK_LEN);
         if (p->unauthenticated && ll > RESP_UNAUTH_MAX_MULTIBULK_LEN)
             return req_fail(p, "Protocol error: unauthenticated multibulk length");
@@ -719,10 +737,13 @@ static int req_multibulk(resp_req_parser *p, const char *buf, size_t len) {
             /* read: p->state is REQ_BULK_DATA */
         } else if (p->state == REQ_BULK_HDR) {
             size_t start = p->pos;
-            rc = req_find(p, buf, len, start, '\r', ERR_TOO_BIG_BULK, &cr);
+            int past_limit;
+            rc = req_find(p, buf, len, start, '\r', 1, ERR_TOO_BIG_BULK, &cr);
             if (rc != RESP_OK)
                 return rc;
-            if (cr + 1 >= len) {
+            /* as for the count line: refused now, whatever byte comes next */
+            past_limit = cr - start > p->lim.max_inline_len;
+            if (cr + 1 >= len && !past_limit) {
                 p->need = cr + 2;
                 return RESP_AGAIN;
             }
@@ -739,7 +760,7 @@ static int req_multibulk(resp_req_parser *p, const char *buf, size_t len) {
                 p->err_buf[sizeof(pre) + 1] = '\0';
                 return req_fail(p, p->err_buf);
             }
-            if (!resp_string2ll(buf + start + 1, cr - start - 1, &ll) || ll < 0 ||
+            if (past_limit || !resp_string2ll(buf + start + 1, cr - start - 1, &ll) || ll < 0 ||
                 ll > p->lim.max_bulk_len || buf[cr + 1] != '\n' ||
                 (unsigned long long)ll > SIZE_MAX - (cr + 2) - 2)
                 return req_fail(p, ERR_BULK_LEN);

@@ -166,20 +166,28 @@ size_t resp_req_unparsed(const resp_req_parser *p, size_t len);
  * With RESP_AGAIN or RESP_ERR, argc is 0 and argv NULL.
  *
  * Redis 7's processMultibulkBuffer/processInlineBuffer are followed (error
- * texts included) with these deliberate differences, all stricter or
- * independent of how the bytes were split into reads:
- * - A line limit (max_inline_len) is judged on the line's length, not on
- *   how many bytes happened to arrive in one read: a '*'/'$' header line
- *   whose '\r' is more than max_inline_len bytes from its first byte, or an
- *   inline line whose '\n' is, is refused whether or not its end arrived.
- *   (Redis refuses it only while the end has not arrived; with Redis's
- *   16 KB reads the outcome is the same.)
+ * texts included). A '*'/'$' header line longer than max_inline_len is
+ * refused as Redis refuses it: "too big mbulk/bulk count string" when more
+ * than max_inline_len bytes of it are in buf and none is its '\r' (the line
+ * has not ended), and otherwise for what it holds, like any other line
+ * ("invalid multibulk length", "invalid bulk length", "expected '$', got
+ * 'x'"). So that text, and only it, depends on how much of the line one
+ * call sees, as Redis's depends on its reads. The byte after a '*' line's
+ * '\r' is skipped unread, as Redis does. Deliberate differences, all
+ * stricter:
+ * - A header line past the limit whose '\r' is here is refused at once;
+ *   Redis waits for the byte after the '\r' first, then refuses it with the
+ *   same text.
+ * - An inline line whose '\n' is more than max_inline_len bytes from its
+ *   first byte is refused ("too big inline request") whether or not its end
+ *   arrived. (Redis refuses it only while the end has not arrived, and runs
+ *   a longer line that arrived whole.)
  * - A NUL byte in a header or inline line: Redis's strchr() stops there, so
  *   the line never ends and Redis refuses it once the limit is reached. We
  *   refuse it at once with the same "too big ..." message.
- * - Redis skips the byte after a header line's '\r' and the two bytes after
- *   a bulk payload without looking at them. We require "\n" and "\r\n":
- *   "invalid multibulk length" / "invalid bulk length" otherwise.
+ * - Redis skips the byte after a '$' line's '\r' and the two bytes after a
+ *   bulk payload without looking at them. We require "\n" and "\r\n":
+ *   "invalid bulk length" otherwise.
  */
 int resp_req_parse(resp_req_parser *p, const char *buf, size_t len);
 

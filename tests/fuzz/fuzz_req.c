@@ -21,7 +21,9 @@
  *           and the deliberate differences listed in protocol/resp.h.
  * "Agree" means the same frames (length, inline or not, arguments byte for
  * byte) and the same end: clean, incomplete (the same `need`) or an error
- * (the same message).
+ * (the same message, but for a header line past the line limit, which is
+ * "too big ..." in the split run when the limit was passed before its '\r'
+ * came: see split_dependent_err).
  *
  * The two framed runs follow client_process(): bytes from the first
  * unconsumed one are passed in; RESP_AGAIN ends the loop until more bytes
@@ -403,8 +405,8 @@ static int ref_frame(const uint8_t *b, size_t len, const resp_limits *lim, int u
         return r;
     if (cr + 1 >= len)
         return 0;
-    if (!resp_string2ll((const char *)b + 1, cr - 1, &ll) || ll > lim->max_multibulk_len ||
-        ll > INT32_MAX || b[cr + 1] != '\n')
+    /* the byte after the count's '\r' is skipped unread, as by Redis */
+    if (!resp_string2ll((const char *)b + 1, cr - 1, &ll) || ll > lim->max_multibulk_len || ll > INT32_MAX)
         return -1;
     if (unauth && ll > RESP_UNAUTH_MAX_MULTIBULK_LEN)
         return -1;
@@ -459,6 +461,18 @@ static void run_ref(const uint8_t *data, size_t size, const resp_limits *lim, in
 
 /* ------------------------------------------------------------------------ */
 
+/* The one error whose text depends on the split (resp.h): a '*'/'$' header
+ * line past max_inline_len is "too big ..." when the limit was passed before
+ * its '\r' came, and judged on what it holds when the '\r' was there. */
+static int split_dependent_err(const char *whole, const char *split) {
+    if (strcmp(split, "Protocol error: too big mbulk count string") == 0)
+        return strcmp(whole, "Protocol error: invalid multibulk length") == 0;
+    if (strcmp(split, "Protocol error: too big bulk count string") == 0)
+        return strcmp(whole, "Protocol error: invalid bulk length") == 0 ||
+               strncmp(whole, "Protocol error: expected '$', got '", 35) == 0;
+    return 0;
+}
+
 static void compare(const run_rec *x, const run_rec *y, int same_err, int same_need) {
     CHECK(x->nframes == y->nframes);
     for (size_t i = 0; i < x->nframes; i++) {
@@ -469,7 +483,7 @@ static void compare(const run_rec *x, const run_rec *y, int same_err, int same_n
     }
     CHECK(x->end == y->end);
     if (same_err && x->end == END_ERR) {
-        CHECK(strcmp(x->err, y->err) == 0);
+        CHECK(strcmp(x->err, y->err) == 0 || split_dependent_err(x->err, y->err));
     }
     if (same_need && x->end == END_AGAIN) {
         CHECK(x->need == y->need);
@@ -495,7 +509,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     run_framer(stream, n, &lim, flags, 0, chunks, nchunks, &split);
     run_ref(stream, n, &lim, flags & F_UNAUTH, &ref);
 
-    compare(&whole, &split, 1, 1); /* whole vs split: identical */
+    compare(&whole, &split, 1, 1); /* whole vs split: identical, but for split_dependent_err */
     compare(&whole, &ref, 0, 0);   /* the reference has no messages or need */
 
     free(whole.frames);

@@ -20,15 +20,44 @@ CASES = {
     "nested-multibulk": (b"*1\r\n*1\r\n", b"-ERR Protocol error: expected '$', got '*'\r\n"),
     "inline-line-too-long": (b"A" * 70000, b"-ERR Protocol error: too big inline request\r\n"),
     "bulk-header-too-long": (b"*1\r\n$" + b"1" * 70000, b"-ERR Protocol error: too big bulk count string\r\n"),
+    # A header line past the 64 KB limit whose '\r' has arrived is judged on
+    # what it holds, as any line; "too big ..." is for a line not yet ended.
+    "bulk-header-past-limit-ended": (b"*1\r\n$" + b"1" * 70000 + b"\r\n",
+                                     b"-ERR Protocol error: invalid bulk length\r\n"),
+    "multibulk-count-past-limit-ended": (b"*" + b"1" * 70000 + b"\r\n",
+                                         b"-ERR Protocol error: invalid multibulk length\r\n"),
+    "non-bulk-line-past-limit-ended": (b"*1\r\n" + b"x" * 70000 + b"\r\n",
+                                       b"-ERR Protocol error: expected '$', got 'x'\r\n"),
+    # Redis skips the byte after the count's '\r'; the '\n' then stands
+    # where a '$' should ("\n" is written as a blank).
+    "count-line-cr-cr": (b"*1\r\r\n$4\r\nPING\r\n", b"-ERR Protocol error: expected '$', got ' '\r\n"),
+}
+
+# A header line sent in two writes, the second after the first has been
+# read: (prefix, the error for a line that ended just after exactly 64 KB of
+# it had arrived, the error for a line of which more than 64 KB arrived
+# without its end).
+SPLIT_HEADERS = {
+    "bulk-header": (b"*1\r\n$", b"-ERR Protocol error: invalid bulk length\r\n",
+                    b"-ERR Protocol error: too big bulk count string\r\n"),
+    "multibulk-count": (b"*", b"-ERR Protocol error: invalid multibulk length\r\n",
+                        b"-ERR Protocol error: too big mbulk count string\r\n"),
 }
 
 
 def bad_input_scenario(ep, data):
     """Returns what the offending client got, whether it was closed, and that
-    a bystander connection opened before still works."""
+    a bystander connection opened before still works. data is the bytes, or
+    a tuple of writes made 0.3 s apart."""
     with ep.raw() as bystander, ep.raw() as bad:
         assert bystander.cmd("SET", "by", "1").raw == b"+OK\r\n"
-        bad.send(data)
+        for i, part in enumerate((data,) if isinstance(data, bytes) else data):
+            if i:
+                time.sleep(0.3)
+            try:
+                bad.send(part)
+            except OSError:  # closed already: the reply below tells why
+                break
         try:
             reply = bad.read_frame(timeout=3).raw
         except Exception as e:  # noqa: BLE001
@@ -52,6 +81,22 @@ def test_bad_input_closes_only_offending_client(proxy, ref, name):
     assert got["bystander"] == b":2\r\n"
     # And new clients are still served.
     assert proxy.client().ping() is True
+
+
+@pytest.mark.parametrize("name", list(SPLIT_HEADERS))
+def test_header_line_split_at_and_past_limit(proxy, ref, name):
+    """As Redis: "too big ..." for a header line once more than 64 KB of it
+    has arrived without its '\r'; a line whose first write brought exactly
+    64 KB of it ('$' or '*' and 65,535 digits), its '\r' coming next, is
+    judged on what it holds."""
+    prefix, invalid, too_big = SPLIT_HEADERS[name]
+    at_limit = (prefix + b"1" * 65535, b"1" * 10 + b"\r\n")
+    past_limit = (prefix + b"1" * 65600, b"1" * 4400 + b"\r\n")
+    for data, want in ((at_limit, invalid), (past_limit, too_big)):
+        got = dict(assert_same_runs(lambda ep, data=data: bad_input_scenario(ep, data), proxy, ref))
+        assert got["reply"] == want
+        assert got["closed"] is True
+        assert got["bystander"] == b":2\r\n"
 
 
 @pytest.mark.skipif(REDIS_VERSION >= (7, 0), reason="Redis 6's limit (7.0 takes up to INT_MAX arguments)")

@@ -310,10 +310,44 @@ static void check_run(int line, int is_reply, const char *in, size_t len,
     }
 }
 
+/*
+ * For a request whose error text depends on the split, and only its text: a
+ * '*'/'$' header line past max_inline_len (see resp.h). Fed whole it gives
+ * want_whole (its '\r' is there: the line is judged on what it holds), byte
+ * by byte want_pieces ("too big ...": the limit is passed before the '\r'
+ * comes), and in random splits one of the two.
+ */
+static void check_split_dependent(int line, const char *in, size_t len, const resp_limits *lim,
+                                  const char *want_whole, const char *want_pieces, size_t maxchunk) {
+    static const uint32_t seeds[] = {1, 7, 42, 1234567, 0xdeadbeef};
+    drive runs[3 + sizeof(seeds) / sizeof(seeds[0])];
+    size_t i, nruns = 0;
+
+    runs[nruns++] = (drive){M_WHOLE, 0, 0, 0};
+    runs[nruns++] = (drive){M_WARM, 0, 0, 0};
+    runs[nruns++] = (drive){M_BYTES, 0, 0, 0};
+    for (i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++)
+        runs[nruns++] = (drive){M_RANDOM, seeds[i], i % 2 ? maxchunk * 4 : maxchunk, 0};
+    for (i = 0; i < nruns; i++) {
+        char *got = run(0, in, len, lim, &runs[i]);
+        int ok = runs[i].mode == M_BYTES    ? strcmp(got, want_pieces) == 0
+                 : runs[i].mode == M_RANDOM ? strcmp(got, want_pieces) == 0 || strcmp(got, want_whole) == 0
+                                            : strcmp(got, want_whole) == 0;
+        if (!ok) {
+            fprintf(stderr, "FAIL %s: %s:%d (%s, seed %u)\n  want: %s (whole) / %s (byte by byte)\n  got:  %s\n",
+                    unit_cur_name, __FILE__, line, mode_names[runs[i].mode], (unsigned)runs[i].seed, want_whole,
+                    want_pieces, got);
+            unit_cur_failed = 1;
+        }
+        free(got);
+    }
+}
+
 #define REQ(lit, want) check_run(__LINE__, 0, S(lit), NULL, (want), 5)
 #define REQ_LIM(lit, lim, want) check_run(__LINE__, 0, S(lit), (lim), (want), 5)
 #define REP(lit, want) check_run(__LINE__, 1, S(lit), NULL, (want), 5)
 #define REP_LIM(lit, lim, want) check_run(__LINE__, 1, S(lit), (lim), (want), 5)
+#define REQ_LIM_SPLIT(lit, lim, whole, pieces) check_split_dependent(__LINE__, S(lit), (lim), (whole), (pieces), 5)
 
 /* ------------------------------------------------------------------------ */
 /* Requests                                                                 */
@@ -468,7 +502,8 @@ static void test_req_multibulk_errors(void) {
     REQ("*99999999999999999999\r\n", mb);
     REQ("*2147483648\r\n", mb);       /* default max_multibulk_len: INT_MAX, as Redis 7 */
     REQ("*2147483647\r\n", "...");
-    REQ("*1\rX$1\r\na\r\n", mb);      /* Redis skips the X; we do not */
+    REQ("*1\rX$1\r\na\r\n", "[a]");   /* the byte after the '\r' is skipped, as by Redis */
+    REQ("*1\r\r\n$4\r\nPING\r\n", "!Protocol error: expected '$', got ' '");
     REQ("*1\n$1\r\na\r\n", mb);       /* the line runs to the first \r */
 
     REQ("*1\r\n$x\r\n", bl);
@@ -519,16 +554,34 @@ static void test_req_limits(void) {
     REQ_LIM("PING\r\nPING\r\n123456789", &lim,
             "[PING]i [PING]i !Protocol error: too big inline request");
 
-    /* "*N" line: the '\r' may be at most max_inline_len bytes in; then the
-     * line is judged on its value */
+    /* "*N" line: more than max_inline_len bytes of it without its '\r' is
+     * "too big"; a line whose '\r' is there is judged on what it holds, and
+     * one past the limit is refused even when its value would do */
     REQ_LIM("*0000000\r\n", &lim, "!Protocol error: invalid multibulk length");
-    REQ_LIM("*00000000\r\n", &lim, "!Protocol error: too big mbulk count string");
+    REQ_LIM_SPLIT("*00000000\r\n", &lim, "!Protocol error: invalid multibulk length",
+                  "!Protocol error: too big mbulk count string");
+    REQ_LIM_SPLIT("*00000002\r\n$1\r\na\r\n$1\r\nb\r\n", &lim, "!Protocol error: invalid multibulk length",
+                  "!Protocol error: too big mbulk count string");
+    /* past the limit, the byte after its '\r' is not waited for */
+    REQ_LIM_SPLIT("*00000000\r", &lim, "!Protocol error: invalid multibulk length",
+                  "!Protocol error: too big mbulk count string");
     REQ_LIM("*0000000", &lim, "...");
     REQ_LIM("*00000000", &lim, "!Protocol error: too big mbulk count string");
 
-    /* "$N" line, same rule, and it applies before the '$' is checked */
+    /* "$N" line, same rule; unended, it is "too big" before its first byte
+     * is checked for '$' */
     REQ_LIM("*1\r\n$0000000\r\n", &lim, "!Protocol error: invalid bulk length");
-    REQ_LIM("*1\r\n$00000000\r\n", &lim, "!Protocol error: too big bulk count string");
+    REQ_LIM_SPLIT("*1\r\n$00000000\r\n", &lim, "!Protocol error: invalid bulk length",
+                  "!Protocol error: too big bulk count string");
+    REQ_LIM_SPLIT("*1\r\n$00000001\r\na\r\n", &lim, "!Protocol error: invalid bulk length",
+                  "!Protocol error: too big bulk count string");
+    REQ_LIM_SPLIT("*1\r\nXXXXXXXXX\r\n", &lim, "!Protocol error: expected '$', got 'X'",
+                  "!Protocol error: too big bulk count string");
+    REQ_LIM_SPLIT("*1\r\n$00000000\r", &lim, "!Protocol error: invalid bulk length",
+                  "!Protocol error: too big bulk count string");
+    REQ_LIM_SPLIT("*1\r\nXXXXXXXXX\r", &lim, "!Protocol error: expected '$', got 'X'",
+                  "!Protocol error: too big bulk count string");
+    REQ_LIM("*1\r\n$0000000\r", &lim, "...");
     REQ_LIM("*1\r\n$0000000", &lim, "...");
     REQ_LIM("*1\r\n$00000000", &lim, "!Protocol error: too big bulk count string");
     REQ_LIM("*1\r\nXXXXXXXXXXXX", &lim, "!Protocol error: too big bulk count string");
@@ -567,7 +620,8 @@ static void test_req_bulk_headers(void) {
     resp_limits_default(&lim);
     lim.max_inline_len = 2;
     REQ_LIM("*1\r\n$1\r\na\r\n", &lim, "[a]");
-    REQ_LIM("*1\r\n$10\r\n0123456789\r\n", &lim, "!Protocol error: too big bulk count string");
+    REQ_LIM_SPLIT("*1\r\n$10\r\n0123456789\r\n", &lim, "!Protocol error: invalid bulk length",
+                  "!Protocol error: too big bulk count string");
     lim.max_inline_len = 3;
     REQ_LIM("*1\r\n$10\r\n0123456789\r\n", &lim, "[0123456789]");
 }
@@ -1579,6 +1633,48 @@ static void test_req_default_line_limits(void) {
     free(in.p);
 }
 
+/*
+ * Regression (review-bounds finding 5): a header line past the 64 KB limit
+ * whose '\r' had arrived got "too big ... count string" where Redis 7 says
+ * "invalid bulk length" / "invalid multibulk length" / "expected '$', got
+ * 'x'". Redis says "too big" only for a line that has not ended yet.
+ */
+static void test_req_header_past_limit_ended(void) {
+    static const struct {
+        const char *pre, *fill, *whole, *pieces;
+    } cases[] = {
+        {"*1\r\n$", "1", "!Protocol error: invalid bulk length", "!Protocol error: too big bulk count string"},
+        {"*", "1", "!Protocol error: invalid multibulk length", "!Protocol error: too big mbulk count string"},
+        {"*1\r\n", "x", "!Protocol error: expected '$', got 'x'", "!Protocol error: too big bulk count string"},
+        {"*2\r\n$4\r\nECHO\r\n$", "1", "!Protocol error: invalid bulk length",
+         "!Protocol error: too big bulk count string"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        str in = {0};
+        str_cat(&in, cases[k].pre);
+        for (size_t i = 0; i < 70000; i++)
+            str_add(&in, cases[k].fill, 1);
+        str_cat(&in, "\r\n");
+        check_split_dependent(__LINE__, in.p, in.len, NULL, cases[k].whole, cases[k].pieces, 4096);
+        free(in.p);
+    }
+    /* a line of exactly 64 KB ('*' or '$' and 65,535 digits) that ends is
+     * judged on its value however it is split */
+    str in = {0};
+    str_cat(&in, "*");
+    for (size_t i = 0; i < 65535; i++)
+        str_add(&in, "1", 1);
+    str_cat(&in, "\r\n");
+    check_run(__LINE__, 0, in.p, in.len, NULL, "!Protocol error: invalid multibulk length", 4096);
+    in.len = 0;
+    str_cat(&in, "*1\r\n$");
+    for (size_t i = 0; i < 65535; i++)
+        str_add(&in, "1", 1);
+    str_cat(&in, "\r\n");
+    check_run(__LINE__, 0, in.p, in.len, NULL, "!Protocol error: invalid bulk length", 4096);
+    free(in.p);
+}
+
 /* The readers for a whole reply in memory. */
 static void test_read_helpers(void) {
     long long v = 7;
@@ -1640,6 +1736,7 @@ int main(void) {
     RUN(test_req_bulk_headers);
     RUN(test_req_unauthenticated_limits);
     RUN(test_req_default_line_limits);
+    RUN(test_req_header_past_limit_ended);
     RUN(test_req_need_and_zero_copy);
     RUN(test_req_no_alloc_from_count);
     RUN(test_req_many_args);
