@@ -676,8 +676,8 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
         const char *v;
         size_t vlen;
         int nil;
-        /* (the keys before the first miss were counted as hits already) */
-        int hit = !busy && (i < first_miss ? cache_peek(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len,
+        /* (the keys up to the first miss were counted already) */
+        int hit = !busy && (i <= first_miss ? cache_peek(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len,
                                                          "", 0, now, &v, &vlen, &nil)
                                            : cache_get(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len,
                                                        "", 0, now, &v, &vlen, &nil));

@@ -302,6 +302,7 @@ def test_mget_served_and_merged(protocol, proxy_factory, upstream, ref):
         got = c.cmd(*cmd)
     assert got.raw == want.cmd(*cmd).raw
     assert dd["cache_mget_partial"] == 1 and dd["cache_mget_keys_cached"] == 3, dict(dd)
+    assert dd["cache_hits"] == 3 and dd["cache_misses"] == 2, dict(dd)   # each key counted once
     with st.delta() as dd:
         again = c.cmd(*cmd)
     assert again.raw == got.raw
