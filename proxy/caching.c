@@ -678,9 +678,9 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
         int nil;
         /* (the keys up to the first miss were counted already) */
         int hit = !busy && (i <= first_miss ? cache_peek(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len,
-                                                         "", 0, now, &v, &vlen, &nil)
-                                           : cache_get(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len,
-                                                       "", 0, now, &v, &vlen, &nil));
+                                                          "", 0, now, &v, &vlen, &nil)
+                                            : cache_get(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len,
+                                                        "", 0, now, &v, &vlen, &nil));
         if (hit && vlen <= UINT32_MAX && a[i].len <= UINT32_MAX) {
             uint8_t tag[2] = {0, (uint8_t)nil};
             uint32_t n = nil ? 0 : (uint32_t)vlen, klen = (uint32_t)a[i].len;
