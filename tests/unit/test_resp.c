@@ -287,17 +287,26 @@ static char *run(int is_reply, const char *in, size_t total,
     return out.p;
 }
 
-static void check_run(int line, int is_reply, const char *in, size_t len,
-                      const resp_limits *lim, const char *want, size_t maxchunk) {
-    static const uint32_t seeds[] = {1, 7, 42, 1234567, 0xdeadbeef};
-    drive runs[3 + sizeof(seeds) / sizeof(seeds[0])];
-    size_t i, nruns = 0;
+static const uint32_t split_seeds[] = {1, 7, 42, 1234567, 0xdeadbeef};
+#define NRUNS (3 + sizeof(split_seeds) / sizeof(split_seeds[0]))
 
+/* The ways every input is fed: whole, after a warm-up, byte by byte, and
+ * in random pieces of up to maxchunk (or 4 times that). Returns NRUNS. */
+static size_t make_runs(drive *runs, size_t maxchunk) {
+    size_t i, nruns = 0;
     runs[nruns++] = (drive){M_WHOLE, 0, 0, 0};
     runs[nruns++] = (drive){M_WARM, 0, 0, 0};
     runs[nruns++] = (drive){M_BYTES, 0, 0, 0};
-    for (i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++)
-        runs[nruns++] = (drive){M_RANDOM, seeds[i], i % 2 ? maxchunk * 4 : maxchunk, 0};
+    for (i = 0; i < sizeof(split_seeds) / sizeof(split_seeds[0]); i++)
+        runs[nruns++] = (drive){M_RANDOM, split_seeds[i], i % 2 ? maxchunk * 4 : maxchunk, 0};
+    return nruns;
+}
+
+static void check_run(int line, int is_reply, const char *in, size_t len,
+                      const resp_limits *lim, const char *want, size_t maxchunk) {
+    drive runs[NRUNS];
+    size_t i, nruns = make_runs(runs, maxchunk);
+
     for (i = 0; i < nruns; i++) {
         char *got = run(is_reply, in, len, lim, &runs[i]);
         if (strcmp(got, want) != 0) {
@@ -319,15 +328,9 @@ static void check_run(int line, int is_reply, const char *in, size_t len,
  */
 static void check_split_dependent(int line, const char *in, size_t len, const resp_limits *lim,
                                   const char *want_whole, const char *want_pieces, size_t maxchunk) {
-    static const uint32_t seeds[] = {1, 7, 42, 1234567, 0xdeadbeef};
-    drive runs[3 + sizeof(seeds) / sizeof(seeds[0])];
-    size_t i, nruns = 0;
+    drive runs[NRUNS];
+    size_t i, nruns = make_runs(runs, maxchunk);
 
-    runs[nruns++] = (drive){M_WHOLE, 0, 0, 0};
-    runs[nruns++] = (drive){M_WARM, 0, 0, 0};
-    runs[nruns++] = (drive){M_BYTES, 0, 0, 0};
-    for (i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++)
-        runs[nruns++] = (drive){M_RANDOM, seeds[i], i % 2 ? maxchunk * 4 : maxchunk, 0};
     for (i = 0; i < nruns; i++) {
         char *got = run(0, in, len, lim, &runs[i]);
         int ok = runs[i].mode == M_BYTES    ? strcmp(got, want_pieces) == 0
