@@ -20,6 +20,7 @@ struct px_aclwatch {
     int asking;                       /* a check is on its way */
     int known;                        /* digest holds a reply */
     unsigned char digest[SHA_DIGEST_LENGTH];
+    unsigned char default_user[SHA_DIGEST_LENGTH]; /* ... and its "user default" line */
 };
 
 static const char acl_list[] = "*2\r\n$3\r\nACL\r\n$4\r\nLIST\r\n";
@@ -63,6 +64,27 @@ static int refusal_is_final(const char *data, size_t len) {
     return 0;
 }
 
+/* The SHA-1 of the list's "user default ..." line (of nothing when there
+ * is none: an ACL file may delete the user). */
+static void default_user_digest(const char *data, size_t len, unsigned char *md) {
+    static const char prefix[] = "user default ";
+    long long n;
+    size_t at = resp_read_int_line(data, len, 0, '*', &n);
+    const char *line = "";
+    size_t llen = 0;
+    for (long long i = 0; at != 0 && i < n; i++) {
+        const char *v;
+        size_t vlen;
+        if (resp_read_bulk(data, len, at, &v, &vlen, &at) != 1) break;
+        if (vlen >= sizeof prefix - 1 && memcmp(v, prefix, sizeof prefix - 1) == 0) {
+            line = v;
+            llen = vlen;
+            break;
+        }
+    }
+    SHA1((const unsigned char *)line, llen, md);
+}
+
 void px_aclwatch_on_reply(px_server *srv, px_req *r, const char *data, size_t len, int lost) {
     struct px_aclwatch *w = srv->aclwatch;
     if (w == NULL) return;
@@ -72,12 +94,18 @@ void px_aclwatch_on_reply(px_server *srv, px_req *r, const char *data, size_t le
         if (refusal_is_final(data, len)) stop_checking(w, data, len);
         return; /* LOADING, MASTERDOWN...: asked again at the next tick */
     }
-    unsigned char md[SHA_DIGEST_LENGTH];
+    unsigned char md[SHA_DIGEST_LENGTH], dmd[SHA_DIGEST_LENGTH];
     SHA1((const unsigned char *)data, len, md);
+    default_user_digest(data, len, dmd);
+    /* A password for the default user (or the user turned off) does not
+     * log out the connections it is logged in on: those of clients without
+     * credentials are replaced, before the cache is emptied. */
+    if (w->known && memcmp(dmd, w->default_user, sizeof dmd) != 0) px_pools_default_user_changed(srv);
     /* The first answer too: what the cache took before it, the list it
      * shows may already refuse. Later ones, when the list is another. */
     if (!w->known || memcmp(md, w->digest, sizeof md) != 0) px_caching_acl_changed(srv, !w->known);
     memcpy(w->digest, md, sizeof md);
+    memcpy(w->default_user, dmd, sizeof dmd);
     w->known = 1;
 }
 

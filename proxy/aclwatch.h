@@ -13,7 +13,10 @@
  * cache_flushes_acl_changed) and what was learned of every user's
  * permissions is asked of Redis again (srv->acl_epoch), before another hit.
  * A revocation made on Redis is honoured within acl-check-ms and a round
- * trip.
+ * trip. When the default user's line changed (a password given to it with
+ * requirepass or ACL SETUSER, the user turned off), the connections that
+ * clients without credentials share, logged in as that user before, are
+ * replaced too (px_pools_default_user_changed): Redis keeps them logged in.
  *
  * When Redis refuses the configured identity ACL LIST (an ACL without
  * @admin, NOAUTH, a Redis without ACL), the checks stop and a notice says

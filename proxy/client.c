@@ -1943,20 +1943,35 @@ static void client_process(px_client *c) {
     }
 }
 
+/* A request in all is held here until it is whole (Redis holds its
+ * arguments as it reads them): at most the larger of
+ * client-query-buffer-limit and this, Redis's default limit, so that a
+ * client cannot make the proxy hold max-multibulk-len arguments of
+ * proto-max-bulk-len each. */
+#define PX_REQUEST_MAX_BYTES (1024LL * 1024 * 1024)
+
+static long long request_max_bytes(const px_client *c) {
+    long long limit = c->srv->cfg->client_query_buffer_limit;
+    return limit > PX_REQUEST_MAX_BYTES ? limit : PX_REQUEST_MAX_BYTES;
+}
+
 /* Is the part of a request still being read (len bytes held) past
  * client-query-buffer-limit? As Redis counts it: an argument leaves its
  * query buffer once read, so the limit bounds the argument (or line) being
- * read, not a request's arguments in all. */
+ * read, not a request's arguments in all (request_max_bytes does). */
 static int query_buffer_over(const px_client *c, size_t len) {
-    return (long long)resp_req_unparsed(&c->rq, len) > c->srv->cfg->client_query_buffer_limit;
+    return (long long)resp_req_unparsed(&c->rq, len) > c->srv->cfg->client_query_buffer_limit ||
+           (long long)len > request_max_bytes(c);
 }
 
 /* Has a whole request an argument that Redis's query buffer could not hold
  * (the request came in one read, so nothing was counted on the way)? Redis
- * would close the connection, a shared one: refused here. */
+ * would close the connection, a shared one: refused here. Or is it past
+ * request_max_bytes in all? */
 static int argument_over_limit(const px_client *c) {
     long long limit = c->srv->cfg->client_query_buffer_limit;
     if ((long long)c->rq.frame_len <= limit) return 0;
+    if ((long long)c->rq.frame_len > request_max_bytes(c)) return 1;
     for (int i = 0; i < c->rq.argc; i++)
         if ((long long)c->rq.argv[i].len + 2 > limit) return 1;
     return 0;

@@ -60,7 +60,7 @@ void px_io_settle(px_server *srv) {
  * copy); what the socket does not take is copied, and an error is left to
  * the write that follows, which meets it again. */
 static void io_settle_writing(px_io *io) {
-    if (io->ref_len > 0 && io->ssl == NULL && evbuffer_get_length(io->out) == 0) {
+    if (io->ref_len > 0 && io->ssl == NULL && evbuffer_get_length(io->out) == 0 && !io->lost_output) {
         ssize_t n = write(io->fd, io->ref, io->ref_len);
         if (n > 0) {
             io->ref += n;
@@ -433,7 +433,7 @@ void px_io_write(px_io *io, const void *data, size_t len) {
 }
 
 void px_io_write_ref(px_io *io, const char *data, size_t len) {
-    if (io->closed || len == 0) return;
+    if (io->closed || len == 0 || io->lost_output) return;
     if (io->ref_len > 0 && io->ref + io->ref_len == data) {
         io->ref_len += len;
         return;
@@ -446,7 +446,7 @@ void px_io_write_ref(px_io *io, const char *data, size_t len) {
 }
 
 void px_io_write_early(px_io *io, size_t min_pending) {
-    if (io->closed || io->connecting || io->want_write || io->ssl != NULL) return;
+    if (io->closed || io->connecting || io->want_write || io->ssl != NULL || io->lost_output) return;
     if (evbuffer_get_length(io->out) + io->ref_len < min_pending) return;
     io_settle_writing(io);
     /* one attempt: what is left stays queued for the iteration's flush,
@@ -460,7 +460,11 @@ void px_io_write_buffer(px_io *io, struct evbuffer *buf) {
         return;
     }
     io_settle(io);
-    evbuffer_add_buffer(io->out, buf);
+    if (io->lost_output || evbuffer_add_buffer(io->out, buf) != 0) {
+        evbuffer_drain(buf, evbuffer_get_length(buf));
+        io_lost_output(io);
+        return;
+    }
     if (!io->want_write) io_queue_flush(io);
 }
 

@@ -177,14 +177,15 @@ void px_pools_close_connections(px_server *srv) {
     while (srv->retired != NULL) px_upstream_close(srv->retired, "closed before its replies came");
 }
 
-/* See px_upstream.retired. A shared connection awaiting nothing closes now. */
-static void up_retire(px_upstream *u) {
+/* See px_upstream.retired. A shared connection awaiting nothing closes now
+ * (why, for the log). */
+static void up_retire(px_upstream *u, const char *why) {
     if (u == NULL || u->state == PX_UP_CLOSED || u->retired) return;
     u->retired = 1;
     if (u->owner != NULL) return; /* px_upstream_unpin closes it */
     pool_unlink_upstream(u);
     if (u->npending == 0) {
-        px_upstream_close(u, "upstream moved");
+        px_upstream_close(u, why);
         return;
     }
     u->next_retired = u->srv->retired;
@@ -201,7 +202,7 @@ void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsign
         next = c->next;
         if (c->pinned == NULL) continue;
         if (gently)
-            up_retire(c->pinned);
+            up_retire(c->pinned, "upstream moved");
         else
             px_upstream_close(c->pinned, "upstream master moved (failover)");
     }
@@ -210,8 +211,24 @@ void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsign
         return;
     }
     for (px_pool *p = srv->pools; p != NULL; p = p->next) {
-        for (int i = 0; i < p->nshared; i++) up_retire(p->shared[i]);
+        for (int i = 0; i < p->nshared; i++) up_retire(p->shared[i], "upstream moved");
         while (p->idle != NULL) px_upstream_close(p->idle, "upstream moved");
+    }
+}
+
+void px_pools_default_user_changed(px_server *srv) {
+    /* Redis leaves a connection logged in as the default user when that
+     * user gets a password (requirepass, ACL SETUSER default >pw) or is
+     * turned off: the shared connections of the pools without credentials
+     * would go on answering what Redis now refuses a new client. They
+     * finish what they await; new ones log in afresh, and their access
+     * probe learns again whether Redis lets a client without credentials
+     * in (unknown meanwhile: no hits, no local answers for such clients). */
+    srv->open_access = -1;
+    for (px_pool *p = srv->pools; p != NULL; p = p->next) {
+        if (p->pass != NULL) continue;
+        for (int i = 0; i < p->nshared; i++) up_retire(p->shared[i], "the default user changed on Redis");
+        while (p->idle != NULL) px_upstream_close(p->idle, "the default user changed on Redis");
     }
 }
 
@@ -1048,7 +1065,7 @@ static void up_on_read(void *arg) {
         }
         px_io_consume(&u->io, flen);
         if (u->retired && u->npending == 0 && u->owner == NULL && u->state != PX_UP_CLOSED)
-            px_upstream_close(u, "upstream moved: its replies are in");
+            px_upstream_close(u, "retired: its replies are in");
     }
 }
 

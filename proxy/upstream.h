@@ -342,6 +342,10 @@ void px_pools_foreach_shared(px_server *srv, void (*fn)(px_server *, px_upstream
  * before they close (px_upstream_close_written): shutdown's first step, a
  * failover. */
 void px_pools_close_connections(px_server *srv);
+
+/* The default user's ACL changed on Redis (proxy/aclwatch.h): the shared
+ * connections without credentials retire, and access is learned anew. */
+void px_pools_default_user_changed(px_server *srv);
 /* Redis is now at sa (salen bytes): a failover. The cache is emptied first
  * (C6), and the invalidation connection moves. Then, hard: every
  * connection is closed (requests in flight get an error; clients with a

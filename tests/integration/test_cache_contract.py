@@ -16,8 +16,8 @@ import time
 import pytest
 
 from cachehelpers import (MODES, RELAY_ARGS, cmd_matcher, confirm_cached, direct_read,  # noqa: F401
-                          make_tracked, relay, relay_settle, settle, start_cached, tracked_key,
-                          value_of, wait_stat, wait_tracking_active, warm)
+                          make_tracked, parse_sidecache_section, relay, relay_settle, settle, start_cached,
+                          tracked_key, value_of, wait_stat, wait_tracking_active, warm)
 from helpers import Err, encode, wait_until
 
 pytestmark = pytest.mark.proxy_only
@@ -1176,6 +1176,43 @@ def test_c8_unchanged_acl_list_keeps_the_cache(proxy_factory, upstream):
     wait_until(lambda: st["cache_flushes_acl_changed"] == 1, timeout=3, what="the change to be seen")
     time.sleep(0.3)
     assert st["cache_flushes_acl_changed"] == 1
+
+
+def test_c8_password_given_to_the_default_user_on_redis(proxy_factory, upstream):
+    """requirepass set on Redis directly: Redis keeps the connections that
+    were logged in as the default user, so those that sidecache's clients
+    without credentials share would go on answering them (from the cache
+    too). Once ACL LIST shows the change, they are replaced: a client that
+    has not authenticated gets Redis's NOAUTH, no hit; one that AUTHs reads
+    again; and without the password again, clients get in again."""
+    d = upstream.client()
+    d.set("i5", "v")
+    p, st = start_cached(proxy_factory)
+    c = p.raw()
+    warm(c, st, ("GET", "i5"))
+    d.config_set("requirepass", "pw")
+    t0 = time.monotonic()
+
+    def refused():
+        with p.raw() as n:
+            return n.cmd("GET", "i5").raw.startswith(b"-NOAUTH")
+    wait_until(refused, timeout=5, interval=0.05, what="a client without credentials to get NOAUTH")
+    print("NOAUTH after %.3f s" % (time.monotonic() - t0))
+    with p.raw() as a:   # (INFO goes to Redis: it needs the password now)
+        assert a.cmd("AUTH", "pw").raw == b"+OK\r\n"
+        hits = int(parse_sidecache_section(a.call("INFO", "sidecache"))["cache_hits"])
+        with p.raw() as n:
+            assert n.cmd("GET", "i5").raw == b"-NOAUTH Authentication required.\r\n"
+        assert int(parse_sidecache_section(a.call("INFO", "sidecache"))["cache_hits"]) == hits
+        assert a.cmd("GET", "i5").raw == b"$1\r\nv\r\n"
+    with upstream.raw() as r:
+        assert r.cmd("AUTH", "pw").raw == b"+OK\r\n"
+        assert r.cmd("CONFIG", "SET", "requirepass", "").raw == b"+OK\r\n"
+
+    def admitted():
+        with p.raw() as n:
+            return n.cmd("GET", "i5").raw == b"$1\r\nv\r\n"
+    wait_until(admitted, timeout=5, interval=0.05, what="a client without credentials to get in again")
 
 
 def test_c8_acl_checks_stop_when_the_upstream_user_may_not_list(proxy_factory, upstream, tmp_path):
