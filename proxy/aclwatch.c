@@ -57,10 +57,8 @@ static void stop_checking(struct px_aclwatch *w, const char *data, size_t len) {
 static int refusal_is_final(const char *data, size_t len) {
     static const char *const final[] = {"-NOPERM", "-NOAUTH", "-WRONGPASS", "-ERR unknown command",
                                         "-ERR unknown subcommand"};
-    for (size_t i = 0; i < sizeof final / sizeof final[0]; i++) {
-        size_t n = strlen(final[i]);
-        if (len >= n && memcmp(data, final[i], n) == 0) return 1;
-    }
+    for (size_t i = 0; i < sizeof final / sizeof final[0]; i++)
+        if (resp_frame_starts_with(data, len, final[i])) return 1;
     return 0;
 }
 
@@ -116,7 +114,7 @@ int px_aclwatch_init(px_server *srv) {
     if (w == NULL) return -1;
     w->srv = srv;
     w->tick = event_new(srv->base, -1, EV_PERSIST, ask, w);
-    struct timeval tv = {every / 1000, (every % 1000) * 1000};
+    struct timeval tv = px_ms_timeval(every);
     if (w->tick == NULL || event_add(w->tick, &tv) != 0) {
         if (w->tick != NULL) event_free(w->tick);
         free(w);

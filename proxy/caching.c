@@ -591,12 +591,14 @@ static int plan_next(char *plan, size_t len, size_t *at, plan_item *it) {
     return 1;
 }
 
+/* A cached value (or nil) as MGET's element, in the client's protocol. */
+static int enc_cached(resp_buf *b, int nil, const char *val, size_t vlen, int proto) {
+    return nil ? resp_enc_null(b, proto) : resp_enc_bulk(b, val, vlen);
+}
+
 /* A cached value of a plan, in the client's protocol. */
 static void plan_enc_cached(resp_buf *b, const plan_item *it, int proto) {
-    if (it->nil)
-        resp_enc_null(b, proto);
-    else
-        resp_enc_bulk(b, it->val, it->vlen);
+    enc_cached(b, it->nil, it->val, it->vlen, proto);
 }
 
 static uint64_t change_seq(struct px_caching *pc);
@@ -643,7 +645,7 @@ static int mget_reply_cached(struct px_caching *pc, px_client *c, uint32_t part,
         int nil;
         if (!cache_get(pc->cache, part, c->db, CACHE_KIND_GET, a[i].ptr, a[i].len, "", 0, now, &v, &vlen, &nil))
             return i;
-        fail |= nil ? resp_enc_null(out, c->proto) : resp_enc_bulk(out, v, vlen);
+        fail |= enc_cached(out, nil, v, vlen, c->proto);
     }
     return fail ? -1 : c->rq.argc;
 }

@@ -169,6 +169,6 @@ void px_sentinel_ask_soon(px_server *srv) {
      * still name would have every loop iteration ask. */
     int64_t wait = srv->sentinel_asked_ms + PX_SENTINEL_SOON_MS - px_now_ms();
     if (wait < 0) wait = 0;
-    struct timeval tv = {(time_t)(wait / 1000), (suseconds_t)(wait % 1000) * 1000};
+    struct timeval tv = px_ms_timeval(wait);
     evtimer_add(srv->sentinel_soon_ev, &tv);
 }

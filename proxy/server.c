@@ -160,7 +160,7 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg) {
     }
     px_notice("stopping signal=%d clients=%d", (int)sig, srv->nclients);
     srv->stopping = 1;
-    struct timeval deadline = {PX_STOP_DEADLINE_MS / 1000, (PX_STOP_DEADLINE_MS % 1000) * 1000};
+    struct timeval deadline = px_ms_timeval(PX_STOP_DEADLINE_MS);
     if (srv->stop_ev == NULL || evtimer_add(srv->stop_ev, &deadline) != 0)
         px_warning("cannot start the stop deadline timer: waiting for the clients without one");
     px_listeners_close(srv);
@@ -329,7 +329,7 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
         goto out;
     }
     if (px_sentinel_enabled(&srv)) {
-        struct timeval every = {cfg->sentinel_check_ms / 1000, (cfg->sentinel_check_ms % 1000) * 1000};
+        struct timeval every = px_ms_timeval(cfg->sentinel_check_ms);
         srv.sentinel_ev = event_new(srv.base, -1, EV_PERSIST, sentinel_cb, &srv);
         srv.sentinel_soon_ev = evtimer_new(srv.base, sentinel_cb, &srv);
         if (srv.sentinel_ev == NULL || srv.sentinel_soon_ev == NULL || event_add(srv.sentinel_ev, &every) != 0) {

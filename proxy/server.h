@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #include "protocol/resp.h"
 #include "proxy/config.h"
@@ -157,6 +158,12 @@ static inline uint64_t px_acl_mark(const px_server *srv) {
 
 /* Milliseconds on a monotonic clock. */
 int64_t px_now_ms(void);
+
+/* ms milliseconds as a libevent timeout. */
+static inline struct timeval px_ms_timeval(int64_t ms) {
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    return tv;
+}
 /* The same clock in microseconds. */
 int64_t px_now_us(void);
 /* Microseconds of the wall clock as the event loop cached it when this

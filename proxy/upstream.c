@@ -192,6 +192,12 @@ static void up_retire(px_upstream *u, const char *why) {
     u->srv->retired = u;
 }
 
+/* Every shared connection of p retires and its idle pinned ones close. */
+static void pool_retire_connections(px_pool *p, const char *why) {
+    for (int i = 0; i < p->nshared; i++) up_retire(p->shared[i], why);
+    while (p->idle != NULL) px_upstream_close(p->idle, why);
+}
+
 void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsigned salen, int gently) {
     memcpy(&srv->up_sa, sa, salen);
     srv->up_salen = salen;
@@ -210,10 +216,7 @@ void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsign
         px_pools_close_connections(srv);
         return;
     }
-    for (px_pool *p = srv->pools; p != NULL; p = p->next) {
-        for (int i = 0; i < p->nshared; i++) up_retire(p->shared[i], "upstream moved");
-        while (p->idle != NULL) px_upstream_close(p->idle, "upstream moved");
-    }
+    for (px_pool *p = srv->pools; p != NULL; p = p->next) pool_retire_connections(p, "upstream moved");
 }
 
 void px_pools_default_user_changed(px_server *srv) {
@@ -225,11 +228,8 @@ void px_pools_default_user_changed(px_server *srv) {
      * probe learns again whether Redis lets a client without credentials
      * in (unknown meanwhile: no hits, no local answers for such clients). */
     srv->open_access = -1;
-    for (px_pool *p = srv->pools; p != NULL; p = p->next) {
-        if (p->pass != NULL) continue;
-        for (int i = 0; i < p->nshared; i++) up_retire(p->shared[i], "the default user changed on Redis");
-        while (p->idle != NULL) px_upstream_close(p->idle, "the default user changed on Redis");
-    }
+    for (px_pool *p = srv->pools; p != NULL; p = p->next)
+        if (p->pass == NULL) pool_retire_connections(p, "the default user changed on Redis");
 }
 
 static void pool_free(px_server *srv, px_pool *p) {
@@ -527,7 +527,7 @@ static int up_arm_connect_deadline(px_upstream *u) {
     u->connect_ev = evtimer_new(u->srv->base, up_on_connect_timeout, u);
     if (u->connect_ev == NULL) return -1;
     u->connect_timeout_ms = ms;
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    struct timeval tv = px_ms_timeval(ms);
     return evtimer_add(u->connect_ev, &tv);
 }
 
