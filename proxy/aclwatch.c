@@ -3,6 +3,7 @@
  */
 #include "proxy/aclwatch.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@
 #include "protocol/resp.h"
 #include "proxy/caching.h"
 #include "proxy/log.h"
+#include "proxy/stats.h"
 #include "proxy/upstream.h"
 
 struct px_aclwatch {
@@ -19,6 +21,7 @@ struct px_aclwatch {
     struct event *tick;
     int asking;                       /* a check is on its way */
     int known;                        /* digest holds a reply */
+    uint64_t answers;                 /* INFO acl_checks */
     unsigned char digest[SHA_DIGEST_LENGTH];
     unsigned char default_user[SHA_DIGEST_LENGTH]; /* ... and its "user default" line */
 };
@@ -89,7 +92,10 @@ void px_aclwatch_on_reply(px_server *srv, px_req *r, const char *data, size_t le
     w->asking = 0;
     if (lost || len == 0) return;
     if (data[0] == '-' || data[0] == '!') {
-        if (refusal_is_final(data, len)) stop_checking(w, data, len);
+        if (refusal_is_final(data, len)) {
+            stop_checking(w, data, len);
+            w->answers++;
+        }
         return; /* LOADING, MASTERDOWN...: asked again at the next tick */
     }
     unsigned char md[SHA_DIGEST_LENGTH], dmd[SHA_DIGEST_LENGTH];
@@ -105,6 +111,11 @@ void px_aclwatch_on_reply(px_server *srv, px_req *r, const char *data, size_t le
     memcpy(w->digest, md, sizeof md);
     memcpy(w->default_user, dmd, sizeof dmd);
     w->known = 1;
+    w->answers++;
+}
+
+void px_aclwatch_collect(const px_server *srv, px_stats *s) {
+    if (srv->aclwatch != NULL) s->acl_checks = srv->aclwatch->answers;
 }
 
 int px_aclwatch_init(px_server *srv) {

@@ -28,6 +28,7 @@
 #include <stddef.h>
 
 #include "proxy/server.h"
+#include "proxy/stats.h"
 
 struct px_req;
 
@@ -35,6 +36,13 @@ struct px_req;
  * Returns 0, or -1 when out of memory. */
 int px_aclwatch_init(px_server *srv);
 void px_aclwatch_free(px_server *srv);
+
+/* acl_checks: the checks answered so far (lists compared, and the refusal
+ * that stopped them). A test waits for the first before it counts hits or
+ * permission asks: the first list empties the cache and asks every
+ * permission again (what was learned before it may already be refused by
+ * it). */
+void px_aclwatch_collect(const px_server *srv, px_stats *s);
 
 /* The reply to a check (a PX_REQ_ACL_LIST request), or the error frame its
  * lost connection gave it. */

@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "proxy/aclwatch.h"
 #include "proxy/caching.h"
 #include "proxy/client.h"
 #include "proxy/server.h"
@@ -47,6 +48,7 @@ void px_stats_collect(px_server *srv, px_stats *s) {
     s->tracking_mode = "";
     s->tracking_last_error = "";
     px_caching_collect(srv, s);
+    px_aclwatch_collect(srv, s);
 }
 
 void px_stats_info(px_server *srv, resp_buf *b) {

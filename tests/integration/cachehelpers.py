@@ -151,9 +151,37 @@ class _Delta(dict):
         return 0
 
 
+def acl_checks_on(ep):
+    """Whether ep is a sidecache that checks ACL LIST (acl-check-ms, on by
+    default; the tests turn it off on the command line only)."""
+    if not getattr(ep, "is_proxy", False):
+        return False
+    a = ep.extra
+    return not any(a[i] == "--acl-check-ms" and a[i + 1] == "0" for i in range(len(a) - 1))
+
+
+def wait_first_acl_check(ep, timeout=10.0, stats=None):
+    """Waits until the proxy has its first ACL LIST answer (acl_checks):
+    that first list empties the cache and makes it ask every permission it
+    learned again (what it learned before may already be refused by it), so
+    a test that counts hits or the asks Redis sees starts after it. Nothing
+    to wait for on a target that is not sidecache, or with the cache off
+    (no checks then)."""
+    if not acl_checks_on(ep):
+        return
+    st = stats or Stats(ep)
+    try:
+        if st.get(required=False).get("cache_enabled") == 1:
+            wait_stat(st, "acl_checks", 1, timeout, what="the first ACL LIST answer")
+    finally:
+        if stats is None:
+            st.close()
+
+
 def wait_tracking_active(ep, timeout=10.0, stats=None):
-    """Polls INFO until tracking_state is active (caching starts only then).
-    Returns the section."""
+    """Polls INFO until tracking_state is active (caching starts only then),
+    and the first ACL LIST is answered (wait_first_acl_check). Returns the
+    section."""
     st = stats or Stats(ep)
     deadline = time.monotonic() + timeout
     last = None
@@ -162,6 +190,7 @@ def wait_tracking_active(ep, timeout=10.0, stats=None):
             # (the section may be missing until the proxy has read COMMAND)
             last = st.get(required=False)
             if last.get("tracking_state") == "active":
+                wait_first_acl_check(ep, max(0.1, deadline - time.monotonic()), stats=st)
                 return last
             if time.monotonic() > deadline:
                 raise AssertionError("tracking not active after %.1fs: %r" % (timeout, last))

@@ -72,30 +72,41 @@ def _ephemeral_low():
         return 0
 
 
-def free_port():
+def _bindable(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind((HOST, port))
+        return s.getsockname()[1]
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
+# A cluster node also listens on its port + 10000 (the cluster bus).
+CLUSTER_BUS_OFFSET = 10000
+
+
+def free_port(also_free=None):
     """A loopback port nobody listens on now and that we have not handed out
     in this session (so a redis and a proxy started together never collide).
     Drawn from below the kernel's ephemeral range where there is room: a
     port from that range can be taken by any outgoing connection (a proxy's
     own upstream connect, made before it binds its metrics port) between
-    this check and the bind."""
+    this check and the bind. With also_free (an offset), port + also_free
+    must be free too (a cluster node's bus port)."""
     low = _ephemeral_low()
     for _ in range(500):
-        if low > 21000:
-            port = random.randrange(20000, low)
-        else:
-            port = 0
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            s.bind((HOST, port))
-            port = s.getsockname()[1]
-        except OSError:
+        port = _bindable(random.randrange(20000, low) if low > 21000 else 0)
+        if port is None or port in _handed_out:
             continue
-        finally:
-            s.close()
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
+        if also_free is not None:
+            other = port + also_free
+            if other > 65535 or other in _handed_out or _bindable(other) is None:
+                continue
+            _handed_out.add(other)
+        _handed_out.add(port)
+        return port
     raise RuntimeError("no free port")
 
 
@@ -540,7 +551,7 @@ class RedisServer(Endpoint):
         fixed = self.port is not None
         for attempt in range(5):
             if not fixed:
-                self.port = free_port()
+                self.port = free_port(CLUSTER_BUS_OFFSET if self.is_cluster_node else None)
             self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL,
@@ -548,6 +559,7 @@ class RedisServer(Endpoint):
             self.starts += 1
             try:
                 _wait_port(self.proc, self.port, timeout, "redis-server", self.logpath)
+                self._wait_answers(timeout)
                 return self
             except RuntimeError:
                 self._reap()
@@ -557,6 +569,28 @@ class RedisServer(Endpoint):
                 if fixed or attempt == 4:
                     raise
         return self
+
+    @property
+    def is_cluster_node(self):
+        return "--cluster-enabled" in self.extra
+
+    def _wait_answers(self, timeout):
+        """Redis listens on its port before the rest of its start-up (a
+        cluster node binds its bus port after), and exits if that fails:
+        started means a PING gets an answer (-NOAUTH counts)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection((HOST, self.port), timeout=1.0) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(1)[:1] in (b"+", b"-"):
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("redis-server on %d did not answer PING; log:\n%s"
+                                   % (self.port, tail(self.logpath)))
+            time.sleep(0.02)
 
     def restart(self):
         """Starts again on the same port (after kill())."""

@@ -1165,6 +1165,7 @@ def test_c8_unchanged_acl_list_keeps_the_cache(proxy_factory, upstream):
     assert alice.cmd("AUTH", "alice", "pa").raw == b"+OK\r\n"
     warm(alice, st, ("GET", "i1801"))
     base, asked = st["cache_flushes"], _acl_list_calls(upstream.client())
+    answered = st["acl_checks"]
     time.sleep(0.5)
     with st.delta() as dd:
         assert alice.cmd("GET", "i1801").value == b"alice-secret"
@@ -1172,6 +1173,7 @@ def test_c8_unchanged_acl_list_keeps_the_cache(proxy_factory, upstream):
     assert st["cache_flushes"] == base
     calls = _acl_list_calls(upstream.client())
     assert calls >= asked + 5, (asked, calls)
+    assert st["acl_checks"] >= answered + 5  # INFO counts the lists read
     d.execute_command("ACL", "SETUSER", "bob", "resetkeys", "~i9*")
     wait_until(lambda: st["cache_flushes_acl_changed"] == 1, timeout=3, what="the change to be seen")
     time.sleep(0.3)
@@ -1231,6 +1233,7 @@ def test_c8_acl_checks_stop_when_the_upstream_user_may_not_list(proxy_factory, u
     calls = _acl_list_calls(d)
     time.sleep(0.3)
     assert _acl_list_calls(d) == calls
+    assert st["acl_checks"] == 1  # the refusal: an answer, the last
     with st.delta() as dd:
         assert c.cmd("GET", "i5").value == b"v"
     assert dd["cache_hits"] == 1, dict(dd)

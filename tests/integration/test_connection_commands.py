@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from cachehelpers import wait_first_acl_check
 from helpers import REDIS_VERSION, ConnectionClosed, Push, Simple, acl_without, assert_same_runs, assert_same_steps, encode, wait_until
 
 ID_RE = re.compile(rb"(\$2\r\nid\r\n):\d+\r\n")
@@ -343,6 +344,7 @@ def test_client_name_commands_are_answered_locally_once_allowed(proxy, upstream)
         stats = upstream.client().info("commandstats")
         return sum(v["calls"] for k, v in stats.items() if k.startswith("cmdstat_client|"))
 
+    wait_first_acl_check(proxy)
     with proxy.raw() as c:
         assert [c.cmd("CLIENT", "SETNAME", "n1").raw, c.cmd("CLIENT", "GETNAME").raw] == [b"+OK\r\n", b"$2\r\nn1\r\n"]
         before = client_calls()

@@ -321,11 +321,13 @@ def test_a_marker_seen_in_monitor_does_not_end_another_tunnel(proxy, ref):
 
 
 @pytest.mark.proxy_only
-def test_an_acl_command_in_a_tunnel_is_settled_when_the_tunnel_resets(proxy, upstream):
+def test_an_acl_command_in_a_tunnel_is_settled_when_the_tunnel_resets(proxy_factory, upstream):
     """ACL SETUSER in a tunnel, then RESET: the tunnel is over, so what the
     proxy knows of permissions is settled again, and UNWATCH is answered
     locally again for every client (not sent to Redis each time until that
-    client disconnects)."""
+    client disconnects). (Without acl-check-ms, whose next list, changed by
+    that SETUSER, asks every permission again at a moment of its own.)"""
+    proxy = proxy_factory(args=["--acl-check-ms", "0"])
     def unwatch_calls():
         stats = upstream.client().info("commandstats")
         return stats.get("cmdstat_unwatch", {}).get("calls", 0)

@@ -12,6 +12,7 @@ around them, and that every case where Redis would answer otherwise
 """
 import pytest
 
+from cachehelpers import wait_first_acl_check
 from exacthelpers import assert_noauth_after_others_learned, assert_same_both_ways, diff_transcripts, sidecache_info
 from helpers import run_steps
 
@@ -57,6 +58,7 @@ def test_unwatch_transcript_matches_redis(proxy, ref, case, protocol):
 def test_unwatch_after_exec_does_not_reach_redis(proxy, upstream):
     """Ten go-redis transactions: the first UNWATCH teaches the proxy, the
     other nine are answered without a round trip; every EXEC committed."""
+    wait_first_acl_check(proxy)
     before = unwatch_calls(upstream)
     local_before = int(sidecache_info(proxy).get("unwatch_local", 0))
     with proxy.raw(auth=True) as c:
@@ -111,10 +113,13 @@ def test_unwatch_denied_by_acl_is_never_answered_here(proxy, upstream, ref, prot
     assert msg is None, msg
 
 
-def test_acl_change_through_the_proxy_makes_it_ask_again(proxy, upstream):
+def test_acl_change_through_the_proxy_makes_it_ask_again(proxy_factory, upstream):
     """Learned, then UNWATCH denied by an ACL SETUSER sent through the
     proxy: the next UNWATCH goes to Redis and gets NOPERM; allowed again,
-    it is learned again."""
+    it is learned again. (Without acl-check-ms: a list it reads asks every
+    permission again too, at a moment of its own; test_cache_contract's C8
+    tests cover those.)"""
+    proxy = proxy_factory(args=["--acl-check-ms", "0"])
     with proxy.raw(auth=True) as c:
         assert c.cmd("UNWATCH").raw == b"+OK\r\n"
         assert c.cmd("UNWATCH").raw == b"+OK\r\n"

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from exacthelpers import assert_noauth_after_others_learned, assert_same_both_ways, sidecache_info
-from cachehelpers import RELAY_ARGS, relay  # noqa: F401
+from cachehelpers import RELAY_ARGS, relay, wait_first_acl_check  # noqa: F401
 from helpers import REDIS_VERSION, ConnectionClosed, encode, wait_until
 
 PROTOCOLS = [pytest.param(2, id="resp2"), pytest.param(3, id="resp3")]
@@ -96,6 +96,7 @@ def test_watch_ahead_still_reaches_redis_and_guards(proxy, upstream):
     key made directly on Redis right after the early +OK: every EXEC aborts,
     exactly as with Redis, and every WATCH reached Redis."""
     direct = upstream.client()
+    wait_first_acl_check(proxy)
     before = watch_calls(upstream)
     with proxy.raw(auth=True) as c:
         assert c.cmd("WATCH", "g").raw == b"+OK\r\n"  # learned

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -138,6 +139,29 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// clusterBusOffset: a cluster node also listens on its port + 10000.
+const clusterBusOffset = 10000
+
+// freeClusterPort is a free port whose cluster bus port is free too (Redis
+// refuses a port above 55535 and exits when it cannot bind the bus).
+func freeClusterPort(t *testing.T) int {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		port := freePort(t)
+		if port+clusterBusOffset > 65535 {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+clusterBusOffset)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
+	}
+	t.Fatalf("no free port with a free cluster bus port")
+	return 0
 }
 
 // proc is a child process whose output goes to a log file.
@@ -316,8 +340,12 @@ func startRedis(t *testing.T, password string, extra ...string) int {
 	bin := redisServerBin()
 	dir := t.TempDir()
 	var lastErr error
+	cluster := slices.Contains(extra, "--cluster-enabled")
 	for attempt := 0; attempt < 3; attempt++ {
 		port := freePort(t)
+		if cluster {
+			port = freeClusterPort(t)
+		}
 		argv := []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no",
 			"--protected-mode", "no", "--databases", "16"}
