@@ -26,8 +26,9 @@
 #
 # Prints a markdown table (median seconds of REPEAT runs, ratio
 # sidecache/direct, goal <= 1.05; beside it the median and quartiles of the
-# per-repetition ratios, which show how far the machine's noise reaches) and
-# writes it with a CSV to $RESULTS_DIR (batch-unlink-<time>.md/.csv).
+# per-repetition ratios, which show how far the machine's noise reaches), the
+# CPU steal each timed run saw (a shared host's other machines), and writes
+# it with a CSV to $RESULTS_DIR (batch-unlink-<time>.md/.csv).
 #
 # Environment (all optional):
 #   FILES         files in the directory                    (100000)
@@ -112,9 +113,14 @@ extra="${ssock:+ unix}${bport:+ baseline}"
 
 bu() { "$BATCHUNLINK_BIN" --files "$FILES" --batch "$BATCH" "$@"; }
 
+# cpu_ticks: the machine's steal and total CPU ticks (/proc/stat). Steal is
+# time the hypervisor gave the vCPUs to other machines: on a shared host it
+# stretches whichever run it lands in, and the report shows how much did.
+cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t }' /proc/stat; }
+
 
 report_files batch-unlink
-declare -A secs_l bp50_l bp99_l rts toxic_of rtt_of step_l
+declare -A secs_l bp50_l bp99_l rts toxic_of rtt_of step_l steal_l
 for L in $LATENCIES; do
   toxi_calibrate "$L"
   toxic_of[$L]=$toxic_us; rtt_of[$L]=$rtt_us
@@ -141,9 +147,12 @@ for L in $LATENCIES; do
         out=$work/run-$L-$v-$t-$rep.csv
         log "L=$L $v $t (run $rep/$REPEAT, $FILES files)"
         rc=0
+        read -r steal0 ticks0 < <(cpu_ticks)
         # shellcheck disable=SC2086
         fg "$BATCHUNLINK_BIN" $at $how --"$v" --files "$FILES" --batch "$BATCH" --label "$t" --no-header \
           >"$out" 2>"$out.err" || rc=$?
+        read -r steal1 ticks1 < <(cpu_ticks)
+        steal_l[$L,$v,$t]+=" $(awk -v s=$((steal1 - steal0)) -v t=$((ticks1 - ticks0)) 'BEGIN { printf "%.1f", (t > 0 ? 100 * s / t : 0) }')"
         [ "$rc" = 0 ] || { cat "$out.err" >&2; die "$v through $t failed (exit $rc)"; }
         # BATCHUNLINK_STEPS=1: batchunlink's per-step means, in the log
         if [ -n "${BATCHUNLINK_STEPS:-}" ] && [ "$v" = unlink ]; then
@@ -222,6 +231,16 @@ done
 {
   echo
   echo "Rows over the goal: $over. Every run verified: d1 empty, no file's attribute or entry left (on Redis and through the target)."
+  echo
+  echo "CPU steal during the timed runs (/proc/stat: time the hypervisor gave this machine's CPUs to others; it stretches the run it lands in):"
+  for L in $LATENCIES; do
+    for v in $VARIANTS; do
+      for t in direct sidecache; do
+        # shellcheck disable=SC2086 # a word list on purpose
+        echo "- $L µs, $v, $t: median $(median ${steal_l[$L,$v,$t]}) %, max $(printf '%s\n' ${steal_l[$L,$v,$t]} | sort -g | tail -1) % (each run:${steal_l[$L,$v,$t]})"
+      done
+    done
+  done
   if [ -n "$bport" ]; then
     echo
     echo "Baseline build $BASELINE_BIN, run as a third target in the same repetitions:"
