@@ -32,7 +32,13 @@
 #
 # Environment (all optional):
 #   FILES         files in the directory                    (100000)
-#   LATENCIES     added round trip, µs                      ("0 500")
+#   LATENCIES     added round trip, µs, or loopback         ("loopback 0 500")
+#                 loopback: nothing injected and no toxiproxy: direct is
+#                 redis-server itself, sidecache (a second instance) has it
+#                 as its upstream. 0 keeps toxiproxy in the path with no
+#                 toxic: its own hop (50-300 µs here) and CPU on the same
+#                 cores, on both paths. The extra targets below run behind
+#                 toxiproxy only.
 #   REPEAT        runs per measurement, the median is shown (3)
 #   VARIANTS      unlink and/or writes                      ("unlink writes")
 #   BATCH         entries per transaction / pipeline        (250)
@@ -70,13 +76,14 @@ set -euo pipefail
 bench_init batch-unlink
 
 FILES=${FILES:-100000}
-LATENCIES=${LATENCIES:-"0 500"}
+LATENCIES=${LATENCIES:-"loopback 0 500"}
 REPEAT=${REPEAT:-3}
 VARIANTS=${VARIANTS:-"unlink writes"}
 BATCH=${BATCH:-250}
 PREWARM=${PREWARM:-1}
 GOAL=${GOAL:-1.05}
 positive_ints FILES REPEAT BATCH
+for L in $LATENCIES; do [[ "$L" == loopback || "$L" =~ ^[0-9]+$ ]] || die "LATENCIES: µs or loopback, not '$L'"; done
 for v in $VARIANTS; do case "$v" in unlink|writes) ;; *) die "VARIANTS: unlink or writes, not '$v'" ;; esac; done
 
 find_redis
@@ -92,6 +99,12 @@ if [ "${UNIX:-0}" = 1 ]; then
   start_sidecache sidecache "$toxport" --unixsocket "$ssock"
 else
   start_sidecache sidecache "$toxport"
+fi
+loport=""
+if [[ " $LATENCIES " == *" loopback "* ]]; then
+  main_port=$sport
+  start_sidecache sidecache-loopback "$rport"
+  loport=$sport sport=$main_port
 fi
 rlport=""
 if [ "${RELAY:-0}" = 1 ] || [ "${FUSED:-0}" = 1 ]; then
@@ -122,23 +135,30 @@ cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9,
 report_files batch-unlink
 declare -A secs_l bp50_l bp99_l rts toxic_of rtt_of step_l steal_l
 for L in $LATENCIES; do
-  toxi_calibrate "$L"
-  toxic_of[$L]=$toxic_us; rtt_of[$L]=$rtt_us
+  if [ "$L" = loopback ]; then
+    toxic_of[$L]=-; rtt_of[$L]=$(toxi_rtt "$rport")
+    log "L=loopback: no toxiproxy, GET round trip p50 ${rtt_of[$L]} µs"
+  else
+    toxi_calibrate "$L"
+    toxic_of[$L]=$toxic_us; rtt_of[$L]=$rtt_us
+  fi
   for rep in $(seq "$REPEAT"); do
     for v in $VARIANTS; do
       # alternate which target goes first, so that drift favours neither
       order="direct sidecache$extra"
+      [ "$L" = loopback ] && order="direct sidecache"
       [ $((rep % 2)) = 0 ] && order="$(echo "$order" | tr ' ' '\n' | tac | tr '\n' ' ')"
       for t in $order; do
         # at: how batchunlink reaches the target
-        case $t in
-          direct) at="-p $toxport" ;; sidecache) at="-p $sport" ;; unix) at="-s $ssock" ;;
-          baseline) at="-p $bport" ;; relay | fused) at="-p $rlport" ;;
+        case $L/$t in
+          loopback/direct) at="-p $rport" ;; loopback/sidecache) at="-p $loport" ;;
+          */direct) at="-p $toxport" ;; */sidecache) at="-p $sport" ;; */unix) at="-s $ssock" ;;
+          */baseline) at="-p $bport" ;; */relay | */fused) at="-p $rlport" ;;
         esac
         how=""
         [ "$t" = fused ] && [ "$v" = unlink ] && how="--fused-watch"
         # shellcheck disable=SC2086 # empty or one port each
-        flush_redis "$rport" $sport $bport
+        flush_redis "$rport" $sport $loport $bport
         if [ "$v" = unlink ]; then
           bu -p "$rport" --populate --quiet || die "populate failed"
           # shellcheck disable=SC2086 # $at is two words on purpose
@@ -186,7 +206,7 @@ over=0
   echo "# Batch unlink of one flat directory ($stamp)"
   echo
   echo "$(versions_line); $FILES files in d1, batches of $BATCH; toxiproxy latency_us toxic on $TOXIC_STREAM" \
-    "(GET round trip with no toxic: p50 $toxi_base_rtt µs); median of $REPEAT run(s); prewarm $PREWARM." \
+    "(GET round trip with no toxic: p50 ${toxi_base_rtt:-n/a} µs); latency loopback: no toxiproxy, direct is redis-server itself and sidecache's upstream is redis-server (nothing injected); median of $REPEAT run(s); prewarm $PREWARM." \
     "unlink: JuiceFS doBatchUnlink transactions (7 round trips per batch direct, 4 through sidecache, which answers the two WATCHes ahead and the final UNWATCH); writes: SET + HSET pipelines (1 round trip per batch)."
   echo "Goal: sidecache/direct <= $GOAL (the ratio of the medians). Per repetition: the median of sidecache/direct in each repetition, where the two ran back to back, and in brackets the quartiles of those ratios (with fewer than 5 repetitions, their range)."
   echo
@@ -200,6 +220,7 @@ side_table() {
   echo "| latency µs | variant | direct s | $t s | sidecache s | $t/direct | sidecache/direct | sidecache/$t | sidecache/$t per repetition |"
   echo "|--:|---|--:|--:|--:|--:|--:|--:|--:|"
   for L in $LATENCIES; do
+    [ "$L" = loopback ] && continue # (the extra targets run behind toxiproxy only)
     for v in $VARIANTS; do
       # shellcheck disable=SC2086 # word lists on purpose
       d=$(median ${secs_l[$L,$v,direct]}) b=$(median ${secs_l[$L,$v,$t]}) s=$(median ${secs_l[$L,$v,sidecache]})
@@ -237,7 +258,7 @@ done
     for v in $VARIANTS; do
       for t in direct sidecache; do
         # shellcheck disable=SC2086 # a word list on purpose
-        echo "- $L µs, $v, $t: median $(median ${steal_l[$L,$v,$t]}) %, max $(printf '%s\n' ${steal_l[$L,$v,$t]} | sort -g | tail -1) % (each run:${steal_l[$L,$v,$t]})"
+        echo "- $L$([ "$L" = loopback ] || echo " µs"), $v, $t: median $(median ${steal_l[$L,$v,$t]}) %, max $(printf '%s\n' ${steal_l[$L,$v,$t]} | sort -g | tail -1) % (each run:${steal_l[$L,$v,$t]})"
       done
     done
   done
@@ -260,6 +281,7 @@ done
         [ "$i" = sum ] || label=${step_names[$i]}
         row="| $L | $label |"
         for t in direct sidecache $extra; do
+          case $L/$t in loopback/direct | loopback/sidecache | [0-9]*) ;; *) row+=" - |"; continue ;; esac
           if [ "$i" = sum ]; then
             # the sum of each repetition's step means, then their median
             sums=$(for j in 0 1 2 3 4 5 6; do echo "${step_l[$L,$t,$j]}"; done |

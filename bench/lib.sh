@@ -458,10 +458,10 @@ toxi_set_latency() {
 
 # toxi_rtt: p50 µs of GET through toxiproxy at c=1, the median of 3 runs of
 # RTT_SAMPLES (1000) GETs (needs LOADGEN_BIN).
-toxi_rtt() {
-  local v=()
+toxi_rtt() { # [PORT]: through toxiproxy, or to PORT
+  local v=() port=${1:-$toxport}
   for _ in 1 2 3; do
-    v+=("$("$LOADGEN_BIN" -p "$toxport" -c 1 -n "${RTT_SAMPLES:-1000}" --mix get --keys 1000 --quiet --no-header --allow-errors \
+    v+=("$("$LOADGEN_BIN" -p "$port" -c 1 -n "${RTT_SAMPLES:-1000}" --mix get --keys 1000 --quiet --no-header --allow-errors \
       | awk -F, '$2 == "total" { print $8 }')")
   done
   median "${v[@]}"
