@@ -245,11 +245,14 @@ def test_acl_through_a_tunnel_counts_when_its_reply_comes(relay, proxy_factory, 
 
 
 @pytest.mark.proxy_only
-def test_watch_is_not_answered_ahead_when_redis_must_answer(proxy, upstream):
+def test_watch_is_not_answered_ahead_when_redis_must_answer(proxy_factory, upstream):
     """Not before Redis accepted one WATCH of the identity, not when the
     client sent more after the WATCH (it does not wait), not for WATCH
     without keys or inside MULTI, and not after an ACL command through the
-    proxy until Redis accepts a WATCH again."""
+    proxy until Redis accepts a WATCH again. (Without acl-check-ms: a list
+    it reads, the first or one the SETUSER changed, asks again at a moment
+    of its own; test_cache_contract's C8 tests cover those.)"""
+    proxy = proxy_factory(args=["--acl-check-ms", "0"])
     with proxy.raw(auth=True) as c:
         n = ahead(proxy)
         assert c.cmd("WATCH", "a").raw == b"+OK\r\n"
