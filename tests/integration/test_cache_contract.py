@@ -1411,9 +1411,9 @@ def test_c10_a_read_set_off_by_a_direct_writes_reply_sees_it(mode, proxy_factory
     other clients keep it busy). 15,000 rounds of: read (cached), write
     directly on Redis, read through the proxy. (Before the invalidation
     connection was served first: about 1 round in 2,000 to 10,000 read the
-    old value. Since, once, under CI load on Redis 6.2: 1 round of 15,000,
-    where the reply reached the reader first - the kernel orders each TCP
-    connection, not the two - so at most 1 is allowed; docs/CONSISTENCY.md.)"""
+    old value. Since, once, under CI load on Redis 6.2: 1 round of 15,000;
+    the kernel orders each TCP connection, not the two, so the reply can
+    reach the reader first. At most 1 is allowed; docs/CONSISTENCY.md.)"""
     p, st = start_cached(proxy_factory, mode=mode)
     stop = threading.Event()
 
