@@ -34,8 +34,8 @@
 #   FILES         files in the directory                    (100000)
 #   LATENCIES     added round trip, µs, or loopback         ("loopback 0 500")
 #                 loopback: nothing injected and no toxiproxy: direct is
-#                 redis-server itself, sidecache (a second instance) has it
-#                 as its upstream. 0 keeps toxiproxy in the path with no
+#                 redis-server itself, sidecache (a second instance, up
+#                 for those rows only) has it as its upstream. 0 keeps toxiproxy in the path with no
 #                 toxic: its own hop (50-300 µs here) and CPU on the same
 #                 cores, on both paths. The extra targets below run behind
 #                 toxiproxy only.
@@ -101,11 +101,6 @@ else
   start_sidecache sidecache "$toxport"
 fi
 loport=""
-if [[ " $LATENCIES " == *" loopback "* ]]; then
-  main_port=$sport
-  start_sidecache sidecache-loopback "$rport"
-  loport=$sport sport=$main_port
-fi
 rlport=""
 if [ "${RELAY:-0}" = 1 ] || [ "${FUSED:-0}" = 1 ]; then
   start_relay relay "$toxport"
@@ -136,6 +131,11 @@ report_files batch-unlink
 declare -A secs_l bp50_l bp99_l rts toxic_of rtt_of step_l steal_l
 for L in $LATENCIES; do
   if [ "$L" = loopback ]; then
+    # a second sidecache, up only for these rows: it tracks the keys too,
+    # and Redis's invalidations to it would cost CPU in the other rows
+    main_port=$sport
+    start_sidecache sidecache-loopback "$rport"
+    loport=$sport sport=$main_port
     toxic_of[$L]=-; rtt_of[$L]=$(toxi_rtt "$rport")
     log "L=loopback: no toxiproxy, GET round trip p50 ${rtt_of[$L]} µs"
   else
@@ -198,6 +198,7 @@ for L in $LATENCIES; do
       done
     done
   done
+  if [ "$L" = loopback ]; then stop sidecache-loopback; loport=""; fi
 done
 toxi_set_latency 0
 
