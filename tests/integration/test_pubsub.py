@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from cachehelpers import NO_ACL_CHECKS
 from helpers import HOST, REDIS_VERSION, Push, assert_same_runs, encode
 
 MSG = b"hello\r\nworld\x00!"
@@ -327,7 +328,7 @@ def test_an_acl_command_in_a_tunnel_is_settled_when_the_tunnel_resets(proxy_fact
     locally again for every client (not sent to Redis each time until that
     client disconnects). (Without acl-check-ms, whose next list, changed by
     that SETUSER, asks every permission again at a moment of its own.)"""
-    proxy = proxy_factory(args=["--acl-check-ms", "0"])
+    proxy = proxy_factory(args=NO_ACL_CHECKS)
     def unwatch_calls():
         stats = upstream.client().info("commandstats")
         return stats.get("cmdstat_unwatch", {}).get("calls", 0)

@@ -12,7 +12,7 @@ around them, and that every case where Redis would answer otherwise
 """
 import pytest
 
-from cachehelpers import wait_first_acl_check
+from cachehelpers import NO_ACL_CHECKS, wait_first_acl_check
 from exacthelpers import assert_noauth_after_others_learned, assert_same_both_ways, diff_transcripts, sidecache_info
 from helpers import run_steps
 
@@ -119,7 +119,7 @@ def test_acl_change_through_the_proxy_makes_it_ask_again(proxy_factory, upstream
     it is learned again. (Without acl-check-ms: a list it reads asks every
     permission again too, at a moment of its own; test_cache_contract's C8
     tests cover those.)"""
-    proxy = proxy_factory(args=["--acl-check-ms", "0"])
+    proxy = proxy_factory(args=NO_ACL_CHECKS)
     with proxy.raw(auth=True) as c:
         assert c.cmd("UNWATCH").raw == b"+OK\r\n"
         assert c.cmd("UNWATCH").raw == b"+OK\r\n"

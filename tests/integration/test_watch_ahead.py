@@ -18,7 +18,7 @@ import time
 import pytest
 
 from exacthelpers import assert_noauth_after_others_learned, assert_same_both_ways, sidecache_info
-from cachehelpers import RELAY_ARGS, relay, wait_first_acl_check  # noqa: F401
+from cachehelpers import NO_ACL_CHECKS, RELAY_ARGS, relay, wait_first_acl_check  # noqa: F401
 from helpers import REDIS_VERSION, ConnectionClosed, encode, wait_until
 
 PROTOCOLS = [pytest.param(2, id="resp2"), pytest.param(3, id="resp3")]
@@ -252,7 +252,7 @@ def test_watch_is_not_answered_ahead_when_redis_must_answer(proxy_factory, upstr
     proxy until Redis accepts a WATCH again. (Without acl-check-ms: a list
     it reads, the first or one the SETUSER changed, asks again at a moment
     of its own; test_cache_contract's C8 tests cover those.)"""
-    proxy = proxy_factory(args=["--acl-check-ms", "0"])
+    proxy = proxy_factory(args=NO_ACL_CHECKS)
     with proxy.raw(auth=True) as c:
         n = ahead(proxy)
         assert c.cmd("WATCH", "a").raw == b"+OK\r\n"

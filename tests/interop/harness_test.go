@@ -340,12 +340,12 @@ func startRedis(t *testing.T, password string, extra ...string) int {
 	bin := redisServerBin()
 	dir := t.TempDir()
 	var lastErr error
-	cluster := slices.Contains(extra, "--cluster-enabled")
+	pickPort := freePort
+	if slices.Contains(extra, "--cluster-enabled") {
+		pickPort = freeClusterPort
+	}
 	for attempt := 0; attempt < 3; attempt++ {
-		port := freePort(t)
-		if cluster {
-			port = freeClusterPort(t)
-		}
+		port := pickPort(t)
 		argv := []string{bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no",
 			"--protected-mode", "no", "--databases", "16"}
