@@ -209,6 +209,11 @@ static size_t first_elem_off(const char *buf, size_t len) {
     return nl ? (size_t)(nl - buf) + 1 : len;
 }
 
+static void ping_answered(inv_conn *t) {
+    t->ping_sent_ms = 0;
+    if (t->cb.on_ping_answered) t->cb.on_ping_answered(t->arg);
+}
+
 static int is_word(const char *p, size_t n, const char *w) { return strlen(w) == n && strncasecmp(p, w, n) == 0; }
 
 /* "message __redis__:invalidate <keys or null>" and "pong" in ACTIVE. */
@@ -220,7 +225,7 @@ static void on_push(inv_conn *t, const char *buf, size_t len) {
     long long count;
     if (next_elem(t, buf, len, &off, &type, &p, &n, NULL) != 0) goto bad;
     if (is_word(p, n, "pong")) {
-        t->ping_sent_ms = 0;
+        ping_answered(t);
         return;
     }
     if (!is_word(p, n, "message")) return; /* subscribe confirmations again, etc. */
@@ -324,7 +329,7 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
  * (the upstream user may not run PING), and it shows the link alive as
  * well as a PONG. */
 static void ping_refused(inv_conn *t, const char *buf, size_t len) {
-    t->ping_sent_ms = 0;
+    ping_answered(t);
     if (!t->ping_refused_logged)
         px_warning("tracking keep-alive PING refused by Redis (the link counts as alive): %.*s",
                    (int)(len > 200 ? 200 : len - 2), buf + 1);
@@ -534,5 +539,11 @@ void inv_restart(inv_conn *t, const char *why) {
 }
 
 enum inv_state inv_get_state(const inv_conn *t) { return t->state; }
+
+int inv_ping_hold_ms(const inv_conn *t) {
+    if (t->state != INV_ACTIVE || t->ping_sent_ms == 0) return 0;
+    int64_t left = t->ping_sent_ms + t->cfg.hold_ms - now_ms();
+    return left > 0 ? (int)left : 0;
+}
 long long inv_redirect_id(const inv_conn *t) { return t->state == INV_ACTIVE ? t->my_id : 0; }
 const inv_stats *inv_get_stats(const inv_conn *t) { return &t->stats; }

@@ -64,6 +64,11 @@ typedef struct inv_callbacks {
     /* A TLS session for the next connection, or NULL for plain TCP (may be
      * NULL itself: always plain). */
     struct ssl_st *(*new_ssl)(void *arg, int *failed);
+    /* The keep-alive PING was answered (inv_ping_hold_ms is 0 again).
+     * What Redis wrote behind the answer may be read in the same callback,
+     * after this call, or in the next reads: act once they are handled
+     * (the connection's events have the highest priority, 0). May be NULL. */
+    void (*on_ping_answered)(void *arg);
 } inv_callbacks;
 
 typedef struct inv_config {
@@ -77,6 +82,8 @@ typedef struct inv_config {
                                      CLIENT TRACKING ... REDIRECT <our id> send */
     int ping_ms;                  /* keep-alive period */
     int timeout_ms;               /* ping answer deadline */
+    int hold_ms;                  /* how long an unanswered ping holds hits
+                                     (inv_ping_hold_ms) */
     int tcp_keepalive;            /* TCP keepalive of the socket, seconds (0: off;
                                      proxy/sockopt.h) */
 } inv_config;
@@ -94,6 +101,18 @@ void inv_free(inv_conn *t);
 void inv_restart(inv_conn *t, const char *why);
 
 enum inv_state inv_get_state(const inv_conn *t);
+/* How many ms hits must still wait: while a keep-alive PING sent less than
+ * hold_ms ago is unanswered (ACTIVE only), what is left of hold_ms; else 0.
+ * Redis writes a write's invalidation before the write's reply, unless
+ * this connection already had output waiting in the same pass of Redis's
+ * loop: then the writer's reply goes first, and the PING's answer (that
+ * output) and the invalidation follow it, in one write, microseconds
+ * later. So until the answer, and what was read with it, is handled
+ * (on_ping_answered), the owner serves no hit: a reply seen elsewhere may
+ * have outrun an invalidation. Past hold_ms, Redis is taken to have not
+ * run the PING yet (stalled: a fork, a long script), when nothing can be
+ * behind a reply, and hits go on until timeout_ms ends the connection. */
+int inv_ping_hold_ms(const inv_conn *t);
 /* Redis's id of this connection while ACTIVE (the REDIRECT target of data
  * connections in the default and optin modes), else 0. */
 long long inv_redirect_id(const inv_conn *t);

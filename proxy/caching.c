@@ -71,6 +71,10 @@ struct px_caching {
     uint64_t purges_skipped; /* write replies whose purge was skipped (purge_again) */
     uint64_t bypassed;       /* cacheable reads sent to Redis because the client
                                 had requests in flight (neither hit nor miss) */
+    uint64_t held_ping;      /* cacheable reads held until the keep-alive PING
+                                was answered (px_clients_ping_wake) */
+    struct event *ping_wake_ev; /* wakes them, once the invalidation
+                                   connection's input is handled */
     px_lookup *lookup;       /* lookup scripts answered here */
     uint64_t script_hits, script_misses;
     uint64_t mget_hits, mget_partial, mget_keys_cached, mget_resent;
@@ -156,11 +160,31 @@ static void send_tracking_on(px_server *srv, px_upstream *u) {
     resp_buf_deinit(&b);
 }
 
+/* The reads held for the keep-alive's answer go on (px_clients_ping_wake)
+ * from an event of the clients' priority: after every byte the
+ * invalidation connection has to read now, whose priority is higher, so
+ * the invalidations Redis wrote behind the answer are handled first. The
+ * same event is their timer for tracking-ping-hold-ms. */
+static void wake_ping_waiters(px_server *srv) {
+    if (srv->ping_waiters.head != NULL && srv->caching->ping_wake_ev != NULL)
+        event_active(srv->caching->ping_wake_ev, EV_TIMEOUT, 0);
+}
+
+static void ping_wake_cb(evutil_socket_t fd, short what, void *arg) {
+    px_clients_ping_wake(arg);
+}
+
+static void on_ping_answered(void *arg) {
+    wake_ping_waiters(arg);
+}
+
 static void on_active(void *arg, int active) {
     px_server *srv = arg;
     struct px_caching *pc = srv->caching;
     pc->active = active;
     pc->epoch++;
+    /* (held reads then go to Redis) */
+    if (!active) wake_ping_waiters(srv);
     /* default/optin: every open data connection redirects to the new
      * invalidation connection from now on; until its +OK it fills nothing */
     if (active && pc->mode != PX_TRACKING_BCAST) px_pools_foreach_shared(srv, send_tracking_on);
@@ -418,7 +442,8 @@ int px_caching_init(px_server *srv) {
                        (int64_t)cfg->cache_ttl * 1000};
     pc->cache = cache_new(&cc);
     pc->reclaim_ev = evtimer_new(srv->base, reclaim_cb, pc);
-    if (pc->cache == NULL || pc->reclaim_ev == NULL) {
+    pc->ping_wake_ev = event_new(srv->base, -1, 0, ping_wake_cb, srv);
+    if (pc->cache == NULL || pc->reclaim_ev == NULL || pc->ping_wake_ev == NULL) {
         snprintf(err, sizeof err, "out of memory");
         goto bad;
     }
@@ -439,8 +464,10 @@ int px_caching_init(px_server *srv) {
     ic.nprefixes = pc->rules.all_keys ? 0 : pc->rules.nprefixes;
     ic.ping_ms = cfg->tracking_keepalive_ms;
     ic.timeout_ms = cfg->tracking_timeout_ms;
+    ic.hold_ms = cfg->tracking_ping_hold_ms;
     ic.tcp_keepalive = cfg->tcp_keepalive;
-    inv_callbacks cb = {on_invalidate, on_flush, on_active, on_command_table, on_resolve, on_new_ssl};
+    inv_callbacks cb = {on_invalidate, on_flush,   on_active,   on_command_table,
+                        on_resolve,    on_new_ssl, on_ping_answered};
     pc->inv = inv_new(srv->base, &ic, &cb, srv);
     if (pc->inv == NULL) {
         snprintf(err, sizeof err, "out of memory");
@@ -467,6 +494,7 @@ void px_caching_deinit(px_server *srv) {
     if (pc == NULL) return;
     if (pc->inv) inv_free(pc->inv);
     if (pc->reclaim_ev) event_free(pc->reclaim_ev);
+    if (pc->ping_wake_ev) event_free(pc->ping_wake_ev);
     if (pc->cache) cache_free(pc->cache);
     if (pc->cmdt) cmdtable_free(pc->cmdt);
     px_lookup_free(pc->lookup);
@@ -766,6 +794,18 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
      * ACL allows it: learn_read), what the cache holds is not its answer */
     int allowed = pc->read_ok[part][read - 1] == px_acl_mark(c->srv);
     if (!allowed && read != PX_READ_GET && read != PX_READ_HGET) busy = 1;
+    /* An invalidation may be behind a reply the client has seen from
+     * Redis (inv_ping_hold_ms): the read waits for it, one round trip once
+     * per keep-alive period, or at most tracking-ping-hold-ms. */
+    int hold = busy ? 0 : inv_ping_hold_ms(pc->inv);
+    if (hold > 0) {
+        pc->held_ping++;
+        if (!evtimer_pending(pc->ping_wake_ev, NULL)) {
+            struct timeval tv = {hold / 1000, (hold % 1000) * 1000};
+            evtimer_add(pc->ping_wake_ev, &tv);
+        }
+        return PX_CACHING_WAIT;
+    }
     if (read == PX_READ_MGET) {
         /* A merge holds the client's next request back until Redis's part
          * is in (it may have to go again whole): taken only when nothing
@@ -1239,7 +1279,11 @@ static int mget_reply(struct px_caching *pc, px_server *srv, px_req *r, const ch
     }
     int merge = ok && h.nmiss < h.n;
     int64_t now = px_now_ms();
-    int resend = merge && h.seq != change_seq(pc) && !plan_still_cached(pc, &h, plan, plen, now);
+    /* An unanswered keep-alive PING: Redis's part may have been read after
+     * a write whose invalidation is still on its way (inv_ping_hold_ms),
+     * so the cached part may be older than it. */
+    int resend = merge && (inv_ping_hold_ms(pc->inv) > 0 ||
+                           (h.seq != change_seq(pc) && !plan_still_cached(pc, &h, plan, plen, now)));
     if (resend) merge = 0;
     if (merge) resp_enc_array(out, h.n);
     plan_item it;
@@ -1512,6 +1556,7 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_hits = st->hits;
     s->cache_misses = st->misses;
     s->cache_bypassed_in_flight = pc->bypassed;
+    s->cache_held_keepalive = pc->held_ping;
     s->cache_script_hits = pc->script_hits;
     s->cache_script_misses = pc->script_misses;
     s->cache_mget_hits = pc->mget_hits;

@@ -76,8 +76,12 @@ enum px_read {
  * from the cache (the reply is written), 0 if it must go to Redis; then
  * *cacheable (enum px_read) says whether it is a cacheable read
  * (px_caching_on_send makes its fills). For PX_READ_MGET, what is sent is
- * px_caching_mget_request's MGET, not the client's.
+ * px_caching_mget_request's MGET, not the client's. Or PX_CACHING_WAIT: a
+ * read the cache would answer, which must wait until the invalidation
+ * connection's keep-alive PING is answered (tracking.h, inv_ping_hold_ms);
+ * then px_clients_ping_wake calls back.
  */
+enum { PX_CACHING_WAIT = 3 };
 int px_caching_try_hit(struct px_client *c, int *cacheable);
 
 /* The MGET to send for the request px_caching_try_hit just classified as

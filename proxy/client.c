@@ -208,7 +208,7 @@ static void pause_input(px_client *c) {
 }
 
 static void resume_input(px_client *c) {
-    if (c->state != PX_CLIENT_ACTIVE || c->output_waiting) return;
+    if (c->state != PX_CLIENT_ACTIVE || c->waiting_in != NULL) return;
     if (c->backlogged) {
         if (c->nslots >= PX_CLIENT_MAX_SLOTS / 2 || c->inflight_bytes >= PX_CLIENT_MAX_INFLIGHT_BYTES / 2 ||
             pinned_output(c) >= PX_CLIENT_MAX_INFLIGHT_BYTES / 2)
@@ -238,42 +238,59 @@ static int upstream_output_full(const px_server *srv) {
     return limit > 0 && srv->upstream_output >= (size_t)limit;
 }
 
+/* Appends c to q (nothing if it is there already). */
+static void wait_in(px_waitq *q, px_client *c) {
+    if (c->waiting_in == q) return;
+    c->waiting_in = q;
+    c->wait_next = NULL;
+    c->wait_prev = q->tail;
+    if (q->tail != NULL)
+        q->tail->wait_next = c;
+    else
+        q->head = c;
+    q->tail = c;
+    q->n++;
+}
+
+/* Takes c out of the queue it waits in, if any. */
+static void wait_end(px_client *c) {
+    px_waitq *q = c->waiting_in;
+    if (q == NULL) return;
+    if (c->wait_prev != NULL)
+        c->wait_prev->wait_next = c->wait_next;
+    else
+        q->head = c->wait_next;
+    if (c->wait_next != NULL)
+        c->wait_next->wait_prev = c->wait_prev;
+    else
+        q->tail = c->wait_prev;
+    c->wait_prev = c->wait_next = NULL;
+    c->waiting_in = NULL;
+    q->n--;
+}
+
+/* Wakes q's clients, first paused first, each at most once (one that has
+ * to wait again goes to the end), while go(srv) holds. */
+static void wake_all(px_server *srv, px_waitq *q, int (*go)(const px_server *srv)) {
+    for (size_t n = q->n; n > 0 && q->head != NULL && go(srv); n--) {
+        px_client *c = q->head;
+        wait_end(c);
+        if (!c->barrier) resume_input(c);
+    }
+}
+
 static void output_wait(px_client *c) {
     px_server *srv = c->srv;
     pause_input(c);
-    if (c->output_waiting) return;
-    if (srv->output_waiters == NULL && px_now_ms() >= srv->output_limit_log_ms) {
+    if (c->waiting_in == &srv->output_waiters) return;
+    if (srv->output_waiters.head == NULL && px_now_ms() >= srv->output_limit_log_ms) {
         px_notice("upstream-output-limit reached: %zu bytes wait to be written to Redis; clients are not read until "
                   "half of them are written",
                   srv->upstream_output);
         srv->output_limit_log_ms = px_now_ms() + 60000;
     }
-    c->output_waiting = 1;
-    c->output_wait_next = NULL;
-    c->output_wait_prev = srv->output_waiters_tail;
-    if (srv->output_waiters_tail != NULL)
-        srv->output_waiters_tail->output_wait_next = c;
-    else
-        srv->output_waiters = c;
-    srv->output_waiters_tail = c;
-    srv->noutput_waiters++;
+    wait_in(&srv->output_waiters, c);
     srv->output_limit_pauses++;
-}
-
-static void output_wait_end(px_client *c) {
-    px_server *srv = c->srv;
-    if (!c->output_waiting) return;
-    if (c->output_wait_prev != NULL)
-        c->output_wait_prev->output_wait_next = c->output_wait_next;
-    else
-        srv->output_waiters = c->output_wait_next;
-    if (c->output_wait_next != NULL)
-        c->output_wait_next->output_wait_prev = c->output_wait_prev;
-    else
-        srv->output_waiters_tail = c->output_wait_prev;
-    c->output_wait_prev = c->output_wait_next = NULL;
-    c->output_waiting = 0;
-    srv->noutput_waiters--;
 }
 
 /* Past upstream-output-limit what needs Redis waits, unread, and what is
@@ -285,13 +302,21 @@ static int hold_for_upstream(px_client *c) {
     return 1;
 }
 
+static int output_room(const px_server *srv) {
+    return !upstream_output_full(srv);
+}
+
 void px_clients_output_wake(px_server *srv) {
-    /* each waiter at most once: one that fills it again waits at the end */
-    for (size_t n = srv->noutput_waiters; n > 0 && srv->output_waiters != NULL && !upstream_output_full(srv); n--) {
-        px_client *c = srv->output_waiters;
-        output_wait_end(c);
-        if (!c->barrier) resume_input(c);
-    }
+    wake_all(srv, &srv->output_waiters, output_room);
+}
+
+static int always(const px_server *srv) {
+    (void)srv;
+    return 1;
+}
+
+void px_clients_ping_wake(px_server *srv) {
+    wake_all(srv, &srv->ping_waiters, always);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1889,7 +1914,14 @@ static int client_dispatch(px_client *c, const char *frame) {
         break;
     }
     int cacheable = 0;
-    if (c->srv->caching != NULL && px_caching_try_hit(c, &cacheable)) {
+    int hit = c->srv->caching != NULL ? px_caching_try_hit(c, &cacheable) : 0;
+    if (hit == PX_CACHING_WAIT) {
+        /* read again once the keep-alive is answered (px_clients_ping_wake) */
+        pause_input(c);
+        wait_in(&c->srv->ping_waiters, c);
+        return DISPATCH_WAIT;
+    }
+    if (hit) {
         px_latency_add(&c->srv->lat_hit, px_now_us() - c->read_us);
         return DISPATCH_DONE;
     }
@@ -2157,7 +2189,7 @@ void px_client_close(px_client *c, const char *why) {
     if (c->next) c->next->prev = c->prev;
     c->prev = c->next = NULL;
     c->srv->nclients--;
-    output_wait_end(c);
+    wait_end(c);
     tunnel_acl_settle(c);
     px_io_close(&c->io);
     /* Written-but-unsent slots go now; slots still awaited stay on their
@@ -2186,7 +2218,7 @@ void px_client_close(px_client *c, const char *why) {
 }
 
 void px_client_free(px_client *c) {
-    output_wait_end(c); /* (client_close did) */
+    wait_end(c); /* (client_close did) */
     px_io_deinit(&c->io);
     px_pool_unref(c->pool);
     client_buffers_deinit(c);

@@ -117,10 +117,12 @@ typedef struct px_client {
     size_t inflight_bytes;     /* bytes of the requests holding them */
     int backlogged;            /* input paused: too many slots or bytes held,
                                   until half of them are answered */
-    /* input paused: upstream-output-limit reached, until what waits to be
-     * written to Redis falls to half of it (srv->output_waiters) */
-    int output_waiting;
-    struct px_client *output_wait_prev, *output_wait_next;
+    /* input paused while in a queue of the server: upstream-output-limit
+     * reached, until what waits to be written to Redis falls to half of it
+     * (srv->output_waiters); a cache hit held for the keep-alive's answer
+     * (srv->ping_waiters) */
+    px_waitq *waiting_in;
+    struct px_client *wait_prev, *wait_next;
     int inflight;              /* requests awaiting an upstream reply */
     px_upstream *inflight_on;  /* the connection they were sent on */
     int barrier;               /* a state change awaits its reply: read nothing */
@@ -170,6 +172,11 @@ void px_client_upstream_drained(px_client *c);
  * (or the limit was raised): the clients paused for it read again, first
  * paused first, as long as it stays under the limit (srv->output_wake_ev). */
 void px_clients_output_wake(px_server *srv);
+
+/* The invalidation connection's keep-alive PING is answered, and what Redis
+ * wrote behind the answer read (or tracking stopped): the clients whose
+ * read waited for it (px_caching_try_hit, PX_CACHING_WAIT) go on. */
+void px_clients_ping_wake(px_server *srv);
 
 /* Tunnel bytes from the client's own connection. */
 void px_client_on_tunnel_data(px_client *c, const char *data, size_t len);

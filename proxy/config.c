@@ -233,6 +233,9 @@ static const px_directive px_directives[] = {
     {.name = "tracking-timeout-ms", .type = PX_CT_INT, PX_FIELD(tracking_timeout_ms), .min = 10,
      .max = 600000, .def = "3000", .arg = "<ms>",
      .help = "A PING not answered in this time empties the cache and reconnects"},
+    {.name = "tracking-ping-hold-ms", .type = PX_CT_INT, PX_FIELD(tracking_ping_hold_ms), .min = 0,
+     .max = 600000, .def = "100", .arg = "<ms>",
+     .help = "A cache hit waits at most this long after a PING for its answer (docs/CONSISTENCY.md, C10); 0 = not"},
 };
 
 #define PX_NDIRECTIVES (sizeof(px_directives) / sizeof(px_directives[0]))

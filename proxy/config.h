@@ -111,6 +111,7 @@ typedef struct px_config {
     int tracking_mode;             /* enum px_tracking_mode */
     int tracking_keepalive_ms;     /* PING period on the invalidation connection */
     int tracking_timeout_ms;       /* ... and how long its answer may take */
+    int tracking_ping_hold_ms;     /* ... and how long a hit waits for it */
 } px_config;
 
 /* Sets every directive to its default. */

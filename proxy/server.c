@@ -70,7 +70,7 @@ static void output_wake_cb(evutil_socket_t fd, short what, void *arg) {
 }
 
 void px_server_upstream_output_fell(px_server *srv) {
-    if (srv->output_waiters == NULL || srv->output_wake_ev == NULL) return;
+    if (srv->output_waiters.head == NULL || srv->output_wake_ev == NULL) return;
     long long limit = srv->cfg->upstream_output_limit;
     /* half the limit: a client woken has room for a good part of its
      * pipeline, not one command before it pauses again */

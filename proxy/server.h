@@ -37,6 +37,13 @@ struct px_caching;
 /* Cluster nodes remembered to ask where the volume's slot went (follow.h). */
 #define PX_CLUSTER_NODES_MAX 16
 
+/* Clients not read while they wait for something, first paused first
+ * (proxy/client.c). A client waits in one queue at most (its waiting_in). */
+typedef struct px_waitq {
+    struct px_client *head, *tail;
+    size_t n;
+} px_waitq;
+
 typedef struct px_server {
     struct event_base *base;
     px_config *cfg;
@@ -75,11 +82,13 @@ typedef struct px_server {
      * while it is over upstream-output-limit, first paused first
      * (proxy/client.c) */
     size_t upstream_output;
-    struct px_client *output_waiters, *output_waiters_tail;
-    size_t noutput_waiters;
+    px_waitq output_waiters;
     uint64_t output_limit_pauses;
     int64_t output_limit_log_ms; /* its notice is not logged again before this */
     struct event *output_wake_ev;
+    /* cache hits held while the invalidation connection's keep-alive PING
+     * is unanswered (proxy/caching.c), woken once it is */
+    px_waitq ping_waiters;
 
     /* the upstream's address, resolved when first needed and again after a
      * failed connect (Redis may have moved) */

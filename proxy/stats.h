@@ -43,6 +43,7 @@ struct px_server;
     X(cache_hits, counter, "Cache entries found (GET, HGET, MGET keys, lookup parts)")                     \
     X(cache_misses, counter, "Cache entries looked up and not found")                                      \
     X(cache_bypassed_in_flight, counter, "Cacheable reads sent to Redis: the client had requests in flight") \
+    X(cache_held_keepalive, counter, "Cacheable reads held until the tracking keep-alive PING was answered") \
     X(cache_script_hits, counter, "Lookup scripts answered from the cache")                               \
     X(cache_script_misses, counter, "Lookup scripts sent to Redis")                                        \
     X(cache_mget_hits, counter, "MGETs answered from the cache entirely")                                  \

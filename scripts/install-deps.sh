@@ -2,7 +2,7 @@
 # Installs what sidecache needs, from Debian's packages and PyPI. A no-op when
 # everything is present, so `make` and `make test` may call it every time.
 #   install-deps.sh build   compiler-side: libevent, OpenSSL, uthash, hiredis
-#   install-deps.sh test    test-side: redis-server, twemproxy, pytest, redis-py, Go modules
+#   install-deps.sh test    test-side: redis-server, twemproxy, strace, pytest, redis-py, Go modules
 #   install-deps.sh fuzz    clang with libFuzzer (make fuzz)
 #   install-deps.sh bench   gnuplot for the benchmark plots, valgrind for bench/instructions.sh (make bench)
 #   install-deps.sh redis62 redis-server 6.2.14 in build-deps/redis-6.2/ (make integration-redis62):
@@ -11,7 +11,7 @@
 set -euo pipefail
 want=${1:-build}
 build_pkgs=(libevent-dev libssl-dev uthash-dev libhiredis-dev pkg-config make gcc)
-test_pkgs=(redis-server redis-tools nutcracker)
+test_pkgs=(redis-server redis-tools nutcracker strace)
 
 missing=()
 fuzz_pkgs=(clang libclang-rt-14-dev uthash-dev)

@@ -672,6 +672,17 @@ class Relay(Endpoint):
         for c in self.tracking_conns():
             c.release_tracking()
 
+    def tracking_pings(self):
+        """PINGs the proxy has sent on its invalidation connections (its
+        keep-alives), held or not."""
+        with self.lock:
+            conns = [c for c in self.conns if c.tracking]
+        n = 0
+        for c in conns:
+            with c.lock:
+                n += sum(1 for cmd in c.pending if cmd and _upper(cmd[0]) == b"PING")
+        return n
+
     def cut_tracking(self):
         """Closes every invalidation connection, both sides. Returns how many."""
         cs = self.tracking_conns()

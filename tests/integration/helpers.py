@@ -630,6 +630,38 @@ class RedisServer(Endpoint):
                                        tail(self.logpath, 3000))
 
 
+class TracedRedisServer(RedisServer):
+    """A redis-server run under strace, which stops it at each write(): the
+    replies Redis writes in one pass of its loop then go out tens of
+    microseconds apart instead of a few, so a client can act on the first
+    before the next is written (races too narrow to meet otherwise). strace
+    detaches when it is killed, and Redis would live on: stop and kill end
+    Redis itself."""
+
+    def argv(self):
+        return ["strace", "-f", "-qq", "-e", "trace=write", "-o", "/dev/null"] + super().argv()
+
+    def start(self, timeout=10.0):
+        super().start(timeout)
+        info = self.client().info("server")
+        self.redis_pid = int(info["process_id"])
+        return self
+
+    def _end_redis(self):
+        try:
+            os.kill(self.redis_pid, signal.SIGKILL)
+        except (AttributeError, OSError):
+            pass
+
+    def kill(self):
+        self._end_redis()
+        super().kill()
+
+    def stop(self):
+        self._end_redis()
+        super().stop()
+
+
 class ProxyProcess(Endpoint):
     is_proxy = True
 
