@@ -771,6 +771,8 @@ void px_caching_mget_request(px_client *c, const char **data, size_t *len) {
 
 int px_caching_try_hit(px_client *c, int *cacheable) {
     struct px_caching *pc = c->srv->caching;
+    int was_held = c->ping_held;
+    c->ping_held = 0;
     *cacheable = PX_READ_NONE;
     if (pc == NULL || !px_caching_active(c->srv)) return 0;
     /* A client that has not authenticated, where Redis wants a password,
@@ -799,7 +801,9 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
      * per keep-alive period, or at most tracking-ping-hold-ms. */
     int hold = busy ? 0 : inv_ping_hold_ms(pc->inv);
     if (hold > 0) {
-        pc->held_ping++;
+        /* (a timer may wake it a little early: then it waits again) */
+        if (!was_held) pc->held_ping++;
+        c->ping_held = 1;
         if (!evtimer_pending(pc->ping_wake_ev, NULL)) {
             struct timeval tv = {hold / 1000, (hold % 1000) * 1000};
             evtimer_add(pc->ping_wake_ev, &tv);

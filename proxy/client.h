@@ -123,6 +123,8 @@ typedef struct px_client {
      * (srv->ping_waiters) */
     px_waitq *waiting_in;
     struct px_client *wait_prev, *wait_next;
+    int ping_held;             /* its last read waited for the keep-alive
+                                  (counted once, however often it waits) */
     int inflight;              /* requests awaiting an upstream reply */
     px_upstream *inflight_on;  /* the connection they were sent on */
     int barrier;               /* a state change awaits its reply: read nothing */
