@@ -631,12 +631,12 @@ class RedisServer(Endpoint):
 
 
 class TracedRedisServer(RedisServer):
-    """A redis-server run under strace, which stops it at each write(): the
-    replies Redis writes in one pass of its loop then go out tens of
-    microseconds apart instead of a few, so a client can act on the first
-    before the next is written (races too narrow to meet otherwise). strace
-    detaches when it is killed, and Redis would live on: stop and kill end
-    Redis itself."""
+    """A redis-server run under strace, which stops it at every system call
+    (and logs its writes to /dev/null): the replies Redis writes in one pass
+    of its loop then go out tens of microseconds apart instead of a few, so
+    a client can act on the first before the next is written (races too
+    narrow to meet otherwise). strace detaches when it is killed, and Redis
+    would live on: stop and kill end Redis itself."""
 
     def argv(self):
         return ["strace", "-f", "-qq", "-e", "trace=write", "-o", "/dev/null"] + super().argv()
