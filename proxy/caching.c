@@ -166,8 +166,7 @@ static void send_tracking_on(px_server *srv, px_upstream *u) {
  * the invalidations Redis wrote behind the answer are handled first. The
  * same event is their timer for tracking-ping-hold-ms. */
 static void wake_ping_waiters(px_server *srv) {
-    if (srv->ping_waiters.head != NULL && srv->caching->ping_wake_ev != NULL)
-        event_active(srv->caching->ping_wake_ev, EV_TIMEOUT, 0);
+    if (srv->ping_waiters.head != NULL) event_active(srv->caching->ping_wake_ev, EV_TIMEOUT, 0);
 }
 
 static void ping_wake_cb(evutil_socket_t fd, short what, void *arg) {

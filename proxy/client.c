@@ -1916,8 +1916,8 @@ static int client_dispatch(px_client *c, const char *frame) {
     int cacheable = 0;
     int hit = c->srv->caching != NULL ? px_caching_try_hit(c, &cacheable) : 0;
     if (hit == PX_CACHING_WAIT) {
-        /* read again once the keep-alive is answered (px_clients_ping_wake) */
-        pause_input(c);
+        /* read again once the keep-alive is answered (px_clients_ping_wake;
+         * DISPATCH_WAIT pauses the input) */
         wait_in(&c->srv->ping_waiters, c);
         return DISPATCH_WAIT;
     }
