@@ -27,6 +27,11 @@
  * else).
  * A nil EXEC (a WATCH conflict) restarts the batch after JuiceFS's back-off
  * (a random 0 .. n^2-1 ms after the n-th conflict; at most 50 attempts).
+ * --pair-port / --pair-socket: a second target (its own Redis, populated
+ * alike) runs every batch too, in turn with the first, which one first
+ * alternating: on a shared host both then meet the same moments of load
+ * (bench/batch_unlink_paired.sh). Each gets its CSV line, its seconds the
+ * sum of its own batches, and stderr "batchunlink: paired PAIR/LABEL RATIO".
  *
  * --writes times the write-only counterpart: the same directory created
  * through the target, each batch one pipelined write of SET i<ino> and
@@ -46,7 +51,8 @@
  * stdout for --unlink and --writes:
  *   label,mode,files,batches,round_trips,commands,conflicts,seconds,batch_p50_us,batch_p99_us,batch_max_us
  * With BATCHUNLINK_STEPS set in the environment, --unlink also prints the
- * mean time of each of the seven steps to stderr (where a target adds time);
+ * mean time of each of the seven steps to stderr (where a target adds time;
+ * with two targets, "step LABEL NAME ...");
  * with BATCHUNLINK_CPU set, the CPU time batchunlink itself spent in the
  * timed unlink ("batchunlink: cpu user_us U sys_us S", getrusage).
  * Exit status 0, 1 on a usage or connection error, 3 on a wrong reply or a
@@ -80,12 +86,28 @@ static struct {
     const char *label;
     int header, quiet;
     int fused_watch; /* --fused-watch: each WATCH goes with the read after it, no UNWATCH */
+    int pair_port;            /* --pair-port: --unlink runs on a second target too */
+    const char *pair_socket;  /* --pair-socket: the same, on a unix socket */
+    const char *pair_label;   /* --pair-label: its CSV label */
 } cfg = {.host = "127.0.0.1", .port = 6379, .files = 100000, .batch = 250, .parent = 1, .value_size = 72,
-         .label = "-", .header = 1};
+         .label = "-", .header = 1, .pair_label = "pair"};
 
-static redisContext *rc;
-static char target[128]; /* host:port or the socket path, for messages */
-static uint64_t commands_sent, round_trips;
+/* A Redis endpoint the modes run against. --unlink with --pair-port or
+ * --pair-socket has two, on two Redis servers holding the same directory,
+ * and runs their batches alternately (do_unlink). */
+typedef struct target {
+    redisContext *rc;
+    char name[128];            /* host:port or the socket path, for messages */
+    const char *label;         /* first CSV column */
+    uint64_t commands_sent, round_trips;
+    uint64_t step_ns[7], step_n[7];
+    uint64_t conflicts, seq;   /* WATCH conflicts; the directory's attribute versions */
+    uint64_t busy_ns;          /* time in its own batches */
+    uint64_t *bt;              /* each batch's time */
+} target;
+static target targets[2];
+static int ntargets = 1;
+static target *cur = &targets[0]; /* the one the commands go to */
 static char first_error[512];
 static long errors;
 
@@ -184,17 +206,17 @@ static void cmd_fmt(cmd *c, const char *fmt, ...) {
 
 /* Queues the command (hiredis writes the queue on the next read). */
 static void cmd_append(cmd *c) {
-    if (redisAppendCommandArgv(rc, c->argc, c->argv, c->argl) != REDIS_OK) {
-        fprintf(stderr, "batchunlink: %s\n", rc->errstr);
+    if (redisAppendCommandArgv(cur->rc, c->argc, c->argv, c->argl) != REDIS_OK) {
+        fprintf(stderr, "batchunlink: %s\n", cur->rc->errstr);
         exit(1);
     }
-    commands_sent++;
+    cur->commands_sent++;
 }
 
 static redisReply *get_reply(void) {
     redisReply *r;
-    if (redisGetReply(rc, (void **)&r) != REDIS_OK) {
-        fprintf(stderr, "batchunlink: %s: %s\n", target, rc->errstr);
+    if (redisGetReply(cur->rc, (void **)&r) != REDIS_OK) {
+        fprintf(stderr, "batchunlink: %s: %s\n", cur->name, cur->rc->errstr);
         exit(1);
     }
     return r;
@@ -211,7 +233,7 @@ static redisReply **exchange(int n) {
         cap = n;
     }
     for (int i = 0; i < n; i++) rs[i] = get_reply();
-    round_trips++;
+    cur->round_trips++;
     return rs;
 }
 
@@ -249,12 +271,14 @@ static uint64_t quantile(uint64_t *v, size_t n, double q) { /* v sorted */
     return v[rank - 1];
 }
 
-static void report(const char *mode, uint32_t batches, uint64_t conflicts, uint64_t t, uint64_t *bt) {
+/* One CSV line for t (and the header before the first, unless --no-header). */
+static void report(const target *tg, const char *mode, uint32_t batches, uint64_t conflicts, uint64_t t, uint64_t *bt) {
+    static int headed;
     qsort(bt, batches, sizeof *bt, cmp_u64);
-    if (cfg.header)
+    if (cfg.header && !headed++)
         printf("label,mode,files,batches,round_trips,commands,conflicts,seconds,batch_p50_us,batch_p99_us,batch_max_us\n");
-    printf("%s,%s,%u,%u,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.4f,%.1f,%.1f,%.1f\n", cfg.label, mode, cfg.files, batches,
-           round_trips, commands_sent, conflicts, (double)t / 1e9, (double)quantile(bt, batches, 0.5) / 1e3,
+    printf("%s,%s,%u,%u,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%.4f,%.1f,%.1f,%.1f\n", tg->label, mode, cfg.files, batches,
+           tg->round_trips, tg->commands_sent, conflicts, (double)t / 1e9, (double)quantile(bt, batches, 0.5) / 1e3,
            (double)quantile(bt, batches, 0.99) / 1e3, batches ? (double)bt[batches - 1] / 1e3 : 0.0);
     fflush(stdout);
 }
@@ -286,8 +310,8 @@ static int do_populate(void) {
         int q = 1;
         for (uint32_t k = 0; k < n; k++) {
             make_value(val, file_ino(j0 + k), 0);
-            redisAppendCommand(rc, "SET i%" PRIu64 " %b", file_ino(j0 + k), val, (size_t)cfg.value_size);
-            commands_sent++;
+            redisAppendCommand(cur->rc, "SET i%" PRIu64 " %b", file_ino(j0 + k), val, (size_t)cfg.value_size);
+            cur->commands_sent++;
             q++;
         }
         redisReply **rs = exchange(q);
@@ -296,28 +320,29 @@ static int do_populate(void) {
         free_replies(rs, q);
     }
     if (!cfg.quiet)
-        fprintf(stderr, "batchunlink: populated d%" PRIu64 " with %u files on %s\n", cfg.parent, cfg.files, target);
+        fprintf(stderr, "batchunlink: populated d%" PRIu64 " with %u files on %s\n", cfg.parent, cfg.files, cur->name);
     return errors ? 3 : 0;
 }
 
 /* Per-step time of the unlink transaction, printed to stderr at the end
  * when BATCHUNLINK_STEPS is set: where a target spends its time. */
 static const char *step_names[7] = {"WATCH i d", "GET i", "HMGET", "WATCH inodes", "MGET", "MULTI..EXEC", "UNWATCH"};
-static uint64_t step_ns[7], step_n[7];
 
 static redisReply **timed_exchange(int q, int step) {
     uint64_t t = now_ns();
     redisReply **rs = exchange(q);
-    step_ns[step] += now_ns() - t;
-    step_n[step]++;
+    cur->step_ns[step] += now_ns() - t;
+    cur->step_n[step]++;
     return rs;
 }
 
-static void print_steps(void) {
+/* With two targets, each line names its target's label after "step". */
+static void print_steps(const target *t) {
     if (getenv("BATCHUNLINK_STEPS") == NULL) return;
     for (int i = 0; i < 7; i++)
-        fprintf(stderr, "batchunlink: step %-13s mean %8.1f us\n", step_names[i],
-                step_n[i] ? (double)step_ns[i] / (double)step_n[i] / 1000.0 : 0.0);
+        fprintf(stderr, "batchunlink: step%s%s %-13s mean %8.1f us\n", ntargets > 1 ? " " : "",
+                ntargets > 1 ? t->label : "", step_names[i],
+                t->step_n[i] ? (double)t->step_ns[i] / (double)t->step_n[i] / 1000.0 : 0.0);
 }
 
 /* The WATCH just queued: its round trip, timed as step `step`, returning 0;
@@ -339,136 +364,157 @@ static void cpu_us(uint64_t *user, uint64_t *sys) {
     *sys = (uint64_t)ru.ru_stime.tv_sec * 1000000u + (uint64_t)ru.ru_stime.tv_usec;
 }
 
+/* Batch b of the unlink on the current target: one JuiceFS transaction,
+ * run again after a WATCH conflict. j0, n: its files; c, inos: scratch. */
+static void unlink_batch(uint32_t b, uint32_t j0, uint32_t n, cmd *c, uint64_t *inos) {
+    char val[4096];
+    for (int attempt = 1;; attempt++) {
+        redisReply **rs;
+        /* WATCH i<P> d<P> */
+        cmd_begin(c); cmd_str(c, "WATCH"); cmd_fmt(c, "i%" PRIu64, cfg.parent); cmd_fmt(c, "d%" PRIu64, cfg.parent);
+        cmd_append(c);
+        int w = watch_step(0); /* the WATCH's reply when it comes with the GET's */
+        /* GET i<P> */
+        cmd_begin(c); cmd_str(c, "GET"); cmd_fmt(c, "i%" PRIu64, cfg.parent); cmd_append(c);
+        rs = timed_exchange(1 + w, 1);
+        if (w) expect_status("WATCH i d", rs[0], "OK");
+        if (rs[w]->type != REDIS_REPLY_STRING) fail("GET i%" PRIu64 ": the directory's attribute is missing", cfg.parent);
+        free_replies(rs, 1 + w);
+        /* HMGET d<P> names... */
+        cmd_begin(c); cmd_str(c, "HMGET"); cmd_fmt(c, "d%" PRIu64, cfg.parent);
+        for (uint32_t k = 0; k < n; k++) cmd_fmt(c, "f%u", j0 + k);
+        cmd_append(c);
+        rs = timed_exchange(1, 2);
+        uint32_t ni = 0;
+        if (rs[0]->type != REDIS_REPLY_ARRAY || rs[0]->elements != n) {
+            fail("HMGET: not an array of %u", n);
+        } else {
+            for (uint32_t k = 0; k < n; k++) {
+                uint64_t ino = parse_entry(rs[0]->element[k]);
+                if (ino != file_ino(j0 + k)) fail("HMGET d%" PRIu64 " f%u: missing or wrong entry", cfg.parent, j0 + k);
+                else inos[ni++] = ino;
+            }
+        }
+        free_replies(rs, 1);
+        if (errors) break;
+        /* WATCH i<ino>... ; MGET i<ino>... */
+        cmd_begin(c); cmd_str(c, "WATCH");
+        for (uint32_t k = 0; k < ni; k++) cmd_fmt(c, "i%" PRIu64, inos[k]);
+        cmd_append(c);
+        w = watch_step(3);
+        cmd_begin(c); cmd_str(c, "MGET");
+        for (uint32_t k = 0; k < ni; k++) cmd_fmt(c, "i%" PRIu64, inos[k]);
+        cmd_append(c);
+        rs = timed_exchange(1 + w, 4);
+        if (w) expect_status("WATCH inodes", rs[0], "OK");
+        if (rs[w]->type != REDIS_REPLY_ARRAY || rs[w]->elements != ni) {
+            fail("MGET: not an array of %u", ni);
+        } else {
+            for (uint32_t k = 0; k < ni; k++)
+                if (rs[w]->element[k]->type != REDIS_REPLY_STRING) fail("MGET i%" PRIu64 ": missing", inos[k]);
+        }
+        free_replies(rs, 1 + w);
+        if (errors) break;
+        /* MULTI ... EXEC, one write */
+        char now[32];
+        snprintf(now, sizeof now, "%lld", (long long)time(NULL));
+        int q = 0;
+        cmd_begin(c); cmd_str(c, "MULTI"); cmd_append(c); q++;
+        cmd_begin(c); cmd_str(c, "HDEL"); cmd_fmt(c, "d%" PRIu64, cfg.parent);
+        for (uint32_t k = 0; k < n; k++) cmd_fmt(c, "f%u", j0 + k);
+        cmd_append(c); q++;
+        for (uint32_t k = 0; k < ni; k++) {
+            cmd_begin(c); cmd_str(c, "ZADD"); cmd_str(c, "delfiles"); cmd_str(c, now);
+            cmd_fmt(c, "%" PRIu64 ":4096", inos[k]); cmd_append(c);
+            cmd_begin(c); cmd_str(c, "DEL"); cmd_fmt(c, "i%" PRIu64, inos[k]); cmd_append(c);
+            cmd_begin(c); cmd_str(c, "INCRBY"); cmd_str(c, "usedSpace"); cmd_str(c, "-4096"); cmd_append(c);
+            cmd_begin(c); cmd_str(c, "DECR"); cmd_str(c, "totalInodes"); cmd_append(c);
+            q += 4;
+        }
+        make_value(val, cfg.parent, ++cur->seq);
+        cmd_begin(c); cmd_str(c, "SET"); cmd_fmt(c, "i%" PRIu64, cfg.parent); cmd_arg(c, val, (size_t)cfg.value_size);
+        cmd_append(c); q++;
+        cmd_begin(c); cmd_str(c, "EXEC"); cmd_append(c); q++;
+        rs = timed_exchange(q, 5);
+        expect_status("MULTI", rs[0], "OK");
+        for (int i = 1; i < q - 1; i++) expect_status("queued command", rs[i], "QUEUED");
+        redisReply *ex = rs[q - 1];
+        int conflict = 0;
+        if (ex->type == REDIS_REPLY_NIL) {
+            conflict = 1;
+        } else if (ex->type != REDIS_REPLY_ARRAY || ex->elements != (size_t)(q - 2)) {
+            fail("EXEC: %s", ex->type == REDIS_REPLY_ERROR ? ex->str : "not an array of the queued commands' replies");
+        } else {
+            expect_int("HDEL", ex->element[0], n);
+            for (uint32_t k = 0; k < ni; k++) {
+                expect_int("ZADD delfiles", ex->element[1 + 4 * k], 1);
+                expect_int("DEL i", ex->element[2 + 4 * k], 1);
+                if (ex->element[3 + 4 * k]->type != REDIS_REPLY_INTEGER) fail("INCRBY usedSpace: not an integer");
+                if (ex->element[4 + 4 * k]->type != REDIS_REPLY_INTEGER) fail("DECR totalInodes: not an integer");
+            }
+            expect_status("SET i<parent>", ex->element[1 + 4 * ni], "OK");
+        }
+        free_replies(rs, q);
+        /* UNWATCH (go-redis Tx.Close); after EXEC Redis watches
+         * nothing anyway, so --fused-watch leaves it out */
+        if (!cfg.fused_watch) {
+            cmd_begin(c); cmd_str(c, "UNWATCH"); cmd_append(c);
+            rs = timed_exchange(1, 6);
+            expect_status("UNWATCH", rs[0], "OK");
+            free_replies(rs, 1);
+        }
+        if (!conflict || errors) break;
+        cur->conflicts++;
+        if (attempt >= 50) {
+            fail("batch %u: 50 WATCH conflicts in a row", b);
+            break;
+        }
+        long ms = (long)(rng_next() % (uint64_t)(attempt * attempt));
+        if (ms > 0) usleep((useconds_t)ms * 1000);
+    }
+}
+
 static int do_unlink(void) {
     uint32_t nb = (cfg.files + cfg.batch - 1) / cfg.batch;
-    uint64_t *bt = calloc(nb + 1, sizeof *bt);
     uint64_t *inos = malloc(sizeof *inos * cfg.batch);
     cmd c;
     cmd_init(&c, (int)cfg.batch + 8);
-    if (bt == NULL || inos == NULL) return 1;
-    char val[4096];
-    uint64_t conflicts = 0, seq = 0;
+    if (inos == NULL) return 1;
+    for (int i = 0; i < ntargets; i++)
+        if ((targets[i].bt = calloc(nb + 1, sizeof *targets[i].bt)) == NULL) return 1;
     uint64_t u0, s0;
     cpu_us(&u0, &s0);
     uint64_t t0 = now_ns();
     for (uint32_t b = 0; b < nb && errors == 0; b++) {
         uint32_t j0 = b * cfg.batch, n = cfg.files - j0 < cfg.batch ? cfg.files - j0 : cfg.batch;
-        uint64_t tb = now_ns();
-        for (int attempt = 1;; attempt++) {
-            redisReply **rs;
-            /* WATCH i<P> d<P> */
-            cmd_begin(&c); cmd_str(&c, "WATCH"); cmd_fmt(&c, "i%" PRIu64, cfg.parent); cmd_fmt(&c, "d%" PRIu64, cfg.parent);
-            cmd_append(&c);
-            int w = watch_step(0); /* the WATCH's reply when it comes with the GET's */
-            /* GET i<P> */
-            cmd_begin(&c); cmd_str(&c, "GET"); cmd_fmt(&c, "i%" PRIu64, cfg.parent); cmd_append(&c);
-            rs = timed_exchange(1 + w, 1);
-            if (w) expect_status("WATCH i d", rs[0], "OK");
-            if (rs[w]->type != REDIS_REPLY_STRING) fail("GET i%" PRIu64 ": the directory's attribute is missing", cfg.parent);
-            free_replies(rs, 1 + w);
-            /* HMGET d<P> names... */
-            cmd_begin(&c); cmd_str(&c, "HMGET"); cmd_fmt(&c, "d%" PRIu64, cfg.parent);
-            for (uint32_t k = 0; k < n; k++) cmd_fmt(&c, "f%u", j0 + k);
-            cmd_append(&c);
-            rs = timed_exchange(1, 2);
-            uint32_t ni = 0;
-            if (rs[0]->type != REDIS_REPLY_ARRAY || rs[0]->elements != n) {
-                fail("HMGET: not an array of %u", n);
-            } else {
-                for (uint32_t k = 0; k < n; k++) {
-                    uint64_t ino = parse_entry(rs[0]->element[k]);
-                    if (ino != file_ino(j0 + k)) fail("HMGET d%" PRIu64 " f%u: missing or wrong entry", cfg.parent, j0 + k);
-                    else inos[ni++] = ino;
-                }
-            }
-            free_replies(rs, 1);
-            if (errors) break;
-            /* WATCH i<ino>... ; MGET i<ino>... */
-            cmd_begin(&c); cmd_str(&c, "WATCH");
-            for (uint32_t k = 0; k < ni; k++) cmd_fmt(&c, "i%" PRIu64, inos[k]);
-            cmd_append(&c);
-            w = watch_step(3);
-            cmd_begin(&c); cmd_str(&c, "MGET");
-            for (uint32_t k = 0; k < ni; k++) cmd_fmt(&c, "i%" PRIu64, inos[k]);
-            cmd_append(&c);
-            rs = timed_exchange(1 + w, 4);
-            if (w) expect_status("WATCH inodes", rs[0], "OK");
-            if (rs[w]->type != REDIS_REPLY_ARRAY || rs[w]->elements != ni) {
-                fail("MGET: not an array of %u", ni);
-            } else {
-                for (uint32_t k = 0; k < ni; k++)
-                    if (rs[w]->element[k]->type != REDIS_REPLY_STRING) fail("MGET i%" PRIu64 ": missing", inos[k]);
-            }
-            free_replies(rs, 1 + w);
-            if (errors) break;
-            /* MULTI ... EXEC, one write */
-            char now[32];
-            snprintf(now, sizeof now, "%lld", (long long)time(NULL));
-            int q = 0;
-            cmd_begin(&c); cmd_str(&c, "MULTI"); cmd_append(&c); q++;
-            cmd_begin(&c); cmd_str(&c, "HDEL"); cmd_fmt(&c, "d%" PRIu64, cfg.parent);
-            for (uint32_t k = 0; k < n; k++) cmd_fmt(&c, "f%u", j0 + k);
-            cmd_append(&c); q++;
-            for (uint32_t k = 0; k < ni; k++) {
-                cmd_begin(&c); cmd_str(&c, "ZADD"); cmd_str(&c, "delfiles"); cmd_str(&c, now);
-                cmd_fmt(&c, "%" PRIu64 ":4096", inos[k]); cmd_append(&c);
-                cmd_begin(&c); cmd_str(&c, "DEL"); cmd_fmt(&c, "i%" PRIu64, inos[k]); cmd_append(&c);
-                cmd_begin(&c); cmd_str(&c, "INCRBY"); cmd_str(&c, "usedSpace"); cmd_str(&c, "-4096"); cmd_append(&c);
-                cmd_begin(&c); cmd_str(&c, "DECR"); cmd_str(&c, "totalInodes"); cmd_append(&c);
-                q += 4;
-            }
-            make_value(val, cfg.parent, ++seq);
-            cmd_begin(&c); cmd_str(&c, "SET"); cmd_fmt(&c, "i%" PRIu64, cfg.parent); cmd_arg(&c, val, (size_t)cfg.value_size);
-            cmd_append(&c); q++;
-            cmd_begin(&c); cmd_str(&c, "EXEC"); cmd_append(&c); q++;
-            rs = timed_exchange(q, 5);
-            expect_status("MULTI", rs[0], "OK");
-            for (int i = 1; i < q - 1; i++) expect_status("queued command", rs[i], "QUEUED");
-            redisReply *ex = rs[q - 1];
-            int conflict = 0;
-            if (ex->type == REDIS_REPLY_NIL) {
-                conflict = 1;
-            } else if (ex->type != REDIS_REPLY_ARRAY || ex->elements != (size_t)(q - 2)) {
-                fail("EXEC: %s", ex->type == REDIS_REPLY_ERROR ? ex->str : "not an array of the queued commands' replies");
-            } else {
-                expect_int("HDEL", ex->element[0], n);
-                for (uint32_t k = 0; k < ni; k++) {
-                    expect_int("ZADD delfiles", ex->element[1 + 4 * k], 1);
-                    expect_int("DEL i", ex->element[2 + 4 * k], 1);
-                    if (ex->element[3 + 4 * k]->type != REDIS_REPLY_INTEGER) fail("INCRBY usedSpace: not an integer");
-                    if (ex->element[4 + 4 * k]->type != REDIS_REPLY_INTEGER) fail("DECR totalInodes: not an integer");
-                }
-                expect_status("SET i<parent>", ex->element[1 + 4 * ni], "OK");
-            }
-            free_replies(rs, q);
-            /* UNWATCH (go-redis Tx.Close); after EXEC Redis watches
-             * nothing anyway, so --fused-watch leaves it out */
-            if (!cfg.fused_watch) {
-                cmd_begin(&c); cmd_str(&c, "UNWATCH"); cmd_append(&c);
-                rs = timed_exchange(1, 6);
-                expect_status("UNWATCH", rs[0], "OK");
-                free_replies(rs, 1);
-            }
-            if (!conflict || errors) break;
-            conflicts++;
-            if (attempt >= 50) {
-                fail("batch %u: 50 WATCH conflicts in a row", b);
-                break;
-            }
-            long ms = (long)(rng_next() % (uint64_t)(attempt * attempt));
-            if (ms > 0) usleep((useconds_t)ms * 1000);
+        /* two targets: each runs batch b in turn, which goes first
+         * alternating, so that the machine's load from one moment to the
+         * next (a shared host's) falls on both alike */
+        for (int k = 0; k < ntargets && errors == 0; k++) {
+            cur = &targets[(k + (int)b) % ntargets];
+            uint64_t tb = now_ns();
+            unlink_batch(b, j0, n, &c, inos);
+            cur->bt[b] = now_ns() - tb;
+            cur->busy_ns += cur->bt[b];
         }
-        bt[b] = now_ns() - tb;
     }
     uint64_t t = now_ns() - t0;
-    if (errors == 0) report("unlink", nb, conflicts, t, bt);
-    print_steps();
+    for (int i = 0; i < ntargets; i++) {
+        target *x = &targets[i];
+        /* one target: the whole run; two: the time in its own batches */
+        if (errors == 0) report(x, "unlink", nb, x->conflicts, ntargets > 1 ? x->busy_ns : t, x->bt);
+        print_steps(x);
+        free(x->bt);
+        x->bt = NULL;
+    }
+    if (ntargets > 1 && errors == 0)
+        fprintf(stderr, "batchunlink: paired %s/%s %.4f\n", targets[1].label, targets[0].label,
+                (double)targets[1].busy_ns / (double)targets[0].busy_ns);
     if (getenv("BATCHUNLINK_CPU") != NULL) {
         uint64_t u1, s1;
         cpu_us(&u1, &s1);
         fprintf(stderr, "batchunlink: cpu user_us %" PRIu64 " sys_us %" PRIu64 "\n", u1 - u0, s1 - s0);
     }
-    free(bt);
     free(inos);
     return errors ? 3 : 0;
 }
@@ -486,9 +532,9 @@ static int do_writes(void) {
             uint64_t ino = file_ino(j0 + k);
             make_value(val, ino, 1);
             make_entry(ent, ino);
-            redisAppendCommand(rc, "SET i%" PRIu64 " %b", ino, val, (size_t)cfg.value_size);
-            redisAppendCommand(rc, "HSET d%" PRIu64 " f%u %b", cfg.parent, j0 + k, ent, (size_t)9);
-            commands_sent += 2;
+            redisAppendCommand(cur->rc, "SET i%" PRIu64 " %b", ino, val, (size_t)cfg.value_size);
+            redisAppendCommand(cur->rc, "HSET d%" PRIu64 " f%u %b", cfg.parent, j0 + k, ent, (size_t)9);
+            cur->commands_sent += 2;
         }
         redisReply **rs = exchange((int)(2 * n));
         for (uint32_t k = 0; k < n; k++) {
@@ -499,7 +545,7 @@ static int do_writes(void) {
         bt[b] = now_ns() - tb;
     }
     uint64_t t = now_ns() - t0;
-    if (errors == 0) report("writes", nb, 0, t, bt);
+    if (errors == 0) report(cur, "writes", nb, 0, t, bt);
     free(bt);
     return errors ? 3 : 0;
 }
@@ -511,9 +557,9 @@ static void read_all(int full, int prewarm) {
     for (uint32_t j0 = 0; j0 < cfg.files; j0 += 500) {
         uint32_t n = cfg.files - j0 < 500 ? cfg.files - j0 : 500;
         for (uint32_t k = 0; k < n; k++) {
-            redisAppendCommand(rc, "GET i%" PRIu64, file_ino(j0 + k));
-            redisAppendCommand(rc, "HGET d%" PRIu64 " f%u", cfg.parent, j0 + k);
-            commands_sent += 2;
+            redisAppendCommand(cur->rc, "GET i%" PRIu64, file_ino(j0 + k));
+            redisAppendCommand(cur->rc, "HGET d%" PRIu64 " f%u", cfg.parent, j0 + k);
+            cur->commands_sent += 2;
         }
         redisReply **rs = exchange((int)(2 * n));
         for (uint32_t k = 0; k < n && errors < 10; k++) {
@@ -541,10 +587,10 @@ static void read_all(int full, int prewarm) {
 static long long int_reply(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(rc, fmt, ap);
+    redisReply *r = redisvCommand(cur->rc, fmt, ap);
     va_end(ap);
     if (r == NULL) {
-        fprintf(stderr, "batchunlink: %s\n", rc->errstr);
+        fprintf(stderr, "batchunlink: %s\n", cur->rc->errstr);
         exit(1);
     }
     long long v = -1;
@@ -569,7 +615,7 @@ static int do_verify(int full) {
         if (int_reply("EXISTS i%" PRIu64, cfg.parent) != 1) fail("the directory's attribute i%" PRIu64 " is gone", cfg.parent);
     }
     if (!cfg.quiet || errors)
-        fprintf(stderr, "batchunlink: %s: d%" PRIu64 " %s: %s\n", target, cfg.parent,
+        fprintf(stderr, "batchunlink: %s: d%" PRIu64 " %s: %s\n", cur->name, cfg.parent,
                 full ? "full" : "empty", errors ? first_error : "verified");
     return errors ? 3 : 0;
 }
@@ -594,18 +640,43 @@ static void usage(FILE *f) {
             "  --seed N         random seed (back-off)\n"
             "  --quiet          nothing on stderr but errors\n"
             "  --fused-watch    --unlink sends each WATCH with the read after it, and no UNWATCH\n"
-            "                   (4 round trips a batch, as sidecache's watch-ahead makes them)\n");
+            "                   (4 round trips a batch, as sidecache's watch-ahead makes them)\n"
+            "  --pair-port N | --pair-socket PATH\n"
+            "                   --unlink on this second target too (same host; its own Redis,\n"
+            "                   populated alike): batch by batch, each target in turn, which\n"
+            "                   one first alternating; a CSV line each, seconds = the time in\n"
+            "                   its own batches; stderr: batchunlink: paired PAIR/LABEL RATIO\n"
+            "  --pair-label TEXT  the second target's CSV label (pair)\n");
+}
+
+/* Connects t to socket_path, or to cfg.host:port. Returns 0, or 1 (said). */
+static int target_connect(target *t, const char *socket_path, int port) {
+    struct timeval tv = {30, 0};
+    if (socket_path != NULL) {
+        snprintf(t->name, sizeof t->name, "%s", socket_path);
+        t->rc = redisConnectUnixWithTimeout(socket_path, tv);
+    } else {
+        snprintf(t->name, sizeof t->name, "%s:%d", cfg.host, port);
+        t->rc = redisConnectWithTimeout(cfg.host, port, tv);
+    }
+    if (t->rc == NULL || t->rc->err) {
+        fprintf(stderr, "batchunlink: cannot connect to %s: %s\n", t->name, t->rc ? t->rc->errstr : "oom");
+        return 1;
+    }
+    redisSetTimeout(t->rc, tv);
+    return 0;
 }
 
 int main(int argc, char **argv) {
     enum { O_POPULATE = 256, O_UNLINK, O_WRITES, O_PREWARM, O_VEMPTY, O_VFULL, O_FILES, O_BATCH, O_PARENT, O_VALSZ,
-           O_LABEL, O_NOHEADER, O_SEED, O_QUIET, O_FUSED, O_HELP };
+           O_LABEL, O_NOHEADER, O_SEED, O_QUIET, O_FUSED, O_PAIR_PORT, O_PAIR_SOCKET, O_PAIR_LABEL, O_HELP };
     static const struct option lopts[] = {
         {"populate", 0, 0, O_POPULATE}, {"unlink", 0, 0, O_UNLINK},   {"writes", 0, 0, O_WRITES},
         {"prewarm", 0, 0, O_PREWARM},   {"verify-empty", 0, 0, O_VEMPTY}, {"verify-full", 0, 0, O_VFULL},
         {"files", 1, 0, O_FILES},       {"batch", 1, 0, O_BATCH},     {"parent", 1, 0, O_PARENT},
         {"value-size", 1, 0, O_VALSZ},  {"label", 1, 0, O_LABEL},     {"no-header", 0, 0, O_NOHEADER},
         {"seed", 1, 0, O_SEED},         {"quiet", 0, 0, O_QUIET},     {"fused-watch", 0, 0, O_FUSED},
+        {"pair-port", 1, 0, O_PAIR_PORT}, {"pair-socket", 1, 0, O_PAIR_SOCKET}, {"pair-label", 1, 0, O_PAIR_LABEL},
         {"help", 0, 0, O_HELP},
         {0, 0, 0, 0}};
     int opt, mode = 0;
@@ -630,6 +701,9 @@ int main(int argc, char **argv) {
         case O_SEED: rng_state = seed_state(strtoull(optarg, NULL, 10)); break;
         case O_QUIET: cfg.quiet = 1; break;
         case O_FUSED: cfg.fused_watch = 1; break;
+        case O_PAIR_PORT: cfg.pair_port = atoi(optarg); break;
+        case O_PAIR_SOCKET: cfg.pair_socket = optarg; break;
+        case O_PAIR_LABEL: cfg.pair_label = optarg; break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 1;
         }
@@ -639,19 +713,18 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 1;
     }
-    struct timeval tv = {30, 0};
-    if (cfg.socket != NULL) {
-        snprintf(target, sizeof target, "%s", cfg.socket);
-        rc = redisConnectUnixWithTimeout(cfg.socket, tv);
-    } else {
-        snprintf(target, sizeof target, "%s:%d", cfg.host, cfg.port);
-        rc = redisConnectWithTimeout(cfg.host, cfg.port, tv);
-    }
-    if (rc == NULL || rc->err) {
-        fprintf(stderr, "batchunlink: cannot connect to %s: %s\n", target, rc ? rc->errstr : "oom");
+    int paired = cfg.pair_port != 0 || cfg.pair_socket != NULL;
+    if (paired && (mode != O_UNLINK || cfg.pair_port < 0 || cfg.pair_port > 65535)) {
+        fprintf(stderr, "batchunlink: --pair-port or --pair-socket go with --unlink only\n");
         return 1;
     }
-    redisSetTimeout(rc, tv);
+    targets[0].label = cfg.label;
+    if (target_connect(&targets[0], cfg.socket, cfg.port) != 0) return 1;
+    if (paired) {
+        ntargets = 2;
+        targets[1].label = cfg.pair_label;
+        if (target_connect(&targets[1], cfg.pair_socket, cfg.pair_port) != 0) return 1;
+    }
     int ret;
     switch (mode) {
     case O_POPULATE: ret = do_populate(); break;
@@ -662,6 +735,6 @@ int main(int argc, char **argv) {
     default: ret = do_verify(1); break;
     }
     if (errors) fprintf(stderr, "batchunlink: %ld wrong replies; first: %s\n", errors, first_error);
-    redisFree(rc);
+    for (int i = 0; i < ntargets; i++) redisFree(targets[i].rc);
     return ret;
 }

@@ -417,7 +417,18 @@ start_toxiproxy() {
   [ "$http_status" = 200 ] || die "toxiproxy API not up on :$toxapi"
   free_port; toxport=$fport
   toxi_api POST /proxies "{\"name\":\"redis\",\"listen\":\"127.0.0.1:$toxport\",\"upstream\":\"127.0.0.1:$1\",\"enabled\":true}"
+  toxi_proxies=redis
   toxics_on=0
+}
+
+# toxi_add_proxy NAME UPSTREAM_PORT: one more proxy in the same toxiproxy,
+# NAME → 127.0.0.1:UPSTREAM_PORT, given the same toxics as "redis" from the
+# next toxi_set_latency on (add it before); sets $toxport_added.
+toxi_add_proxy() {
+  [ "$toxics_on" = 0 ] || die "toxi_add_proxy $1: add proxies before setting latency"
+  free_port; toxport_added=$fport
+  toxi_api POST /proxies "{\"name\":\"$1\",\"listen\":\"127.0.0.1:$toxport_added\",\"upstream\":\"127.0.0.1:$2\",\"enabled\":true}"
+  toxi_proxies+=" $1"
 }
 
 # toxi_http METHOD PATH [JSON]: one request to toxiproxy's API (bash's
@@ -438,22 +449,26 @@ toxi_api() { # METHOD PATH [JSON]: dies unless toxiproxy answers 2xx
   case "$http_status" in 2??) ;; *) die "toxiproxy API $1 $2 answered ${http_status:-nothing}" ;; esac
 }
 
-# toxi_set_latency US: the toxic(s) adding US µs to every round trip (0: none).
+# toxi_set_latency US: the toxic(s) adding US µs to every round trip (0:
+# none), on every proxy (toxi_add_proxy).
 toxi_set_latency() {
-  local us=$1
-  if [ "$toxics_on" = 1 ]; then
-    toxi_api DELETE /proxies/redis/toxics/lat_down
-    [ "$TOXIC_STREAM" = both ] && toxi_api DELETE /proxies/redis/toxics/lat_up
-    toxics_on=0
-  fi
-  [ "$us" -gt 0 ] || return 0
-  if [ "$TOXIC_STREAM" = both ]; then
-    toxi_api POST /proxies/redis/toxics "{\"name\":\"lat_down\",\"type\":\"latency_us\",\"stream\":\"downstream\",\"toxicity\":1.0,\"attributes\":{\"latency\":$((us / 2))}}"
-    toxi_api POST /proxies/redis/toxics "{\"name\":\"lat_up\",\"type\":\"latency_us\",\"stream\":\"upstream\",\"toxicity\":1.0,\"attributes\":{\"latency\":$((us - us / 2))}}"
-  else
-    toxi_api POST /proxies/redis/toxics "{\"name\":\"lat_down\",\"type\":\"latency_us\",\"stream\":\"downstream\",\"toxicity\":1.0,\"attributes\":{\"latency\":$us}}"
-  fi
-  toxics_on=1
+  local us=$1 p
+  for p in $toxi_proxies; do
+    if [ "$toxics_on" = 1 ]; then
+      toxi_api DELETE "/proxies/$p/toxics/lat_down"
+      [ "$TOXIC_STREAM" = both ] && toxi_api DELETE "/proxies/$p/toxics/lat_up"
+    fi
+    [ "$us" -gt 0 ] || continue
+    if [ "$TOXIC_STREAM" = both ]; then
+      toxi_api POST "/proxies/$p/toxics" "{\"name\":\"lat_down\",\"type\":\"latency_us\",\"stream\":\"downstream\",\"toxicity\":1.0,\"attributes\":{\"latency\":$((us / 2))}}"
+      toxi_api POST "/proxies/$p/toxics" "{\"name\":\"lat_up\",\"type\":\"latency_us\",\"stream\":\"upstream\",\"toxicity\":1.0,\"attributes\":{\"latency\":$((us - us / 2))}}"
+    else
+      toxi_api POST "/proxies/$p/toxics" "{\"name\":\"lat_down\",\"type\":\"latency_us\",\"stream\":\"downstream\",\"toxicity\":1.0,\"attributes\":{\"latency\":$us}}"
+    fi
+  done
+  toxics_on=0
+  [ "$us" -gt 0 ] && toxics_on=1
+  return 0
 }
 
 # toxi_rtt: p50 µs of GET through toxiproxy at c=1, the median of 3 runs of

@@ -68,6 +68,7 @@ if [ "$FULL" = 1 ]; then
   scenario latency.sh
   scenario uniform.sh
   scenario batch_unlink.sh REPEAT=3
+  scenario batch_unlink_paired.sh REPEAT=5
   scenario cpu_batch.sh
   scenario ttl_cost.sh
   if command -v valgrind >/dev/null; then scenario instructions.sh; else echo "== bench: instructions.sh skipped (no valgrind)"; fi
@@ -80,6 +81,7 @@ else
   scenario latency.sh LATENCIES="0 500" CLIENTS="1 8" DURATION=1.5 WARMUP=0.5 RTT_SAMPLES=300
   scenario uniform.sh KEYSETS=10000 CLIENTS="1 8" DURATION=1 WARMUP=0.3
   scenario batch_unlink.sh FILES=10000 REPEAT=1 RTT_SAMPLES=300
+  scenario batch_unlink_paired.sh FILES=10000 REPEAT=1 RTT_SAMPLES=300
   scenario cpu_batch.sh FILES=10000 REPEAT=1
   scenario ttl_cost.sh KEYS=20000 REPEAT=1
   if command -v valgrind >/dev/null; then scenario instructions.sh FILES=2000; else echo "== bench: instructions.sh skipped (no valgrind)"; fi

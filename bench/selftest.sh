@@ -13,6 +13,7 @@
 #      (-s) an unlink with --fused-watch, which must take 4 round trips a
 #      batch where the plain unlink takes 7 (and, with BATCHUNLINK_CPU=1,
 #      prints its CPU time), verified over TCP.
+#      --pair-port: the unlink on two redis-servers in turn, each verified.
 #   4. paired (lib.sh), the per-repetition ratios of batch_unlink.sh, on
 #      numbers whose answer is known.
 #   5. relay (batch_unlink.sh RELAY=1) in front of it: batchunlink's unlink
@@ -86,6 +87,27 @@ plain=$(BATCHUNLINK_CPU=1 "$BATCHUNLINK_BIN" -p "$rport" --unlink --files 1000 -
 [ "$(echo "$plain" | cut -d, -f4,5)" = "4,28" ] || die "--unlink: '$plain', not 4 batches of 7 round trips"
 grep -Eq '^batchunlink: cpu user_us [0-9]+ sys_us [0-9]+$' "$work/cpu.err" ||
   die "BATCHUNLINK_CPU=1: no cpu line in '$(cat "$work/cpu.err")'"
+
+log "batchunlink --pair-port: two Redis servers, batches in turn"
+first=$rport
+start_redis redis-pair
+rcli "$first" FLUSHALL >/dev/null
+for p in "$first" "$rport"; do
+  "$BATCHUNLINK_BIN" -p "$p" --populate --files 1000 --quiet || die "batchunlink --populate on :$p failed"
+done
+pair=$("$BATCHUNLINK_BIN" -p "$first" --pair-port "$rport" --label one --pair-label two --unlink --files 1000 \
+  --no-header 2>"$work/pair.err") || die "batchunlink --pair-port failed: $(cat "$work/pair.err")"
+[ "$(echo "$pair" | cut -d, -f1,4,5 | tr '\n' ' ')" = "one,4,28 two,4,28 " ] ||
+  die "--pair-port: '$pair', not 4 batches of 7 round trips for each of one and two"
+grep -Eq '^batchunlink: paired two/one [0-9]+\.[0-9]{4}$' "$work/pair.err" ||
+  die "--pair-port: no paired line in '$(cat "$work/pair.err")'"
+for p in "$first" "$rport"; do
+  "$BATCHUNLINK_BIN" -p "$p" --verify-empty --files 1000 --quiet || die "--pair-port: --verify-empty on :$p failed"
+done
+"$BATCHUNLINK_BIN" -p "$first" --pair-port "$rport" --writes --files 10 --quiet 2>/dev/null &&
+  die "--pair-port took another mode than --unlink"
+stop redis-pair
+rport=$first
 
 log "paired: per-repetition ratios"
 [ "$(paired "1 2 4" "1.1 2 4.4")" = "1.100 (1.000–1.100)" ] || die "paired of 3: '$(paired "1 2 4" "1.1 2 4.4")'"
