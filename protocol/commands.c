@@ -38,6 +38,7 @@ static const resp_cmd_info cmd_table[] = {
     /* a replica's: REPLCONF ACK is never answered */
     {"REPLCONF", CMD_REPLCONF, CMDF_STREAM},
     {"RESET", CMD_RESET, CMDF_LOCAL},
+    {"SCRIPT", CMD_SCRIPT, 0},    /* SCRIPT DEBUG: the router tunnels it */
     {"SELECT", CMD_SELECT, CMDF_LOCAL},
     {"SSUBSCRIBE", CMD_SSUBSCRIBE, CMDF_STREAM},
     {"SUBSCRIBE", CMD_SUBSCRIBE, CMDF_STREAM},

@@ -1127,10 +1127,16 @@ static int pin_new(px_client *c, int mode) {
 static void enter_tunnel(px_client *c, const char *frame) {
     const char *data;
     size_t len;
+    const resp_arg *a = c->rq.argv;
     c->mode = PX_MODE_TUNNEL;
     c->pinned->tunnel = 1;
     request_bytes(c, frame, &data, &len);
-    px_upstream_send_raw(c->pinned, data, len);
+    /* a new connection's handshake may still await its replies, which
+     * Redis would count as the client's pipeline */
+    if (c->rq.argc >= 2 && resp_arg_is(a[0].ptr, a[0].len, "SCRIPT") && resp_arg_is(a[1].ptr, a[1].len, "DEBUG"))
+        px_upstream_send_alone(c->pinned, data, len);
+    else
+        px_upstream_send_raw(c->pinned, data, len);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1726,6 +1732,11 @@ static int classify(px_client *c, const resp_cmd_info *info) {
          * for one command, which no reply matching can pair (and DEBUG is
          * no production command): relayed as it comes */
         return argc >= 2 && resp_arg_is(a[1].ptr, a[1].len, "PROTOCOL") ? ACT_TUNNEL : ACT_FORWARD;
+    case CMD_SCRIPT:
+        /* SCRIPT DEBUG YES or SYNC puts the connection's next scripts
+         * under Lua's debugger, whose session then speaks on it: never on
+         * a connection other clients' EVALs share */
+        return argc >= 2 && resp_arg_is(a[1].ptr, a[1].len, "DEBUG") ? ACT_TUNNEL : ACT_FORWARD;
     default:
         break;
     }

@@ -675,7 +675,26 @@ void px_upstream_extend(px_upstream *u, px_req *r, const char *data, size_t len,
 }
 
 void px_upstream_send_raw(px_upstream *u, const char *data, size_t len) {
-    px_io_write(&u->io, data, len);
+    if (u->held.len == 0) {
+        px_io_write(&u->io, data, len);
+    } else if (resp_buf_append(&u->held, data, len) != 0) {
+        px_upstream_close(u, "out of memory");
+    }
+}
+
+void px_upstream_send_alone(px_upstream *u, const char *data, size_t len) {
+    if (u->handshake_left == 0 && u->head == NULL && u->held.len == 0) {
+        px_io_write(&u->io, data, len);
+    } else if (resp_buf_append(&u->held, data, len) != 0) {
+        px_upstream_close(u, "out of memory");
+    }
+}
+
+/* The held bytes go once Redis owes this connection no reply. */
+static void up_release_held(px_upstream *u) {
+    if (u->held.len == 0 || u->handshake_left > 0 || u->head != NULL) return;
+    px_io_write(&u->io, u->held.data, u->held.len);
+    resp_buf_deinit(&u->held);
 }
 
 /* Hands every pending request the error frame err (whole RESP frame); a
@@ -782,6 +801,7 @@ void px_upstream_free(px_upstream *u) {
     if (u->connect_ev != NULL) event_free(u->connect_ev);
     px_io_deinit(&u->io);
     resp_reply_deinit(&u->rp);
+    resp_buf_deinit(&u->held);
     free(u);
 }
 
@@ -929,6 +949,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
             u->state = PX_UP_READY;
             u->ever_ready = 1;
             if (u->pool) u->pool->backoff_ms = 0, u->pool->backoff_until_ms = 0;
+            up_release_held(u);
         }
         return;
     }
@@ -970,6 +991,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     u->npending--;
     r->pending = 0;
     r->next_up = NULL;
+    if (u->tunnel) up_release_held(u);
     if (r->kind == PX_REQ_TRACKING) {
         if (type != '-' && type != '!') u->tracked_epoch = r->fill_token;
         px_req_release(u->srv, r);

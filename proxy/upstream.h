@@ -228,6 +228,8 @@ typedef struct px_upstream {
                                   more), and the marker behind it is to be
                                   answered (px_upstream_send_reset_marker) */
     char reset_nonce[40];      /* that marker's */
+    resp_buf held;             /* tunnel: bytes for Redis held back until no
+                                  reply is awaited on it (px_upstream_send_alone) */
     int shared_index;          /* index in pool->shared, or -1 */
     uint64_t id;               /* for logs */
     uint64_t tracked_epoch;    /* tracking on, for this caching epoch (0: off) */
@@ -288,8 +290,14 @@ void px_upstream_send_ref(px_upstream *u, px_req *r, const char *frame, size_t l
  * loop's flush, or when the caller writes early (px_io_write_early). */
 void px_upstream_extend(px_upstream *u, px_req *r, const char *data, size_t len, int by_ref);
 
-/* Appends raw bytes with no reply expected to be matched (tunnels only). */
+/* Appends raw bytes with no reply expected to be matched (tunnels only);
+ * behind any held by px_upstream_send_alone. */
 void px_upstream_send_raw(px_upstream *u, const char *data, size_t len);
+/* The same, for a command Redis takes only on a connection that awaits no
+ * reply (SCRIPT DEBUG: "must be called outside a pipeline"): held, and
+ * what is sent after it, until the handshake and the internal requests
+ * before it are answered. */
+void px_upstream_send_alone(px_upstream *u, const char *data, size_t len);
 /* Behind a client's RESET in a tunnel: a command whose reply ends the
  * tunnel (px_client_on_tunnel_reset) once all before it was relayed. */
 void px_upstream_send_reset_marker(px_upstream *u);

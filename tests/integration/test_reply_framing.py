@@ -14,6 +14,8 @@ behind it: other clients' reads and writes.
   used to allow, while another client's writes wait behind it.
 - A RESP3 big number whose text is not digits: Redis passes a script's
   big_number string through.
+- SCRIPT DEBUG: the debugger's session speaks on the connection that asked
+  for it, which must be its client's alone (a tunnel).
 
 Each reply is compared with what a reference redis-server sends for the
 same commands (run with SIDECACHE_TARGET=direct, the tests hold for Redis
@@ -130,6 +132,31 @@ def test_deeply_nested_script_reply_leaves_other_clients_writes_alone(shared_pro
     finally:
         a.close()
         b.close()
+
+
+def test_script_debug_stays_on_the_connection_of_its_client(shared_proxy, ref):
+    """SCRIPT DEBUG YES puts the next EVAL of its connection under Lua's
+    debugger (Redis forks for the session, which then speaks on that
+    connection): through the proxy, the connection of the client that asked
+    for it, never the one other clients' EVALs share (they would stop in
+    the debugger, or get its output)."""
+    cmds = [("SCRIPT", "DEBUG", "YES"), ("EVAL", "return 1", "0")]
+    with ref.raw() as r:
+        want = [r.cmd(*x).raw for x in cmds]
+    assert want[0] == b"+OK\r\n" and b"Stopped at 1" in want[1], want
+
+    a = shared_proxy.raw()
+    others = [shared_proxy.raw() for _ in range(4)]
+    try:
+        assert a.cmd(*cmds[0]).raw == want[0]
+        for o in others:
+            assert o.cmd("EVAL", "return 1", "0").raw == b":1\r\n"
+        assert a.cmd(*cmds[1]).raw == want[1]
+        for o in others:
+            assert o.cmd("EVAL", "return 2", "0").raw == b":2\r\n"
+    finally:
+        for c in [a] + others:
+            c.close()
 
 
 @pytest.mark.redis(7, 0, "a script's big_number reply")
