@@ -9,6 +9,9 @@
 #include <string.h>
 
 static const resp_cmd_info cmd_table[] = {
+    /* a cluster's: the next command on the connection may be served for a
+     * slot being imported (one ASK redirection); never on a shared one */
+    {"ASKING", CMD_ASKING, CMDF_STICKY},
     {"AUTH", CMD_AUTH, CMDF_LOCAL},
     {"BLMOVE", CMD_BLMOVE, CMDF_BLOCKING},
     {"BLMPOP", CMD_BLMPOP, CMDF_BLOCKING},

@@ -454,6 +454,12 @@ static int watch_ahead_allowed(px_client *c, px_upstream *u, px_req *r) {
     /* only a client that waits for the +OK gains from it: one that sent
      * more (say MULTI … EXEC in the same write) gets Redis's own answer */
     if (px_io_input_len(&c->io) != c->rq.frame_len) return 0;
+    /* on a cluster (key-prefix with a hash tag), a key of another slot
+     * gets MOVED or CROSSSLOT, which the client must see, not +OK */
+    const char *prefix = c->srv->cfg->key_prefix;
+    int slot = cluster_prefix_slot(prefix, strlen(prefix));
+    for (int i = 1; slot >= 0 && i < c->rq.argc; i++)
+        if (cluster_key_slot(c->rq.argv[i].ptr, c->rq.argv[i].len) != (unsigned)slot) return 0;
     /* the +OK goes out at once only if no earlier reply is awaited */
     return c->slots_head == r && u->state == PX_UP_READY;
 }
@@ -1154,9 +1160,9 @@ static void enter_tunnel(px_client *c, const char *frame) {
  * itself, as Redis checks it when queuing (unknown command, arity, ACL,
  * OOM, MISCONF, ...), with MULTI <command> DISCARD — a contiguous triple on
  * the shared connection that runs nothing — and the client gets Redis's
- * own answer (+QUEUED or the error). At EXEC, once every check is answered:
- * a transaction with a refused command gets EXECABORT (as from Redis: it
- * ran nothing); otherwise MULTI, the commands and EXEC go as one block.
+ * own answer (+QUEUED or the error). At EXEC, once every check is answered,
+ * MULTI, the commands and EXEC go as one block (txn_local_exec; behind a
+ * refused command, aborted as Redis aborts it).
  * Commands with connection state (SELECT, nested MULTI, WATCH, commands
  * answered here outside MULTI, ...) and oversized transactions move it to a
  * connection of the client's own (txn_local_to_pinned).
@@ -1189,6 +1195,21 @@ static void txn_local_end(px_client *c, int exec) {
 
 static int client_dispatch(px_client *c, const char *frame);
 
+/* A command Redis refuses at queue time whatever the user or memory
+ * (arity is checked first): sent inside MULTI, it flags Redis's
+ * transaction, whose EXEC then aborts; its reply is dropped. Returns 0, or
+ * -1 with the client closed (out of memory). */
+static int send_refused_cmd(px_client *c, px_upstream *u) {
+    static const char refused_cmd[] = "*1\r\n$3\r\nGET\r\n";
+    px_req *r = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
+    if (r == NULL) {
+        client_close(c, "out of memory");
+        return -1;
+    }
+    px_upstream_send(u, r, refused_cmd, sizeof refused_cmd - 1);
+    return 0;
+}
+
 /* The transaction so far goes to a connection of the client's own, and the
  * current command follows it there, for Redis to answer. */
 static int txn_local_to_pinned(px_client *c, const char *frame) {
@@ -1206,13 +1227,7 @@ static int txn_local_to_pinned(px_client *c, const char *frame) {
          * may pass now, but the client was told it failed, and EXEC must
          * abort. A command Redis refuses at queue time whatever the user or
          * memory (arity is checked first) flags Redis's transaction too. */
-        static const char refused_cmd[] = "*1\r\n$3\r\nGET\r\n";
-        px_req *r = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
-        if (r == NULL) {
-            client_close(c, "out of memory");
-            return DISPATCH_DONE;
-        }
-        px_upstream_send(c->pinned, r, refused_cmd, sizeof refused_cmd - 1);
+        if (send_refused_cmd(c, c->pinned) != 0) return DISPATCH_DONE;
     }
     c->in_multi = 1;
     c->txn_local = 0; /* the queued keys stay in txn_keys for EXEC */
@@ -1224,8 +1239,12 @@ static int txn_local_to_pinned(px_client *c, const char *frame) {
 }
 
 /* EXEC: MULTI, the queued commands and EXEC, one block on the shared
- * connection; the EXEC's record carries the keys to invalidate again. */
-static int txn_local_exec(px_client *c) {
+ * connection; the EXEC's record carries the keys to invalidate again.
+ * dirty: Redis refused a queued command, so the block ends with one it
+ * refuses whatever happened since, and the EXEC aborts; but Redis checks
+ * EXEC itself first (its ACL, a busy script, a cluster's slots for the
+ * queued keys, ...), and the client gets that answer as Redis gives it. */
+static int txn_local_exec(px_client *c, int dirty) {
     px_upstream *u = shared_conn(c);
     if (u == NULL) {
         txn_local_end(c, 0);
@@ -1238,6 +1257,7 @@ static int txn_local_exec(px_client *c) {
         client_close(c, "out of memory");
         return DISPATCH_DONE;
     }
+    if (dirty && send_refused_cmd(c, u) != 0) return DISPATCH_DONE;
     px_req *r = forward_to(c, u, PX_REQ_CLIENT, exec_cmd, sizeof exec_cmd - 1, 0);
     if (r == NULL) {
         /* MULTI and the commands went without EXEC: the connection is
@@ -1288,8 +1308,8 @@ static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) 
         reply_error(c, "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command");
         return DISPATCH_DONE;
     }
+    if (id == CMD_EXEC && c->pool->txn_denied != px_acl_mark(c->srv)) return txn_local_exec(c, c->txn_dirty);
     if (id == CMD_EXEC && !c->txn_dirty) {
-        if (c->pool->txn_denied != px_acl_mark(c->srv)) return txn_local_exec(c);
         /* MULTI is refused to this identity now: the block's commands would
          * run one by one. Nothing ran; disconnected, as on a lost
          * connection. */
@@ -1297,6 +1317,8 @@ static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) 
         return DISPATCH_DONE;
     }
     if (id == CMD_EXEC) {
+        /* (no block without MULTI: what Redis says of a transaction with
+         * a refused command, unless EXEC itself is refused) */
         txn_local_end(c, 0);
         reply_error(c, "EXECABORT Transaction discarded because of previous errors.");
         return DISPATCH_DONE;

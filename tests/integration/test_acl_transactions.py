@@ -214,6 +214,48 @@ def test_exec_denied_leaves_local_transactions_as_redis_has_them(proxy, upstream
     assert upstream.client().mget("k1", "k2") == [None, None]
 
 
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-by-one", "pipelined"])
+def test_exec_denied_after_a_refused_command_is_named_as_redis_names_it(proxy, upstream, ref, pipelined):
+    """EXEC denied, and a command of the transaction refused when queued
+    (unknown): Redis checks EXEC itself before it looks at that refusal,
+    and its EXECABORT names EXEC's NOPERM, not "previous errors". Nothing
+    ran."""
+    deny(upstream, "exec")
+    deny(ref, "exec")
+    steps = [("MULTI",), ("SET", "a", "1"), ("NOSUCHCMD", "x"), ("EXEC",), ("GET", "a")]
+    with proxy.raw() as c, ref.raw() as r:
+        want = transcript(r, steps)
+        if pipelined:
+            c.send(b"".join(encode(*s) for s in steps))
+            got = [f.raw for f in c.read_frames(len(steps))]
+        else:
+            got = transcript(c, steps)
+    assert want[3].startswith(b"-EXECABORT Transaction discarded because of: NOPERM"), want
+    assert got == want, (got, want)
+    assert upstream.client().get("a") is None
+
+
+def test_a_refused_command_still_aborts_exec_when_redis_would_take_it_now(proxy, upstream, ref):
+    """A command refused when queued (OOM under maxmemory 1), then the
+    limit lifted before EXEC: Redis aborts the transaction for that
+    refusal, and so must the proxy, although the command, checked again,
+    would pass now. Nothing ran."""
+    steps = [("MULTI",), ("SET", "a", "1"), ("SET", "b", "2")]
+    with proxy.raw() as c, ref.raw() as r:
+        want, got = [], []
+        for conn, server, out in ((r, ref, want), (c, upstream, got)):
+            out.append(conn.cmd(*steps[0]).raw)
+            out.append(conn.cmd(*steps[1]).raw)
+            server.client().config_set("maxmemory", "1")
+            out.append(conn.cmd(*steps[2]).raw)
+            server.client().config_set("maxmemory", "0")
+            out.append(conn.cmd("EXEC").raw)
+    assert want[2].startswith(b"-OOM"), want
+    assert want[3] == b"-EXECABORT Transaction discarded because of previous errors.\r\n", want
+    assert got == want, (got, want)
+    assert upstream.client().mget("a", "b") == [None, None]
+
+
 DISCARD_DENIED_STEPS = {
     # nothing queued: the proxy has not asked Redis anything yet
     "empty": [("MULTI",), ("DISCARD",), ("SET", "k", "v"), ("EXEC",), ("GET", "k")],

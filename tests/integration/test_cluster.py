@@ -873,3 +873,55 @@ def test_a_transaction_whose_exec_gets_moved_ran_nothing(proxy_factory, two_mast
     assert "Redis refused a MULTI, EXEC or DISCARD" not in log, log[-2000:]
     with a.raw(auth=True) as ca:
         assert ca.call("EXISTS", *("{1}k%d" % i for i in range(n))) == 0
+
+
+def watch_ahead_count(c):
+    info = c.call("INFO", "sidecache").decode()
+    return int(info.split("watch_ahead:")[1].split("\r\n")[0])
+
+
+def test_a_watch_of_another_slot_gets_redis_answer_not_one_ahead(proxy_factory, two_masters):
+    """WATCH is answered ahead (+OK once it is on its way) only where
+    Redis's answer is known to be +OK: on a cluster, a key outside the
+    volume's slot may be another master's (MOVED) or two slots
+    (CROSSSLOT). The client gets Redis's answer for those, and keeps its
+    connection; a WATCH of the volume's keys is still answered ahead."""
+    a, b, id_a, id_b = two_masters
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
+    # {2}: slot 5649, A's; y: slot 12222, B's, but not {1}'s 9842
+    cases = [("WATCH", "{2}x"), ("WATCH", "{1}a", "y")]
+    with b.raw(auth=True) as d:
+        want = [d.cmd(*w).raw for w in cases]
+        assert d.cmd("UNWATCH").raw == b"+OK\r\n"
+    assert want[0].startswith(b"-MOVED ") and want[1].startswith(b"-CROSSSLOT"), want
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert c.cmd("WATCH", "{1}a").raw == b"+OK\r\n"    # Redis's: teaches that WATCH is allowed
+        assert c.cmd("UNWATCH").raw == b"+OK\r\n"
+        before = watch_ahead_count(c)
+        assert c.cmd("WATCH", "{1}a", "{1}b").raw == b"+OK\r\n"
+        assert watch_ahead_count(c) == before + 1, "a WATCH of the volume's keys is answered ahead"
+        assert c.cmd("UNWATCH").raw == b"+OK\r\n"
+        for w, reply in zip(cases, want):
+            assert c.cmd(*w).raw == reply
+        assert c.cmd("PING").raw == b"+PONG\r\n"
+        assert watch_ahead_count(c) == before + 1
+
+
+def test_asking_sets_the_flag_of_its_own_client_only(proxy_factory, two_masters):
+    """ASKING lets the next command of its connection be served for a slot
+    the node is importing (after an ASK). Through the proxy that is the
+    connection of the client that sent it: its GET is served, as on Redis,
+    and another client's GET of that slot, on the shared connection, still
+    gets MOVED."""
+    a, b, id_a, id_b = two_masters
+    with b.raw(auth=True) as d:
+        assert d.call("CLUSTER", "SETSLOT", "5649", "IMPORTING", id_a) == b"OK"   # {2}: A's slot
+        want = [d.cmd("ASKING").raw, d.cmd("GET", "{2}k").raw, d.cmd("GET", "{2}k").raw]
+    assert want[:2] == [b"+OK\r\n", b"$-1\r\n"] and want[2].startswith(b"-MOVED 5649 "), want
+    p = proxy_factory(up=b, args=("--upstream-connections", "1"))
+    with p.raw(auth=True) as x, p.raw(auth=True) as y:
+        assert x.cmd("ASKING").raw == want[0]
+        assert y.cmd("GET", "{2}k").raw == want[2], "ASKING reached another client's command"
+        assert x.cmd("GET", "{2}k").raw == want[1]
+        assert x.cmd("GET", "{2}k").raw == want[2]

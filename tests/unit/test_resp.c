@@ -359,15 +359,15 @@ static void check_split_dependent(int line, const char *in, size_t len, const re
  * filter in front of the search must not hide a name). */
 static void test_cmd_lookup(void) {
     static const struct { const char *name; int id; } known[] = {
-        {"AUTH", CMD_AUTH}, {"BLMOVE", CMD_BLMOVE}, {"BLMPOP", CMD_BLMPOP}, {"BLPOP", CMD_BLPOP},
-        {"BRPOP", CMD_BRPOP}, {"BRPOPLPUSH", CMD_BRPOPLPUSH}, {"BZMPOP", CMD_BZMPOP},
+        {"ASKING", CMD_ASKING}, {"AUTH", CMD_AUTH}, {"BLMOVE", CMD_BLMOVE}, {"BLMPOP", CMD_BLMPOP},
+        {"BLPOP", CMD_BLPOP}, {"BRPOP", CMD_BRPOP}, {"BRPOPLPUSH", CMD_BRPOPLPUSH}, {"BZMPOP", CMD_BZMPOP},
         {"BZPOPMAX", CMD_BZPOPMAX}, {"BZPOPMIN", CMD_BZPOPMIN}, {"CLIENT", CMD_CLIENT},
         {"DISCARD", CMD_DISCARD}, {"ECHO", CMD_ECHO}, {"EXEC", CMD_EXEC}, {"HELLO", CMD_HELLO},
         {"MONITOR", CMD_MONITOR}, {"MULTI", CMD_MULTI}, {"PING", CMD_PING},
         {"PSUBSCRIBE", CMD_PSUBSCRIBE}, {"PSYNC", CMD_PSYNC}, {"QUIT", CMD_QUIT},
         {"READONLY", CMD_READONLY}, {"READWRITE", CMD_READWRITE}, {"RESET", CMD_RESET},
-        {"SELECT", CMD_SELECT}, {"SSUBSCRIBE", CMD_SSUBSCRIBE}, {"SUBSCRIBE", CMD_SUBSCRIBE},
-        {"SYNC", CMD_SYNC}, {"UNWATCH", CMD_UNWATCH}, {"WAIT", CMD_WAIT}, {"WAITAOF", CMD_WAITAOF},
+        {"SCRIPT", CMD_SCRIPT}, {"SELECT", CMD_SELECT}, {"SSUBSCRIBE", CMD_SSUBSCRIBE},
+        {"SUBSCRIBE", CMD_SUBSCRIBE}, {"SYNC", CMD_SYNC}, {"UNWATCH", CMD_UNWATCH}, {"WAIT", CMD_WAIT}, {"WAITAOF", CMD_WAITAOF},
         {"WATCH", CMD_WATCH}, {"XREAD", CMD_XREAD}, {"XREADGROUP", CMD_XREADGROUP},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
