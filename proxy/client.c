@@ -1816,6 +1816,13 @@ static int client_dispatch(px_client *c, const char *frame) {
     if (c->mode == PX_MODE_TUNNEL) {
         const char *data;
         size_t len;
+        if (c->pinned != NULL && c->pinned->held.len > 0) {
+            /* SCRIPT DEBUG is held until Redis has answered the handshake:
+             * what follows it waits unread, not in memory here, and is
+             * read once the held bytes are written (px_client_upstream_drained) */
+            c->backlogged = 1;
+            return DISPATCH_WAIT;
+        }
         /* no reply is matched in a tunnel: a write invalidates when sent,
          * and Redis's own invalidation follows */
         px_caching_on_send(c, NULL, NULL, 0, 0);

@@ -688,6 +688,23 @@ def test_a_cross_slot_transaction_gets_crossslot_and_nothing_else_changes(proxy_
         assert "refused a MULTI, EXEC or DISCARD" not in f.read()
 
 
+@pytest.mark.parametrize("at", [2, 3], ids=["refused-between", "refused-last"])
+def test_a_cross_slot_transaction_with_a_refused_command_as_redis_answers_it(proxy_factory, cluster_node, at):
+    """The same with an unknown command queued: Redis's EXEC answer depends
+    on where (after both writes: -CROSSSLOT, the slots of EXEC's queued keys
+    being checked before the refusal), and the proxy's is Redis's."""
+    p = proxy_factory(up=cluster_node, args=("--key-prefix", "{1}"))
+    cmds = [("MULTI",), ("SET", "{a}k", "1"), ("SET", "{b}k", "2"), ("EXEC",)]
+    cmds.insert(at, ("NOSUCHCMD",))
+    with cluster_node.raw(auth=True) as d:
+        want = [f.raw for f in d.pipeline(cmds)]
+    assert at != 3 or want[-1].startswith(b"-CROSSSLOT"), want
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert [f.raw for f in c.pipeline(cmds)] == want
+        assert c.cmd("GET", "{1}x").raw == b"$-1\r\n"
+
+
 @pytest.mark.parametrize("late", ["moved", "cluster-slots"])
 def test_a_late_answer_of_the_first_old_node_does_not_move_the_upstream_back(proxy_factory, redis_factory, late):
     """The slot moves twice, B to A to C, and the proxy follows. W, a

@@ -134,7 +134,8 @@ def test_deeply_nested_script_reply_leaves_other_clients_writes_alone(shared_pro
         b.close()
 
 
-def test_script_debug_stays_on_the_connection_of_its_client(shared_proxy, ref):
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-by-one", "pipelined"])
+def test_script_debug_stays_on_the_connection_of_its_client(shared_proxy, ref, pipelined):
     """SCRIPT DEBUG YES puts the next EVAL of its connection under Lua's
     debugger (Redis forks for the session, which then speaks on that
     connection): through the proxy, the connection of the client that asked
@@ -142,16 +143,32 @@ def test_script_debug_stays_on_the_connection_of_its_client(shared_proxy, ref):
     the debugger, or get its output)."""
     cmds = [("SCRIPT", "DEBUG", "YES"), ("EVAL", "return 1", "0")]
     with ref.raw() as r:
-        want = [r.cmd(*x).raw for x in cmds]
-    assert want[0] == b"+OK\r\n" and b"Stopped at 1" in want[1], want
+        if pipelined:
+            # (the session Redis forks for takes the connection before
+            # SCRIPT DEBUG's +OK is written: the client gets only the
+            # debugger's output)
+            r.send(b"".join(encode(*x) for x in cmds))
+            want = [r.read_frame(timeout=10).raw]
+            r.expect_silence(0.3)
+        else:
+            want = [r.cmd(*x).raw for x in cmds]
+    assert b"Stopped at 1" in want[-1], want
 
     a = shared_proxy.raw()
     others = [shared_proxy.raw() for _ in range(4)]
     try:
-        assert a.cmd(*cmds[0]).raw == want[0]
+        if pipelined:
+            # the EVAL waits behind the SCRIPT DEBUG, which waits for the
+            # new connection's handshake
+            a.send(b"".join(encode(*x) for x in cmds))
+            assert [a.read_frame(timeout=10).raw] == want
+            a.expect_silence(0.3)
+        else:
+            assert a.cmd(*cmds[0]).raw == want[0]
         for o in others:
             assert o.cmd("EVAL", "return 1", "0").raw == b":1\r\n"
-        assert a.cmd(*cmds[1]).raw == want[1]
+        if not pipelined:
+            assert a.cmd(*cmds[1]).raw == want[1]
         for o in others:
             assert o.cmd("EVAL", "return 2", "0").raw == b":2\r\n"
     finally:
