@@ -121,10 +121,6 @@ extra="${ssock:+ unix}${bport:+ baseline}"
 
 bu() { "$BATCHUNLINK_BIN" --files "$FILES" --batch "$BATCH" "$@"; }
 
-# cpu_ticks: the machine's steal and total CPU ticks (/proc/stat). Steal is
-# time the hypervisor gave the vCPUs to other machines: on a shared host it
-# stretches whichever run it lands in, and the report shows how much did.
-cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t }' /proc/stat; }
 
 
 report_files batch-unlink
@@ -231,7 +227,6 @@ side_table() {
   done
 }
 
-ms() { awk -v a="$1" 'BEGIN { if (a != "") printf "%.2f", a / 1000; else printf "n/a" }'; }
 for L in $LATENCIES; do
   for v in $VARIANTS; do
     declare -A m=() m50=() m99=()

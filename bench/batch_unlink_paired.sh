@@ -63,7 +63,6 @@ toxside=$toxport_added
 log "$(versions_line); direct: toxiproxy :$toxdirect → redis :$rdirect; sidecache → toxiproxy :$toxside → redis :$rside (loopback: → redis :$rside)"
 
 bu() { "$BATCHUNLINK_BIN" --files "$FILES" --batch "$BATCH" "$@"; }
-cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t }' /proc/stat; }
 step_names=("WATCH i d" "GET i" "HMGET" "WATCH inodes" "MGET" "MULTI..EXEC" "UNWATCH")
 
 report_files batch-unlink-paired
@@ -123,7 +122,6 @@ for L in $LATENCIES; do
 done
 toxi_set_latency 0
 
-ms() { awk -v a="$1" 'BEGIN { if (a != "") printf "%.2f", a / 1000; else printf "n/a" }'; }
 over=0
 {
   echo "# Batch unlink, direct and through sidecache in turn, transaction by transaction ($stamp)"

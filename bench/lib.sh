@@ -344,6 +344,12 @@ fg() {
   return "$rc"
 }
 
+# cpu_ticks: the machine's steal and total CPU ticks (/proc/stat). Steal is
+# time the hypervisor gave the vCPUs to other machines: on a shared host it
+# stretches whichever run it lands in, and the reports show how much did.
+cpu_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t }' /proc/stat; }
+ms() { awk -v a="$1" 'BEGIN { if (a != "") printf "%.2f", a / 1000; else printf "n/a" }'; } # µs -> ms, or n/a
+
 ratio() { # A B [DIGITS]: A / B with DIGITS decimals (2), or empty
   if [ -n "$1" ] && [ -n "$2" ]; then awk -v a="$1" -v b="$2" -v d="${3:-2}" 'BEGIN { if (b > 0) printf "%.*f", d, a / b }'; fi
 }

@@ -674,20 +674,20 @@ void px_upstream_extend(px_upstream *u, px_req *r, const char *data, size_t len,
         px_io_write(&u->io, data, len);
 }
 
-void px_upstream_send_raw(px_upstream *u, const char *data, size_t len) {
-    if (u->held.len == 0) {
+/* Writes data now, or holds it behind what is held (up_release_held). */
+static void up_write_or_hold(px_upstream *u, const char *data, size_t len, int hold) {
+    if (!hold && u->held.len == 0)
         px_io_write(&u->io, data, len);
-    } else if (resp_buf_append(&u->held, data, len) != 0) {
+    else if (resp_buf_append(&u->held, data, len) != 0)
         px_upstream_close(u, "out of memory");
-    }
+}
+
+void px_upstream_send_raw(px_upstream *u, const char *data, size_t len) {
+    up_write_or_hold(u, data, len, 0);
 }
 
 void px_upstream_send_alone(px_upstream *u, const char *data, size_t len) {
-    if (u->handshake_left == 0 && u->head == NULL && u->held.len == 0) {
-        px_io_write(&u->io, data, len);
-    } else if (resp_buf_append(&u->held, data, len) != 0) {
-        px_upstream_close(u, "out of memory");
-    }
+    up_write_or_hold(u, data, len, u->handshake_left > 0 || u->head != NULL);
 }
 
 /* The held bytes go once Redis owes this connection no reply. */
