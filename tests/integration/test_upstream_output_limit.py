@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from cachehelpers import wait_first_acl_check
 from faulthelpers import Metrics
 from helpers import ConnectionClosed, encode, free_port
 from test_slow_clients import BackgroundSend, stopped
@@ -24,6 +25,10 @@ def limited_proxy(proxy_factory, limit, *args, loglevel="notice"):
     mport = free_port()
     p = proxy_factory(args=("--upstream-output-limit", limit, "--metrics-port", str(mport),
                             "--upstream-timeout", "0") + args, loglevel=loglevel)
+    # the first ACL LIST makes the proxy ask Redis again what it learned
+    # before (PING's permission too): the PING below must come after it, or
+    # the one sent while Redis stalls would wait for Redis
+    wait_first_acl_check(p)
     c = p.raw(auth=True)
     assert c.call("PING") == b"PONG"
     return p, Metrics(mport), c
