@@ -32,7 +32,7 @@ ifneq ($(SANITIZE),1)
     LTO ?= -flto=auto -ffat-lto-objects
   endif
 endif
-LIBS    := -levent_openssl -levent -lssl -lcrypto -lm
+LIBS    := -levent_openssl -levent -lssl -lcrypto -lm -pthread
 
 PROTOCOL_SRC := $(wildcard protocol/*.c)
 CACHE_SRC    := $(wildcard cache/*.c)

@@ -34,6 +34,7 @@
 #include "proxy/follow.h"
 #include "proxy/io.h"
 #include "proxy/log.h"
+#include "proxy/resolve.h"
 #include "proxy/sentinel.h"
 #include "proxy/sockopt.h"
 #include "proxy/tls.h"
@@ -418,8 +419,8 @@ int px_same_address(const struct sockaddr_storage *a, unsigned alen, const struc
 }
 
 /* The upstream's socket address, resolved once and again after a failed
- * connect. getaddrinfo blocks, but only then: at most once per back-off
- * period while Redis is unreachable. Returns 0, or -1 with a reason. */
+ * connect: a name waits on the event loop at most PX_RESOLVE_WAIT_MS
+ * (resolve.h). Returns 0, or -1 with a reason. */
 int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, unsigned *salen, char *why,
                        size_t whylen) {
     if (a->is_unix) {
@@ -430,21 +431,7 @@ int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, u
         *salen = sizeof *sun;
         return 0;
     }
-    struct addrinfo hints, *res = NULL;
-    char port[16];
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    snprintf(port, sizeof port, "%d", a->port);
-    int rc = getaddrinfo(a->host, port, &hints, &res);
-    if (rc != 0 || res == NULL) {
-        snprintf(why, whylen, "%s", rc ? gai_strerror(rc) : "no address");
-        return -1;
-    }
-    memcpy(sa, res->ai_addr, res->ai_addrlen);
-    *salen = (unsigned)res->ai_addrlen;
-    freeaddrinfo(res);
-    return 0;
+    return px_resolve(a->host, a->port, sa, salen, why, whylen);
 }
 
 int px_upstream_resolve(px_server *srv, char *why, size_t whylen) {

@@ -319,7 +319,8 @@ void px_upstream_close(px_upstream *u, const char *why);
 void px_upstream_free(px_upstream *u);
 
 /* Resolves the upstream address into srv->up_sa (once; again after a failed
- * connect reset it). Returns 0, or -1 with a reason in why. May block on DNS. */
+ * connect reset it). Returns 0, or -1 with a reason in why. A name waits
+ * at most PX_RESOLVE_WAIT_MS (proxy/resolve.h). */
 int px_upstream_resolve(px_server *srv, char *why, size_t whylen);
 
 /* An IPv4 or IPv6 address as text (no brackets) and its port: 0, or -1
@@ -332,7 +333,8 @@ const char *px_format_address(const struct sockaddr_storage *sa, unsigned salen,
 int px_same_address(const struct sockaddr_storage *a, unsigned alen, const struct sockaddr_storage *b, unsigned blen);
 
 /* An address (host and port, or a unix path) as a socket address. Returns 0,
- * or -1 with a reason in why. May block on DNS. */
+ * or -1 with a reason in why. A name waits at most PX_RESOLVE_WAIT_MS
+ * (proxy/resolve.h). */
 int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, unsigned *salen, char *why,
                        size_t whylen);
 

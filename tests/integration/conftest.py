@@ -29,9 +29,9 @@ Fixtures
   upstream, used as the reference that proxy replies are compared with
   (comparing against a separate server keeps the two runs from seeing each
   other's keys, clients and MONITOR lines).
-- proxy_factory(upstream=None, args=(), upstream_url=None, nofile=None) ->
+- proxy_factory(upstream=None, args=(), upstream_url=None, nofile=None, env=None) ->
   the proxy (a ProxyProcess; nofile=(soft, hard) starts it with that
-  RLIMIT_NOFILE), or a DirectTarget in direct mode. Each proxy gets its own
+  RLIMIT_NOFILE, env adds to its environment), or a DirectTarget in direct mode. Each proxy gets its own
   port and log file; at teardown it gets SIGTERM and must exit 0 within 5 s
   (a sanitizer report makes that fail too), and a proxy that died during the
   test (crash) fails the test with its log.
@@ -183,7 +183,7 @@ def ref(ref_factory, upstream):
 def proxy_factory(tmp_path_factory, upstream, request):
     proxies = []
 
-    def make(up=None, args=(), upstream_url=None, loglevel="notice", nofile=None):
+    def make(up=None, args=(), upstream_url=None, loglevel="notice", nofile=None, env=None):
         up = up or upstream
         if TARGET == "direct":
             t = DirectTarget(up)
@@ -195,7 +195,7 @@ def proxy_factory(tmp_path_factory, upstream, request):
                         pytrace=False)
         p = ProxyProcess(SIDECACHE_BIN, tmp_path_factory.mktemp("sidecache"), up,
                          upstream_url=upstream_url, args=EXTRA_ARGS + tuple(args), loglevel=loglevel,
-                         nofile=nofile)
+                         nofile=nofile, env=env)
         proxies.append(p)
         _current_procs.append(p)
         p.start()

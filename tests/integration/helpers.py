@@ -666,8 +666,9 @@ class ProxyProcess(Endpoint):
     is_proxy = True
 
     def __init__(self, binary, workdir, upstream, upstream_url=None, args=(),
-                 loglevel="notice", nofile=None):
+                 loglevel="notice", nofile=None, env=None):
         self.binary = binary
+        self.env = None if env is None else dict(os.environ, **env)  # added to the test's own
         self.nofile = nofile  # RLIMIT_NOFILE (soft, hard) to start with, or None
         self.workdir = str(workdir)
         os.makedirs(self.workdir, exist_ok=True)
@@ -693,7 +694,7 @@ class ProxyProcess(Endpoint):
         out = open(self.outpath, "wb")
         try:
             self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
-                                         stdout=out, stderr=subprocess.STDOUT,
+                                         stdout=out, stderr=subprocess.STDOUT, env=self.env,
                                          cwd=self.workdir, preexec_fn=self._preexec)
         finally:
             out.close()
