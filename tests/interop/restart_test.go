@@ -104,7 +104,13 @@ func TestLookupInFlightWhenTheUpstreamConnectionIsLostIsRetried(t *testing.T) {
 		}
 	}
 	slept := make(chan error, 1)
-	go func() { slept <- nodeClient(t, rport).Do(ctx, "DEBUG", "SLEEP", "3").Err() }()
+	// its own client: go-redis's default read timeout is the sleep's 3 s,
+	// and a reply a little late (an ASan build on a loaded machine) was a
+	// timeout, retried: Redis slept 3 s four times over
+	sleeper := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(rport), ReadTimeout: 20 * time.Second,
+		MaxRetries: -1})
+	t.Cleanup(func() { _ = sleeper.Close() })
+	go func() { slept <- sleeper.Do(ctx, "DEBUG", "SLEEP", "3").Err() }()
 	time.Sleep(300 * time.Millisecond)
 	res, err := c.EvalSha(ctx, jfsLookupSHA, []string{"d1", "f"}).Result()
 	if err != nil {
