@@ -28,8 +28,19 @@
 # (batch-unlink-paired-<time>.md/.csv). With BATCHUNLINK_STEPS set, a table
 # of the mean time of each step too.
 #
+# TRACK_DIRECT=1 starts a second sidecache on direct's Redis for each row,
+# which nothing reaches: it only holds its invalidation connection (as
+# another mount's proxy would), so Redis tracks direct's writes too and
+# writes their invalidations to it. Both targets then pay Redis's tracking
+# work alike, and the ratio is what sidecache's own work costs.
+#
+# HOP=relay puts bench/relay.c (a relay that forwards bytes, nothing else)
+# where sidecache is: the same pairing gives what one more hop costs on its
+# own, the floor of any proxy that forwards every round trip.
+#
 # Environment (all optional): FILES (100000), LATENCIES ("loopback 0 500"),
-# REPEAT (3), BATCH (250), PREWARM (1), GOAL (1.05), BATCHUNLINK_STEPS,
+# REPEAT (3), BATCH (250), PREWARM (1), GOAL (1.05), HOP (sidecache or relay),
+# TRACK_DIRECT, BATCHUNLINK_STEPS,
 # TOXIC_STREAM, CALIBRATE, RTT_SAMPLES (see latency.sh), RESULTS_DIR,
 # SIDECACHE_BIN, SIDECACHE_ARGS, REDIS_SERVER, TOXIPROXY_BIN, LOADGEN_BIN,
 # BATCHUNLINK_BIN, BENCH_TIMEOUT.
@@ -44,6 +55,8 @@ REPEAT=${REPEAT:-3}
 BATCH=${BATCH:-250}
 PREWARM=${PREWARM:-1}
 GOAL=${GOAL:-1.05}
+HOP=${HOP:-sidecache}
+case "$HOP" in sidecache|relay) ;; *) die "HOP: sidecache or relay, not '$HOP'" ;; esac
 positive_ints FILES REPEAT BATCH
 for L in $LATENCIES; do [[ "$L" == loopback || "$L" =~ ^[0-9]+$ ]] || die "LATENCIES: µs or loopback, not '$L'"; done
 
@@ -63,45 +76,56 @@ toxside=$toxport_added
 log "$(versions_line); direct: toxiproxy :$toxdirect → redis :$rdirect; sidecache → toxiproxy :$toxside → redis :$rside (loopback: → redis :$rside)"
 
 bu() { "$BATCHUNLINK_BIN" --files "$FILES" --batch "$BATCH" "$@"; }
+# start_hop NAME UPSTREAM_PORT: sidecache or the relay (HOP); sets $sport
+start_hop() {
+  if [ "$HOP" = relay ]; then start_relay "$1" "$2"; sport=$rlport; else start_sidecache "$1" "$2"; fi
+}
 step_names=("WATCH i d" "GET i" "HMGET" "WATCH inodes" "MGET" "MULTI..EXEC" "UNWATCH")
 
 report_files batch-unlink-paired
 declare -A secs_l bp50_l bp99_l toxic_of rtt_of steal_l step_l
 for L in $LATENCIES; do
+  [ -z "${TRACK_DIRECT:-}" ] || start_sidecache "tracker-$L" "$rdirect"
   # a sidecache for this row only: one up in another row would track the
   # same keys, and Redis's invalidations to it cost CPU in sidecache's turns
   if [ "$L" = loopback ]; then
-    start_sidecache "sidecache-$L" "$rside"
+    start_hop "$HOP-$L" "$rside"
     dport=$rdirect sport_l=$sport
     toxic_of[$L]=-; rtt_of[$L]=$(toxi_rtt "$rdirect")
     log "L=loopback: no toxiproxy, GET round trip p50 ${rtt_of[$L]} µs"
   else
-    start_sidecache "sidecache-$L" "$toxside"
+    start_hop "$HOP-$L" "$toxside"
     dport=$toxdirect sport_l=$sport
     toxi_calibrate "$L"
     toxic_of[$L]=$toxic_us; rtt_of[$L]=$rtt_us
   fi
   for rep in $(seq "$REPEAT"); do
     flush_redis "$rdirect"
-    flush_redis "$rside" "$sport_l"
+    # a sidecache with its cache on must show it empty again (a relay, or
+    # SIDECACHE_ARGS=--cache-max-memory 0, has none)
+    if [ "$HOP" = sidecache ] && [ "$(info_field "$sport_l" cache_enabled)" = 1 ]; then
+      flush_redis "$rside" "$sport_l"
+    else
+      flush_redis "$rside"
+    fi
     bu -p "$rdirect" --populate --quiet || die "populate (direct) failed"
     bu -p "$rside" --populate --quiet || die "populate (sidecache) failed"
     if [ "$PREWARM" = 1 ]; then
       bu -p "$dport" --prewarm --quiet || die "prewarm direct failed"
-      bu -p "$sport_l" --prewarm --quiet || die "prewarm through sidecache failed"
+      bu -p "$sport_l" --prewarm --quiet || die "prewarm through $HOP failed"
     fi
     out=$work/run-$L-$rep.csv
     log "L=$L paired unlink (run $rep/$REPEAT, $FILES files each)"
     read -r steal0 ticks0 < <(cpu_ticks)
     rc=0
-    fg "$BATCHUNLINK_BIN" -p "$dport" --pair-port "$sport_l" --label direct --pair-label sidecache --unlink \
+    fg "$BATCHUNLINK_BIN" -p "$dport" --pair-port "$sport_l" --label direct --pair-label "$HOP" --unlink \
       --files "$FILES" --batch "$BATCH" --no-header >"$out" 2>"$out.err" || rc=$?
     read -r steal1 ticks1 < <(cpu_ticks)
     [ "$rc" = 0 ] || { cat "$out.err" >&2; die "the paired unlink failed (exit $rc)"; }
     steal_l[$L]+=" $(awk -v s=$((steal1 - steal0)) -v t=$((ticks1 - ticks0)) 'BEGIN { printf "%.1f", (t > 0 ? 100 * s / t : 0) }')"
     grep 'paired' "$out.err" >&2 || true
     if [ -n "${BATCHUNLINK_STEPS:-}" ]; then
-      for t in direct sidecache; do
+      for t in direct "$HOP"; do
         i=0
         while read -r mean; do
           step_l[$L,$t,$i]+=" $mean"; i=$((i + 1))
@@ -118,32 +142,33 @@ for L in $LATENCIES; do
     done <"$out"
     check_alive
   done
-  stop "sidecache-$L"
+  stop "$HOP-$L"
+  [ -z "${TRACK_DIRECT:-}" ] || stop "tracker-$L"
 done
 toxi_set_latency 0
 
 over=0
 {
-  echo "# Batch unlink, direct and through sidecache in turn, transaction by transaction ($stamp)"
+  echo "# Batch unlink, direct and through $HOP in turn, transaction by transaction ($stamp)"
   echo
-  echo "$(versions_line); $FILES files in d1 on each of two redis-servers, batches of $BATCH; each transaction run on one target, then on the other (which first alternating), one client; seconds = the sum of a target's own transactions; median of $REPEAT run(s); prewarm $PREWARM; toxiproxy latency_us toxic on $TOXIC_STREAM (GET round trip with no toxic: p50 ${toxi_base_rtt:-n/a} µs); loopback: no toxiproxy."
-  echo "Goal: sidecache/direct <= $GOAL (the ratio of the medians). Per run: the median and quartiles of the runs' own ratios (with fewer than 5 runs, their range)."
+  echo "$(versions_line); $FILES files in d1 on each of two redis-servers$([ -z "${TRACK_DIRECT:-}" ] || echo " (direct's tracked by an idle sidecache too: TRACK_DIRECT)"), batches of $BATCH; each transaction run on one target, then on the other (which first alternating), one client; seconds = the sum of a target's own transactions; median of $REPEAT run(s); prewarm $PREWARM; toxiproxy latency_us toxic on $TOXIC_STREAM (GET round trip with no toxic: p50 ${toxi_base_rtt:-n/a} µs); loopback: no toxiproxy."
+  echo "Goal: $HOP/direct <= $GOAL (the ratio of the medians). Per run: the median and quartiles of the runs' own ratios (with fewer than 5 runs, their range)."
   echo
-  echo "| latency µs | toxic µs | GET RTT p50 µs | direct s | sidecache s | sidecache/direct | per run | goal | batch p50 ms direct | batch p50 ms sidecache | batch p99 ms direct | batch p99 ms sidecache |"
+  echo "| latency µs | toxic µs | GET RTT p50 µs | direct s | $HOP s | $HOP/direct | per run | goal | batch p50 ms direct | batch p50 ms $HOP | batch p99 ms direct | batch p99 ms $HOP |"
   echo "|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|"
 } >"$md"
-echo "latency_us,toxic_us,rtt_p50_us,files,batch,direct_s,sidecache_s,ratio,goal,direct_batch_p50_us,sidecache_batch_p50_us,direct_batch_p99_us,sidecache_batch_p99_us,direct_runs_s,sidecache_runs_s,paired_median,paired_p25,paired_p75" >"$csv"
+echo "latency_us,toxic_us,rtt_p50_us,files,batch,direct_s,${HOP}_s,ratio,goal,direct_batch_p50_us,${HOP}_batch_p50_us,direct_batch_p99_us,${HOP}_batch_p99_us,direct_runs_s,${HOP}_runs_s,paired_median,paired_p25,paired_p75" >"$csv"
 for L in $LATENCIES; do
   declare -A m=() m50=() m99=()
-  for t in direct sidecache; do
+  for t in direct "$HOP"; do
     # shellcheck disable=SC2086 # word lists on purpose
     m[$t]=$(median ${secs_l[$L,$t]}); m50[$t]=$(median ${bp50_l[$L,$t]}); m99[$t]=$(median ${bp99_l[$L,$t]})
   done
-  r=$(ratio "${m[sidecache]}" "${m[direct]}" 3)
+  r=$(ratio "${m[$HOP]}" "${m[direct]}" 3)
   verdict="≤ $GOAL ok"
   if awk -v r="$r" -v g="$GOAL" 'BEGIN { exit !(r > g) }'; then verdict="**over $GOAL**"; over=$((over + 1)); fi
-  echo "| $L | ${toxic_of[$L]} | ${rtt_of[$L]} | $(printf '%.3f' "${m[direct]}") | $(printf '%.3f' "${m[sidecache]}") | $r | $(paired "${secs_l[$L,direct]}" "${secs_l[$L,sidecache]}") | $verdict | $(ms "${m50[direct]}") | $(ms "${m50[sidecache]}") | $(ms "${m99[direct]}") | $(ms "${m99[sidecache]}") |" >>"$md"
-  echo "$L,${toxic_of[$L]},${rtt_of[$L]},$FILES,$BATCH,${m[direct]},${m[sidecache]},$r,$GOAL,${m50[direct]},${m50[sidecache]},${m99[direct]},${m99[sidecache]},$(runs "${secs_l[$L,direct]}"),$(runs "${secs_l[$L,sidecache]}"),$(paired "${secs_l[$L,direct]}" "${secs_l[$L,sidecache]}" csv)" >>"$csv"
+  echo "| $L | ${toxic_of[$L]} | ${rtt_of[$L]} | $(printf '%.3f' "${m[direct]}") | $(printf '%.3f' "${m[$HOP]}") | $r | $(paired "${secs_l[$L,direct]}" "${secs_l[$L,$HOP]}") | $verdict | $(ms "${m50[direct]}") | $(ms "${m50[$HOP]}") | $(ms "${m99[direct]}") | $(ms "${m99[$HOP]}") |" >>"$md"
+  echo "$L,${toxic_of[$L]},${rtt_of[$L]},$FILES,$BATCH,${m[direct]},${m[$HOP]},$r,$GOAL,${m50[direct]},${m50[$HOP]},${m99[direct]},${m99[$HOP]},$(runs "${secs_l[$L,direct]}"),$(runs "${secs_l[$L,$HOP]}"),$(paired "${secs_l[$L,direct]}" "${secs_l[$L,$HOP]}" csv)" >>"$csv"
 done
 {
   echo
@@ -158,12 +183,12 @@ done
     echo
     echo "Mean µs per step (BATCHUNLINK_STEPS; median over the runs):"
     echo
-    echo "| latency µs | step | direct | sidecache |"
+    echo "| latency µs | step | direct | $HOP |"
     echo "|--:|---|--:|--:|"
     for L in $LATENCIES; do
       for i in "${!step_names[@]}"; do
         # shellcheck disable=SC2086 # word lists on purpose
-        echo "| $L | ${step_names[$i]} | $(median ${step_l[$L,direct,$i]} | awk '{ printf "%.0f", $1 }') | $(median ${step_l[$L,sidecache,$i]} | awk '{ printf "%.0f", $1 }') |"
+        echo "| $L | ${step_names[$i]} | $(median ${step_l[$L,direct,$i]} | awk '{ printf "%.0f", $1 }') | $(median ${step_l[$L,$HOP,$i]} | awk '{ printf "%.0f", $1 }') |"
       done
     done
   fi
