@@ -37,6 +37,8 @@ static pthread_once_t lookup_done_once = PTHREAD_ONCE_INIT;
 static struct lookup *lookups;
 static int running;
 
+/* Not px_now_ms: that may read CLOCK_BOOTTIME, and the wait's deadline
+ * must be on the clock of lookup_done. */
 static int64_t mono_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

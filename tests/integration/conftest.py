@@ -31,10 +31,11 @@ Fixtures
   other's keys, clients and MONITOR lines).
 - proxy_factory(upstream=None, args=(), upstream_url=None, nofile=None, env=None) ->
   the proxy (a ProxyProcess; nofile=(soft, hard) starts it with that
-  RLIMIT_NOFILE, env adds to its environment), or a DirectTarget in direct mode. Each proxy gets its own
-  port and log file; at teardown it gets SIGTERM and must exit 0 within 5 s
-  (a sanitizer report makes that fail too), and a proxy that died during the
-  test (crash) fails the test with its log.
+  RLIMIT_NOFILE, env adds to its environment), or a DirectTarget in direct
+  mode. Each proxy gets its own port and log file; at teardown it gets
+  SIGTERM and must exit 0 within 5 s (a sanitizer report makes that fail
+  too), and a proxy that died during the test (crash) fails the test with
+  its log.
 - proxy: proxy_factory() in front of `upstream`.
 
 Markers: slow (long-running; deselect with -m "not slow"), proxy_only,

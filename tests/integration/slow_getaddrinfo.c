@@ -4,7 +4,8 @@
  * the machine's own (its DNS servers are in /etc/resolv.conf, for every
  * process). getaddrinfo() of a name ending in ".slow.test" sleeps
  * SLOW_LOOKUP_MS milliseconds (a DNS server that does not answer), then
- * answers for 127.0.0.1 (unless AI_NUMERICHOST says not to resolve); every other call goes to the C library's.
+ * answers for 127.0.0.1 (unless AI_NUMERICHOST says not to resolve);
+ * every other call goes to the C library's.
  * Each slow call is counted in the file SLOW_LOOKUP_LOG (one line each), so
  * that the test sees that the proxy looked the name up.
  */

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from helpers import wait_until
+from test_connect_timeout import timed
 
 pytestmark = [pytest.mark.proxy_only, pytest.mark.timeout(60)]
 
@@ -41,12 +42,6 @@ def slow_env(lib, log):
 
 def lookups(log):
     return open(log).read().split() if os.path.exists(log) else []
-
-
-def timed(c, *args):
-    t0 = time.monotonic()
-    raw = c.cmd(*args, timeout=10).raw
-    return raw, time.monotonic() - t0
 
 
 def test_a_hanging_lookup_holds_no_client_up(proxy_factory, upstream, slow_resolver, tmp_path):
