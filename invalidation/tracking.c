@@ -55,7 +55,13 @@ struct inv_conn {
     int nexpect;
     int backoff_ms;
     int64_t setup_deadline_ms;
-    int64_t ping_sent_ms;     /* outstanding ping, 0 if none */
+    int64_t ping_sent_ms;     /* outstanding keep-alive ping, 0 if none */
+    /* Every PING in ACTIVE, keep-alive or barrier (inv_barrier), counted:
+     * Redis answers them in order, so the n-th answer is the n-th PING's */
+    uint64_t pings_sent, pings_answered;
+    uint64_t keepalive_seq;   /* the outstanding keep-alive's number, 0 if none */
+    int64_t ping_progress_ms; /* the last answer, or the send of the oldest
+                                 PING when none was outstanding */
     int ping_refused_logged;  /* an error answered a PING (logged once) */
     int64_t last_ping_ms;
     long long my_id;          /* from CLIENT ID */
@@ -115,6 +121,10 @@ static void drop_connection(inv_conn *t) {
     resp_reply_reset(&t->rp);
     t->nexpect = 0;
     t->ping_sent_ms = 0;
+    /* no answer will come: every barrier is passed (leaving ACTIVE empties
+     * the cache first, inv_set_state) */
+    t->pings_answered = t->pings_sent;
+    t->keepalive_seq = 0;
 }
 
 /* Any failure: drop the connection and try again after a back-off. */
@@ -210,8 +220,21 @@ static size_t first_elem_off(const char *buf, size_t len) {
 }
 
 static void ping_answered(inv_conn *t) {
-    t->ping_sent_ms = 0;
+    t->pings_answered++;
+    t->ping_progress_ms = now_ms();
+    if (t->keepalive_seq != 0 && t->pings_answered >= t->keepalive_seq) {
+        t->ping_sent_ms = 0;
+        t->keepalive_seq = 0;
+    }
     if (t->cb.on_ping_answered) t->cb.on_ping_answered(t->arg);
+}
+
+static int pings_outstanding(const inv_conn *t) { return t->pings_answered < t->pings_sent; }
+
+static void send_ping(inv_conn *t, int64_t now) {
+    if (!pings_outstanding(t)) t->ping_progress_ms = now;
+    send_cmd(t, "PING", NULL);
+    t->pings_sent++;
 }
 
 static int is_word(const char *p, size_t n, const char *w) { return strlen(w) == n && strncasecmp(p, w, n) == 0; }
@@ -325,7 +348,7 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
     }
 }
 
-/* In ACTIVE only keep-alive PINGs are sent: an error is a PING's answer
+/* In ACTIVE only PINGs are sent: an error is a PING's answer
  * (the upstream user may not run PING), and it shows the link alive as
  * well as a PONG. */
 static void ping_refused(inv_conn *t, const char *buf, size_t len) {
@@ -358,7 +381,7 @@ static void read_cb(struct bufferevent *bev, void *arg) {
             on_push(t, buf, flen);
         else if (t->state == INV_ACTIVE && t->rp.type != '-')
             ; /* nothing else is expected; harmless */
-        else if (t->state == INV_ACTIVE && t->ping_sent_ms != 0)
+        else if (t->state == INV_ACTIVE && pings_outstanding(t))
             ping_refused(t, buf, flen);
         else {
             inv_fail(t, "unexpected reply on the invalidation connection", 0);
@@ -466,12 +489,14 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
         arm_timer(t, 200);
         return;
     case INV_ACTIVE:
-        if (t->ping_sent_ms != 0 && now - t->ping_sent_ms > t->cfg.timeout_ms) {
+        /* the keep-alive's PING, or a barrier's, with no answer since */
+        if (pings_outstanding(t) && now - t->ping_progress_ms > t->cfg.timeout_ms) {
             inv_fail(t, "keep-alive PING not answered in time", 0);
             return;
         }
         if (t->ping_sent_ms == 0 && now - t->last_ping_ms >= t->cfg.ping_ms) {
-            send_cmd(t, "PING", NULL);
+            send_ping(t, now);
+            t->keepalive_seq = t->pings_sent;
             t->ping_sent_ms = t->last_ping_ms = now;
         }
         arm_timer(t, t->cfg.ping_ms < 100 ? t->cfg.ping_ms : 100);
@@ -539,6 +564,16 @@ void inv_restart(inv_conn *t, const char *why) {
 }
 
 enum inv_state inv_get_state(const inv_conn *t) { return t->state; }
+
+uint64_t inv_barrier(inv_conn *t) {
+    if (t == NULL || t->state != INV_ACTIVE) return 0;
+    send_ping(t, now_ms());
+    return t->pings_sent;
+}
+
+int inv_barrier_passed(const inv_conn *t, uint64_t seq) {
+    return t == NULL || t->state != INV_ACTIVE || t->pings_answered >= seq;
+}
 
 int inv_ping_hold_ms(const inv_conn *t) {
     if (t->state != INV_ACTIVE || t->ping_sent_ms == 0) return 0;

@@ -113,6 +113,17 @@ enum inv_state inv_get_state(const inv_conn *t);
  * run the PING yet (stalled: a fork, a long script), when nothing can be
  * behind a reply, and hits go on until timeout_ms ends the connection. */
 int inv_ping_hold_ms(const inv_conn *t);
+/* A barrier: a PING sent now, whose answer comes after every invalidation
+ * of every write Redis ran before it (one connection, in order; in BCAST
+ * mode too, as a write's invalidations leave in the pass of Redis's loop
+ * that ran it, before any later command is read). Sent once a write's reply
+ * is in hand elsewhere, its answer brings that write's invalidations.
+ * Returns its number, or 0 when not ACTIVE (nothing to wait for: the
+ * owner's cache is empty and serves nothing until tracking is on again). */
+uint64_t inv_barrier(inv_conn *t);
+/* The barrier seq answered, or the connection no longer ACTIVE (which
+ * emptied the cache first). on_ping_answered tells when to ask again. */
+int inv_barrier_passed(const inv_conn *t, uint64_t seq);
 /* Redis's id of this connection while ACTIVE (the REDIRECT target of data
  * connections in the default and optin modes), else 0. */
 long long inv_redirect_id(const inv_conn *t);

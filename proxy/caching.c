@@ -166,11 +166,23 @@ static void send_tracking_on(px_server *srv, px_upstream *u) {
  * the invalidations Redis wrote behind the answer are handled first. The
  * same event is their timer for tracking-ping-hold-ms. */
 static void wake_ping_waiters(px_server *srv) {
-    if (srv->ping_waiters.head != NULL) event_active(srv->caching->ping_wake_ev, EV_TIMEOUT, 0);
+    if (srv->ping_waiters.head != NULL || srv->barrier_waiters != NULL)
+        event_active(srv->caching->ping_wake_ev, EV_TIMEOUT, 0);
 }
 
 static void ping_wake_cb(evutil_socket_t fd, short what, void *arg) {
     px_clients_ping_wake(arg);
+    px_upstream_barrier_wake(arg);
+}
+
+uint64_t px_caching_barrier(px_server *srv) {
+    struct px_caching *pc = srv->caching;
+    return pc == NULL || !pc->active ? 0 : inv_barrier(pc->inv);
+}
+
+int px_caching_barrier_passed(const px_server *srv, uint64_t seq) {
+    const struct px_caching *pc = srv->caching;
+    return pc == NULL || inv_barrier_passed(pc->inv, seq);
 }
 
 static void on_ping_answered(void *arg) {
@@ -971,11 +983,13 @@ typedef struct key_sink {
     resp_buf *keys;   /* where the keys are recorded for the reply */
     int queued;       /* queued in MULTI: nothing runs before EXEC, so the
                          keys are only recorded (for EXEC's reply) */
+    int touched;      /* a key the cache may hold was seen */
 } key_sink;
 
 static void invalidate_now(void *arg, const char *key, size_t klen) {
     key_sink *ks = arg;
     if (!key_is_cacheable(ks->pc, key, klen)) return;
+    ks->touched = 1;
     if (!ks->queued) {
         cache_invalidate_key(ks->pc->cache, key, klen);
         reclaim_later(ks->pc);
@@ -1081,9 +1095,9 @@ static void lookup_send(struct px_caching *pc, px_client *c, px_upstream *u, px_
     u->filled = 1;
 }
 
-void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, int in_multi) {
+int px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, int in_multi) {
     struct px_caching *pc = c->srv->caching;
-    if (pc == NULL) return;
+    if (pc == NULL) return 0;
     const resp_arg *a = c->rq.argv;
     int argc = c->rq.argc;
 
@@ -1094,15 +1108,15 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
         r->learn_mark = px_acl_mark(c->srv);
         if (cacheable == PX_READ_MGET) {
             mget_send(pc, c, u, r, may_fill);
-            return;
+            return 0;
         }
-        if (!may_fill) return;
+        if (!may_fill) return 0;
         if (cacheable != PX_READ_LOOKUP && ttl_denied(c->srv, u) &&
             ttl_wanted(pc, cacheable == PX_READ_HGET ? CACHE_KIND_HGET : CACHE_KIND_GET, a[1].ptr, a[1].len))
-            return;
+            return 0;
         if (cacheable == PX_READ_LOOKUP) {
             lookup_send(pc, c, u, r);
-            return;
+            return 0;
         }
         /* px_caching_try_hit matched the rules: the kind is in cacheable */
         int kind = cacheable == PX_READ_HGET ? CACHE_KIND_HGET : CACHE_KIND_GET;
@@ -1111,13 +1125,13 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
         size_t flen = kind == CACHE_KIND_HGET ? a[2].len : 0;
         uint64_t token =
             cache_fill_begin(pc->cache, part, c->db, kind, a[1].ptr, a[1].len, field, flen, px_now_ms());
-        if (token == 0) return;
+        if (token == 0) return 0;
         /* identity for the reply: part, db, kind, klen, key, field */
         size_t n = 4 + 4 + 4 + 4 + a[1].len + flen;
         char *id = malloc(n);
         if (id == NULL) {
             cache_fill_abort(pc->cache, token, part, c->db, kind, a[1].ptr, a[1].len, field, flen);
-            return;
+            return 0;
         }
         uint32_t hdr[4] = {part, (uint32_t)c->db, (uint32_t)kind, (uint32_t)a[1].len};
         memcpy(id, hdr, sizeof hdr);
@@ -1127,7 +1141,7 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
             if (ttl_ask(pc, c->srv, u, a[1].ptr, a[1].len) != 0) {
                 cache_fill_abort(pc->cache, token, part, c->db, kind, a[1].ptr, a[1].len, field, flen);
                 free(id);
-                return;
+                return 0;
             }
             r->aux_flags |= PX_AUX_TTL_NEXT;
         }
@@ -1137,7 +1151,7 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
         r->fill_token = token;
         u->filled = 1;
         pc->fills_begun++;
-        return;
+        return 0;
     }
 
     if (argc >= 2 && resp_arg_is(a[0].ptr, a[0].len, "SCRIPT")) {
@@ -1161,12 +1175,12 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
         /* Writes cannot be classified: nothing is cached either (hits and
          * fills need the table), except what filled before a reconnect,
          * which the tracking loss flushed. */
-        return;
+        return 0;
     }
 
     resp_buf keys;
     resp_buf_init(&keys);
-    key_sink ks = {pc, in_multi ? &c->txn_keys : r != NULL ? &keys : NULL, in_multi};
+    key_sink ks = {pc, in_multi ? &c->txn_keys : r != NULL ? &keys : NULL, in_multi, 0};
     int w = cmdtable_writes(pc->cmdt, argc, a, invalidate_now, &ks);
     /* Change data without being writes by Redis's flags: a role change
      * (C6) or a DEBUG RELOAD/POPULATE. */
@@ -1181,7 +1195,7 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
         /* queued: its keys went to txn_keys, invalidated when EXEC's reply
          * comes, before the client sees it (C1) */
         if (w == CMDT_WRITES_UNKNOWN) c->txn_flush = 1;
-        return;
+        return ks.touched || w == CMDT_WRITES_UNKNOWN;
     }
     if (r != NULL && u != NULL && u->owner == NULL && w == CMDT_WRITES_NOTHING && reads_only(pc, argc, a))
         r->aux_flags |= PX_AUX_READ;
@@ -1191,10 +1205,11 @@ void px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, 
             r->aux = keys.data; /* ownership moves to r */
             r->aux_len = keys.len;
             r->aux_flags |= PX_AUX_INVAL;
-            return;
+            return 1;
         }
     }
     resp_buf_deinit(&keys);
+    return ks.touched || w == CMDT_WRITES_UNKNOWN;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -11,7 +11,9 @@
  *      cache both times. A transaction's queued writes are recorded when
  *      queued (nothing runs before EXEC) and invalidated when EXEC's reply
  *      comes. A client with requests in flight gets no hits, so a
- *      pipelined read after its own write never overtakes the write.
+ *      pipelined read after its own write never overtakes the write. A
+ *      tunnel, whose replies are not matched, relays them behind a
+ *      barrier once it wrote (px_caching_barrier).
  *   C2 no hits under WATCH or in MULTI: hits and fills only for clients in
  *      the shared mode (client.c pins every other client).
  *   C3 race-free fills: fill tokens (cache/cache.h).
@@ -93,10 +95,26 @@ void px_caching_mget_request(struct px_client *c, const char **data, size_t *len
  * A request is about to be sent to Redis as r (or, with r == NULL, through
  * a tunnel, where no reply will be matched). Begins r's fill when it is a
  * cacheable read, or invalidates what it writes (and records it in r, or in
- * the client's transaction when in_multi, for the reply).
+ * the client's transaction when in_multi, for the reply). Returns 1 when
+ * it writes a key the cache may hold, or keys it cannot name (a tunnel
+ * then holds Redis's replies behind a barrier: px_caching_barrier).
  */
-void px_caching_on_send(struct px_client *c, struct px_upstream *u, struct px_req *r, int cacheable,
-                        int in_multi);
+int px_caching_on_send(struct px_client *c, struct px_upstream *u, struct px_req *r, int cacheable, int in_multi);
+
+/*
+ * C1 where no reply is matched (a tunnel): a write there is purged when
+ * sent, but a read that Redis ran before it may still fill the old value
+ * when its reply comes after the write's. What Redis sends such a tunnel
+ * is relayed only once a barrier (a PING on the invalidation connection,
+ * inv_barrier) sent after it arrived is answered: by then the
+ * invalidations of every write it answers are in, and a fill that raced
+ * them was refused (C3). Returns the barrier's number, or 0 when none is
+ * needed (no cache, tracking not on: nothing is served from the cache).
+ * Waiters are woken with the hits held for the keep-alive
+ * (px_upstream_barrier_wake).
+ */
+uint64_t px_caching_barrier(px_server *srv);
+int px_caching_barrier_passed(const px_server *srv, uint64_t seq);
 
 /* The reply to r arrived: fill or invalidate before it is relayed. Also
  * looks for replies that mean Redis changed role (C6). Returns 1 when the

@@ -1136,6 +1136,9 @@ static void enter_tunnel(px_client *c, const char *frame) {
     const resp_arg *a = c->rq.argv;
     c->mode = PX_MODE_TUNNEL;
     c->pinned->tunnel = 1;
+    /* writes queued before it may run at an EXEC in the tunnel, whose
+     * reply is not matched (tunnel_waits) */
+    if (c->in_multi) c->pinned->tunnel_wrote = 1;
     request_bytes(c, frame, &data, &len);
     /* a new connection's handshake may still await its replies, which
      * Redis would count as the client's pipeline */
@@ -1824,8 +1827,9 @@ static int client_dispatch(px_client *c, const char *frame) {
             return DISPATCH_WAIT;
         }
         /* no reply is matched in a tunnel: a write invalidates when sent,
-         * and Redis's own invalidation follows */
-        px_caching_on_send(c, NULL, NULL, 0, 0);
+         * and what Redis sends back waits for its invalidations from then
+         * on (upstream.c, tunnel_waits) */
+        if (px_caching_on_send(c, NULL, NULL, 0, 0) && c->pinned != NULL) c->pinned->tunnel_wrote = 1;
         request_bytes(c, frame, &data, &len);
         if (c->pinned != NULL) px_upstream_send_raw(c->pinned, data, len);
         if (c->pinned != NULL && c->rq.argc == 1 && resp_arg_is(a[0].ptr, a[0].len, "RESET")) {

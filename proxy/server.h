@@ -89,6 +89,8 @@ typedef struct px_server {
     /* cache hits held while the invalidation connection's keep-alive PING
      * is unanswered (proxy/caching.c), woken once it is */
     px_waitq ping_waiters;
+    /* tunnels whose input waits for a barrier's answer (upstream.c) */
+    struct px_upstream *barrier_waiters;
 
     /* the upstream's address, resolved when first needed and again after a
      * failed connect (Redis may have moved) */

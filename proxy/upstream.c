@@ -714,6 +714,19 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, cons
 }
 
 /* Closes u; its pending requests get frame, reads read_frame if not NULL. */
+/* Off srv->barrier_waiters, if on it. */
+static void barrier_unlink(px_upstream *u) {
+    if (u->barrier_seq == 0) return;
+    for (px_upstream **pp = &u->srv->barrier_waiters; *pp != NULL; pp = &(*pp)->next_barrier) {
+        if (*pp == u) {
+            *pp = u->next_barrier;
+            break;
+        }
+    }
+    u->barrier_seq = 0;
+    u->next_barrier = NULL;
+}
+
 static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, const char *read_frame,
                                 size_t read_len, const char *why) {
     if (u->state == PX_UP_CLOSED) return;
@@ -721,6 +734,7 @@ static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, c
                u->npending, why);
     u->state = PX_UP_CLOSED;
     if (u->connect_ev != NULL) event_del(u->connect_ev); /* freed at reap */
+    barrier_unlink(u);
     px_io_close(&u->io);
     pool_unlink_upstream(u);
     if (u->close_written) {
@@ -1046,10 +1060,50 @@ static size_t run_span(px_upstream *u, px_req *r, const char *data, size_t len, 
     return span;
 }
 
+/*
+ * C1 in a tunnel that wrote a key the cache may hold (px_caching_barrier):
+ * what was just read may be the reply to that write, which the client
+ * takes as the write done. A read that Redis ran before the write may be
+ * on its way back to another client, and would fill the old value if the
+ * write's invalidation is not in by then. So the input waits, unread from
+ * here on, for a PING sent on the invalidation connection now: Redis runs
+ * it after the write, and answers it after the write's invalidations.
+ * Returns 1 when the input waits.
+ */
+static int tunnel_waits(px_upstream *u) {
+    if (u->barrier_seq != 0) return 1;
+    uint64_t seq = px_caching_barrier(u->srv);
+    if (seq == 0) return 0;
+    u->barrier_seq = seq;
+    px_io_pause_read(&u->io);
+    u->next_barrier = u->srv->barrier_waiters;
+    u->srv->barrier_waiters = u;
+    return 1;
+}
+
+static void up_parse_input(px_upstream *u);
+
 static void up_on_read(void *arg) {
     px_upstream *u = arg;
     u->reads++;
     up_connect_done(u); /* a reply came: TLS, if any, is through */
+    if (u->tunnel_wrote && tunnel_waits(u)) return;
+    up_parse_input(u);
+}
+
+void px_upstream_barrier_wake(px_server *srv) {
+    /* from the head again after each: relaying may close other tunnels */
+    for (;;) {
+        px_upstream *u = srv->barrier_waiters;
+        while (u != NULL && !px_caching_barrier_passed(srv, u->barrier_seq)) u = u->next_barrier;
+        if (u == NULL) return;
+        barrier_unlink(u);
+        up_parse_input(u);
+        if (u->state != PX_UP_CLOSED) px_io_resume_read(&u->io);
+    }
+}
+
+static void up_parse_input(px_upstream *u) {
     while (u->state != PX_UP_CLOSED) {
         size_t len;
         const char *data = px_io_input(&u->io, &len);
@@ -1103,6 +1157,13 @@ static void up_on_event(void *arg, int what, int err) {
         return;
     }
     const char *cause = what == PX_IO_EOF ? "connection closed by upstream" : strerror(err);
+    if (u->barrier_seq != 0) {
+        /* (TLS: the last bytes and the end in one read) what Redis sent
+         * before it left is relayed, barrier or not: the client gets it */
+        barrier_unlink(u);
+        up_parse_input(u);
+        if (u->state == PX_UP_CLOSED) return;
+    }
     if (up_connecting(u)) {
         up_connect_fail(u, cause);
         return;

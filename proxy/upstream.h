@@ -230,6 +230,12 @@ typedef struct px_upstream {
     char reset_nonce[40];      /* that marker's */
     resp_buf held;             /* tunnel: bytes for Redis held back until no
                                   reply is awaited on it (px_upstream_send_alone) */
+    int tunnel_wrote;          /* tunnel: a write of a key the cache may hold
+                                  went on it; what Redis sends it is relayed
+                                  behind a barrier from then on */
+    uint64_t barrier_seq;      /* the barrier its unread input waits for (its
+                                  reading paused), 0 if none */
+    struct px_upstream *next_barrier; /* on srv->barrier_waiters meanwhile */
     int shared_index;          /* index in pool->shared, or -1 */
     uint64_t id;               /* for logs */
     uint64_t tracked_epoch;    /* tracking on, for this caching epoch (0: off) */
@@ -298,6 +304,9 @@ void px_upstream_send_raw(px_upstream *u, const char *data, size_t len);
  * what is sent after it, until the handshake and the internal requests
  * before it are answered. */
 void px_upstream_send_alone(px_upstream *u, const char *data, size_t len);
+/* The tunnels whose barrier is passed relay what they hold and read on
+ * (px_caching_barrier). */
+void px_upstream_barrier_wake(px_server *srv);
 /* Behind a client's RESET in a tunnel: a command whose reply ends the
  * tunnel (px_client_on_tunnel_reset) once all before it was relayed. */
 void px_upstream_send_reset_marker(px_upstream *u);

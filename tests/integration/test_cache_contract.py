@@ -1615,12 +1615,13 @@ def test_c10_expiry_becomes_visible(proxy_factory, upstream):
     assert time.monotonic() - t0 < 2.3
 
 
-@pytest.mark.xfail(strict=True, reason="a write through a tunnel is purged when sent only: its "
-                   "reply is not matched, so a read that Redis ran before it can fill the old "
-                   "value until Redis's invalidation arrives (known gap of C1)")
 def test_c1_tunnel_write_then_racing_fill(relay, proxy_factory, upstream):
     """A tunnelled client's write, then a GET that Redis runs before it:
-    after the write's reply, the old value must not be served."""
+    after the write's reply, the old value must not be served. A tunnel
+    matches no reply, so the write's reply is held until the write's
+    invalidation is in (a PING on the invalidation connection, answered
+    after it): while the relay holds that connection, the tunnel gets
+    nothing; once it lets go, the reply, and the new value for all."""
     p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
     base_relay, base_keys = relay.invalidation_count(), st["invalidation_keys"]
     with upstream.raw(auth=True) as d:
@@ -1637,10 +1638,58 @@ def test_c1_tunnel_write_then_racing_fill(relay, proxy_factory, upstream):
         r.send_cmd("GET", "i7")            # a fill begun after the purge; runs first on Redis
         h.wait()
         hs.release()
-        assert t.read_frame().raw == b"+OK\r\n"   # the write's reply delivered
+        # the SET ran; its reply is at the proxy, its invalidation held
+        with pytest.raises(socket.timeout):
+            t.read_frame(timeout=0.5)
         h.release()
         assert r.read_frame().value == b"old"
+        relay.release_tracking()
+        assert t.read_frame().raw == b"+OK\r\n"   # the write's reply delivered
         assert x.cmd("GET", "i7").value == b"new", "stale after the tunnel write's reply"
+    finally:
+        relay.release_tracking()
+
+
+def test_c1_tunnel_without_writes_is_not_held(relay, proxy_factory, upstream):
+    """Only a tunnel that wrote a key the cache may hold waits for the
+    invalidation connection: a subscriber's messages, and a tunnel's reads
+    and writes of keys no rule caches, come while that connection is held."""
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
+    t = p.raw(auth=True)
+    assert t.cmd("CLIENT", "REPLY", "ON").raw == b"+OK\r\n"
+    relay.hold_tracking()
+    try:
+        assert t.cmd("SET", "counter", "1").raw == b"+OK\r\n"
+        assert t.cmd("GET", "i7").raw == b"$-1\r\n"
+        # the first write of a cached key: from its reply on, replies wait
+        t.send_cmd("SET", "i8", "v")
+        with pytest.raises(socket.timeout):
+            t.read_frame(timeout=0.5)
+        relay.release_tracking()
+        assert t.read_frame().raw == b"+OK\r\n"
+        assert t.cmd("GET", "i8").raw == b"$1\r\nv\r\n"
+    finally:
+        relay.release_tracking()
+
+
+def test_c1_tunnel_reply_held_for_a_barrier_goes_when_tracking_is_lost(relay, proxy_factory, upstream):
+    """The invalidation connection is lost while a tunnel's reply waits for
+    its barrier: the cache is emptied (C4), and the reply goes at once,
+    not after tracking-timeout-ms."""
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
+    t = p.raw(auth=True)
+    assert t.cmd("CLIENT", "REPLY", "ON").raw == b"+OK\r\n"
+    flushes = st.get()["cache_flushes"]
+    relay.hold_tracking()
+    try:
+        t.send_cmd("SET", "i8", "v")
+        with pytest.raises(socket.timeout):
+            t.read_frame(timeout=0.5)
+        assert relay.cut_tracking() == 1
+        t0 = time.monotonic()
+        assert t.read_frame(timeout=5).raw == b"+OK\r\n"
+        assert time.monotonic() - t0 < 3
+        assert st.get()["cache_flushes"] > flushes
     finally:
         relay.release_tracking()
 
