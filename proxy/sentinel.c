@@ -49,7 +49,12 @@ static int ask_one(const char *addr, size_t alen, const char *name, char *host, 
     unsigned salen;
     char cause[200];
     memset(&sentinel, 0, sizeof sentinel);
-    snprintf(sentinel.host, sizeof sentinel.host, "%s", h);
+    /* [::1]:26379, as in a URL: the address is what is inside */
+    size_t hl = strlen(h);
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']')
+        snprintf(sentinel.host, sizeof sentinel.host, "%.*s", (int)(hl - 2), h + 1);
+    else
+        snprintf(sentinel.host, sizeof sentinel.host, "%s", h);
     sentinel.port = atoi(p);
     if (px_resolve_address(&sentinel, &sa, &salen, cause, sizeof cause) != 0) {
         snprintf(why, whylen, "sentinel %s:%s: %s", h, p, cause);

@@ -283,8 +283,38 @@ static void up_probe_again(px_server *srv) {
     }
 }
 
+/* The upstream given by name (no Sentinel, no cluster MOVED followed):
+ * whose answer is checked again, as a managed Redis fails over by pointing
+ * its name at the new primary and demoting the old one, which still takes
+ * connections (and answers writes with READONLY). */
+static int up_by_name(const px_server *srv) {
+    return !srv->cfg->up.is_unix && !px_sentinel_enabled(srv) && !srv->up_followed;
+}
+
+/* Once a second: when the name no longer gives the address connected to,
+ * the connections move to the new one, after the cache is emptied (C6).
+ * px_resolve_moved starts a lookup when its answer is PX_RESOLVE_FRESH_MS
+ * old and waits for none: a hanging resolver delays only the move. */
+static void up_check_name(px_server *srv) {
+    struct sockaddr_storage to;
+    unsigned tolen = 0;
+    if (!up_by_name(srv) || srv->up_salen == 0) return;
+    if (!px_resolve_moved(srv->cfg->up.host, srv->cfg->up.port, &srv->up_sa, srv->up_salen, &to, &tolen)) return;
+    char from[300], dest[300];
+    px_format_address(&srv->up_sa, srv->up_salen, from, sizeof from);
+    px_format_address(&to, tolen, dest, sizeof dest);
+    px_notice("upstream name now points elsewhere host=%s from=%s to=%s: cache emptied, connections moved",
+              srv->cfg->up.host, from, dest);
+    px_upstreams_move(srv, &to, tolen, 1);
+}
+
+void px_upstream_recheck_name(px_server *srv) {
+    if (up_by_name(srv)) px_resolve_expire(srv->cfg->up.host, srv->cfg->up.port);
+}
+
 void px_upstreams_cron(px_server *srv, int64_t now_ms) {
     if (srv->open_access < 0) up_probe_again(srv);
+    up_check_name(srv);
     int timeout = srv->cfg->upstream_timeout;
     if (timeout <= 0) return;
     for (px_pool *p = srv->pools; p != NULL; p = p->next)
@@ -461,7 +491,11 @@ static void up_connect_failed(px_server *srv) {
         srv->up_unreachable = 1;
         return;
     }
-    if (srv->up_salen != 0) px_format_address(&srv->up_sa, srv->up_salen, srv->up_failed, sizeof srv->up_failed);
+    if (srv->up_salen != 0) {
+        px_format_address(&srv->up_sa, srv->up_salen, srv->up_failed, sizeof srv->up_failed);
+        /* the name's next address, or a new answer once each failed */
+        if (!srv->cfg->up.is_unix) px_resolve_failed(srv->cfg->up.host, srv->cfg->up.port, &srv->up_sa, srv->up_salen);
+    }
     srv->up_salen = 0;
     srv->up_followed = 0;
     srv->up_unreachable = 1;
@@ -814,6 +848,8 @@ static void note_role(px_upstream *u, const px_req *r, const char *data, size_t 
     if (r->aux_flags & PX_AUX_SCRIPT) return;
     if (len >= 9 && memcmp(data, "-READONLY", 9) == 0 && px_sentinel_enabled(u->srv))
         px_sentinel_ask_soon(u->srv);
+    else if (len >= 9 && memcmp(data, "-READONLY", 9) == 0)
+        px_upstream_recheck_name(u->srv);
     else if (len >= 7 && memcmp(data, "-MOVED ", 7) == 0 && !u->retired)
         /* (a retired connection's node is where Redis was: its MOVED
          * says where the slot went from there, maybe before a later move

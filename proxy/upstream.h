@@ -373,6 +373,10 @@ void px_pools_default_user_changed(px_server *srv);
  * that the requests in flight get the old node's own answer (a cluster
  * node's MOVED, which a cluster client follows). New connections go to sa. */
 void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsigned salen, int gently);
+/* A READONLY came from the upstream given by name: its answer is asked
+ * again at the next check (px_upstreams_cron), which moves the
+ * connections if the name points elsewhere now. */
+void px_upstream_recheck_name(px_server *srv);
 /* Closes every pool and connection (shutdown). */
 void px_pools_free_all(px_server *srv);
 

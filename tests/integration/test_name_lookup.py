@@ -1,13 +1,16 @@
 """
-tests/integration/test_name_lookup.py — an upstream named by a host name
-whose lookup hangs (a DNS server that does not answer: a partition, a node's
-resolver down, a pod's DNS) does not stop the proxy. getaddrinfo() has no
-timeout of its own; the proxy waits for a lookup at most 100 ms
-(proxy/resolve.h), answers its clients meanwhile (an error naming the lookup,
-as for a refused connect), and takes the lookup's answer when it comes.
+tests/integration/test_name_lookup.py — an upstream named by a host name.
+A lookup that hangs (a DNS server that does not answer: a partition, a
+node's resolver down, a pod's DNS) does not stop the proxy: getaddrinfo()
+has no timeout of its own; the proxy waits for lookups at most 100 ms a
+second (proxy/resolve.h), answers its clients meanwhile (an error naming the
+lookup, as for a refused connect), and takes the lookup's answer when it
+comes. Each address of a name is tried in turn. A name that comes to point
+elsewhere (a managed Redis's failover) is followed.
 
-The slow resolver is slow_getaddrinfo.c, preloaded into the proxy: names
-ending in .slow.test take SLOW_LOOKUP_MS, then resolve to 127.0.0.1.
+The resolver is fake_resolver.c, preloaded into the proxy: names ending in
+.slow.test take SLOW_LOOKUP_MS, then resolve to 127.0.0.1; names ending in
+.file.test resolve to what the file FAKE_HOSTS says when asked.
 """
 import os
 import subprocess
@@ -15,6 +18,7 @@ import time
 
 import pytest
 
+from cachehelpers import Stats, wait_tracking_active, warm
 from helpers import wait_until
 from test_connect_timeout import timed
 
@@ -27,17 +31,31 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 @pytest.fixture(scope="module")
 def slow_resolver(tmp_path_factory):
-    lib = str(tmp_path_factory.mktemp("slowdns") / "slow_getaddrinfo.so")
+    lib = str(tmp_path_factory.mktemp("fakedns") / "fake_resolver.so")
     subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O1", "-o", lib,
-                    os.path.join(HERE, "slow_getaddrinfo.c"), "-ldl"], check=True)
+                    os.path.join(HERE, "fake_resolver.c"), "-ldl"], check=True)
     return lib
 
 
-def slow_env(lib, log):
+def preload_env(lib, **extra):
     asan = os.environ.get("ASAN_OPTIONS", "")
-    return {"LD_PRELOAD": lib, "SLOW_LOOKUP_MS": str(LOOKUP_MS), "SLOW_LOOKUP_LOG": str(log),
-            # an ASan build checks that its runtime is the first library loaded
-            "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
+    return dict({"LD_PRELOAD": lib,
+                 # an ASan build checks that its runtime is the first library loaded
+                 "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}, **extra)
+
+
+def slow_env(lib, log):
+    return preload_env(lib, SLOW_LOOKUP_MS=str(LOOKUP_MS), SLOW_LOOKUP_LOG=str(log))
+
+
+def point(hosts, name, *servers):
+    """The name resolves to these redis-servers (or (address, port) pairs),
+    in order, from now on."""
+    pairs = [s if isinstance(s, tuple) else ("127.0.0.1", s.port) for s in servers]
+    tmp = str(hosts) + ".new"
+    with open(tmp, "w") as f:
+        f.write("%s %s\n" % (name, " ".join("%s %d" % pr for pr in pairs)))
+    os.replace(tmp, str(hosts))
 
 
 def lookups(log):
@@ -90,3 +108,77 @@ def test_the_lookup_again_after_redis_went_away_holds_no_client_up(proxy_factory
     wait_until(lambda: c.cmd("SET", "k", "v2", timeout=10).raw == b"+OK\r\n", timeout=15, interval=0.05,
                what="requests to reach Redis again")
     assert upstream.client().get("k") == b"v2"
+
+
+def test_each_address_of_a_name_is_tried(proxy_factory, upstream, slow_resolver, tmp_path):
+    """A name's first address refuses the connect (localhost gives ::1 first,
+    and Redis listens on 127.0.0.1 only): the next connect goes to its next
+    address, as redis-cli's would, instead of to the first one for ever."""
+    hosts = tmp_path / "hosts"
+    name = "redis-up.file.test"
+    point(hosts, name, ("::1", upstream.port), upstream)
+    p = proxy_factory(upstream_url="redis://%s:%d" % (name, upstream.port),
+                      env=preload_env(slow_resolver, FAKE_HOSTS=str(hosts)))
+    c = p.raw(auth=True)
+    wait_until(lambda: c.cmd("SET", "k", "v", timeout=10).raw == b"+OK\r\n", timeout=10, interval=0.05,
+               what="a connect to the name's second address")
+    assert upstream.client().get("k") == b"v"
+
+
+def test_a_name_that_points_elsewhere_is_followed(proxy_factory, upstream, redis_factory, slow_resolver,
+                                                  tmp_path):
+    """The name comes to point at another Redis (a managed Redis's failover,
+    a migration) while the one it pointed at stays up: within the name's
+    check (every 5 s) the connections move there, and the cache is emptied
+    first, so nothing read from the old one is served."""
+    b = redis_factory(name="b")
+    hosts = tmp_path / "hosts"
+    name = "redis-up.file.test"
+    point(hosts, name, upstream)
+    p = proxy_factory(upstream_url="redis://%s:%d" % (name, upstream.port),
+                      env=preload_env(slow_resolver, FAKE_HOSTS=str(hosts)))
+    st = Stats(p)
+    wait_tracking_active(p, stats=st)
+    upstream.client().set("i1", "on-a")
+    b.client().set("i1", "on-b")
+    c = p.raw(auth=True)
+    warm(c, st, ("GET", "i1"))
+    assert c.cmd("GET", "i1").value == b"on-a"
+    point(hosts, name, b)
+    t0 = time.monotonic()
+    wait_until(lambda: c.cmd("GET", "i1", timeout=10).value == b"on-b", timeout=12, interval=0.1,
+               what="the proxy to follow the name")
+    assert time.monotonic() - t0 < 8
+    assert c.cmd("SET", "k", "on-b-now").raw == b"+OK\r\n"
+    assert b.client().get("k") == b"on-b-now"
+    assert upstream.client().get("k") is None
+    assert "upstream name now points elsewhere" in open(p.logpath).read()
+
+
+def test_a_readonly_has_the_name_looked_up_at_once(proxy_factory, upstream, redis_factory, slow_resolver,
+                                                   tmp_path):
+    """A managed failover: the name moves to the new primary and the old one
+    becomes its replica, still taking connections. The READONLY a write gets
+    there has the name looked up again at the next check (a second), not
+    after the 5 s an answer is kept."""
+    b = redis_factory(name="b")
+    hosts = tmp_path / "hosts"
+    name = "redis-up.file.test"
+    point(hosts, name, upstream)
+    p = proxy_factory(upstream_url="redis://%s:%d" % (name, upstream.port),
+                      env=preload_env(slow_resolver, FAKE_HOSTS=str(hosts)))
+    c = p.raw(auth=True)
+    wait_until(lambda: c.cmd("SET", "k", "v1", timeout=10).raw == b"+OK\r\n", timeout=10, interval=0.05,
+               what="the upstream to be reached")
+    point(hosts, name, b)
+    upstream.client().execute_command("REPLICAOF", "127.0.0.1", str(b.port))
+    try:
+        t0 = time.monotonic()
+        first = c.cmd("SET", "k", "v2").raw
+        assert first.startswith(b"-READONLY"), first
+        wait_until(lambda: c.cmd("SET", "k", "v2", timeout=10).raw == b"+OK\r\n", timeout=10, interval=0.05,
+                   what="writes to reach the new primary")
+        assert time.monotonic() - t0 < 3.5
+        assert b.client().get("k") == b"v2"
+    finally:
+        upstream.client().execute_command("REPLICAOF", "NO", "ONE")

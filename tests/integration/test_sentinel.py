@@ -112,6 +112,31 @@ def test_bad_sentinel_directive(proxy_factory):
     assert "is not host:port" in str(e.value)
 
 
+class Ipv6Sentinel(Sentinel):
+    """A sentinel that listens on ::1 too."""
+
+    def argv(self):
+        a = super().argv()
+        a[a.index("--bind") + 1] = "%s ::1" % HOST
+        return a
+
+
+def test_sentinel_given_as_a_bracketed_ipv6_address(redis_factory, tmp_path_factory, proxy_factory):
+    """upstream-sentinel takes [::1]:PORT, as a URL writes an IPv6 address:
+    the sentinel is asked at ::1, not looked up as a host name."""
+    master = redis_factory(name="master")
+    s = Ipv6Sentinel(tmp_path_factory.mktemp("sentinel6"), master.port)
+    s.start()
+    try:
+        p = proxy_factory(args=("--upstream-sentinel", "mymaster", "[::1]:%d" % s.port))
+        c = p.raw(auth=True)
+        wait_until(lambda: c.cmd("SET", "k", "v", timeout=10).raw == b"+OK\r\n", timeout=10, interval=0.05,
+                   what="the master, from the sentinel at [::1]")
+        assert master.client().get("k") == b"v"
+    finally:
+        s.stop()
+
+
 def test_hung_sentinel_first_in_list_does_not_stall(redis_factory, tmp_path_factory, proxy_factory):
     """The first sentinel listed accepts connections and never answers; the
     second answers. Each ask waits up to 250 ms in the event loop, so asking

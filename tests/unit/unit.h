@@ -34,6 +34,13 @@ static const char *unit_cur_name;
         unit_cur_failed = 1; \
     } } while (0)
 
+#define CHECK_EQ_STR(a, b) do { const char *a_ = (a), *b_ = (b); \
+    if (strcmp(a_, b_) != 0) { \
+        fprintf(stderr, "FAIL %s: %s:%d: %s == \"%s\" (got \"%s\")\n", unit_cur_name, \
+                __FILE__, __LINE__, #a, b_, a_); \
+        unit_cur_failed = 1; \
+    } } while (0)
+
 #define CHECK_MEM(p, n, s) do { \
     if ((size_t)(n) != strlen(s) || memcmp((p), (s), (n)) != 0) { \
         fprintf(stderr, "FAIL %s: %s:%d: %s == \"%s\" (got \"%.*s\")\n", unit_cur_name, \
