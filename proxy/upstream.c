@@ -747,7 +747,6 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, cons
     }
 }
 
-/* Closes u; its pending requests get frame, reads read_frame if not NULL. */
 /* Off srv->barrier_waiters, if on it. */
 static void barrier_unlink(px_upstream *u) {
     if (u->barrier_seq == 0) return;
@@ -761,6 +760,7 @@ static void barrier_unlink(px_upstream *u) {
     u->next_barrier = NULL;
 }
 
+/* Closes u; its pending requests get frame, reads read_frame if not NULL. */
 static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, const char *read_frame,
                                 size_t read_len, const char *why) {
     if (u->state == PX_UP_CLOSED) return;
