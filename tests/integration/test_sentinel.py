@@ -117,8 +117,8 @@ class Ipv6Sentinel(Sentinel):
 
     def argv(self):
         a = super().argv()
-        a[a.index("--bind") + 1] = "%s ::1" % HOST
-        return a
+        i = a.index("--bind") + 2
+        return a[:i] + ["::1"] + a[i:]   # (6.2 takes the addresses as words of their own)
 
 
 def test_sentinel_given_as_a_bracketed_ipv6_address(redis_factory, tmp_path_factory, proxy_factory):
