@@ -125,6 +125,17 @@ def test_each_address_of_a_name_is_tried(proxy_factory, upstream, slow_resolver,
     assert upstream.client().get("k") == b"v"
 
 
+def proxy_on_a_name(proxy_factory, upstream, resolver, tmp_path):
+    """A proxy whose upstream is a name that resolves to `upstream`; and a
+    function that points the name at another redis-server."""
+    hosts = tmp_path / "hosts"
+    name = "redis-up.file.test"
+    point(hosts, name, upstream)
+    p = proxy_factory(upstream_url="redis://%s:%d" % (name, upstream.port),
+                      env=preload_env(resolver, FAKE_HOSTS=str(hosts)))
+    return p, lambda server: point(hosts, name, server)
+
+
 def test_a_name_that_points_elsewhere_is_followed(proxy_factory, upstream, redis_factory, slow_resolver,
                                                   tmp_path):
     """The name comes to point at another Redis (a managed Redis's failover,
@@ -132,11 +143,7 @@ def test_a_name_that_points_elsewhere_is_followed(proxy_factory, upstream, redis
     check (every 5 s) the connections move there, and the cache is emptied
     first, so nothing read from the old one is served."""
     b = redis_factory(name="b")
-    hosts = tmp_path / "hosts"
-    name = "redis-up.file.test"
-    point(hosts, name, upstream)
-    p = proxy_factory(upstream_url="redis://%s:%d" % (name, upstream.port),
-                      env=preload_env(slow_resolver, FAKE_HOSTS=str(hosts)))
+    p, move_to = proxy_on_a_name(proxy_factory, upstream, slow_resolver, tmp_path)
     st = Stats(p)
     wait_tracking_active(p, stats=st)
     upstream.client().set("i1", "on-a")
@@ -144,7 +151,7 @@ def test_a_name_that_points_elsewhere_is_followed(proxy_factory, upstream, redis
     c = p.raw(auth=True)
     warm(c, st, ("GET", "i1"))
     assert c.cmd("GET", "i1").value == b"on-a"
-    point(hosts, name, b)
+    move_to(b)
     t0 = time.monotonic()
     wait_until(lambda: c.cmd("GET", "i1", timeout=10).value == b"on-b", timeout=12, interval=0.1,
                what="the proxy to follow the name")
@@ -162,15 +169,11 @@ def test_a_readonly_has_the_name_looked_up_at_once(proxy_factory, upstream, redi
     there has the name looked up again at the next check (a second), not
     after the 5 s an answer is kept."""
     b = redis_factory(name="b")
-    hosts = tmp_path / "hosts"
-    name = "redis-up.file.test"
-    point(hosts, name, upstream)
-    p = proxy_factory(upstream_url="redis://%s:%d" % (name, upstream.port),
-                      env=preload_env(slow_resolver, FAKE_HOSTS=str(hosts)))
+    p, move_to = proxy_on_a_name(proxy_factory, upstream, slow_resolver, tmp_path)
     c = p.raw(auth=True)
     wait_until(lambda: c.cmd("SET", "k", "v1", timeout=10).raw == b"+OK\r\n", timeout=10, interval=0.05,
                what="the upstream to be reached")
-    point(hosts, name, b)
+    move_to(b)
     upstream.client().execute_command("REPLICAOF", "127.0.0.1", str(b.port))
     try:
         t0 = time.monotonic()
