@@ -370,6 +370,32 @@ static int view_str(const rview *v) {
     return (v->type == '$' || v->type == '+') && !v->is_null;
 }
 
+
+/* The types a client can block on (BLPOP, BZPOPMIN, XREAD BLOCK), by ACL
+ * category, and the commands that give a key a whole value of any type. */
+static const char *const waking_categories[] = {"@list", "@sortedset", "@geo", "@stream"};
+static const char *const waking_names[] = {"rename", "renamenx", "copy", "restore", "move", "sort", "swapdb"};
+
+/* Does a command (its ACL categories in cats) make blocked clients ready? */
+static int wakes_blocked(loader *L, const rview *cats, const char *name, size_t nlen) {
+    for (size_t i = 0; i < sizeof waking_names / sizeof waking_names[0]; i++)
+        if (mem_is(name, nlen, waking_names[i]))
+            return 1;
+    if ((cats->type != '*' && cats->type != '~') || cats->is_null)
+        return 0;
+    agg_iter ci;
+    rview c;
+    iter_init(&ci, cats);
+    while (ci.left > 0) {
+        if (iter_next(L, &ci, &c) < 0 || !view_str(&c))
+            return 0;
+        for (size_t i = 0; i < sizeof waking_categories / sizeof waking_categories[0]; i++)
+            if (mem_is(L->buf + c.off, c.len, waking_categories[i]))
+                return 1;
+    }
+    return 0;
+}
+
 static int load_entry(loader *L, const rview *ent, int depth);
 
 /* Element 10 of a Redis 7 entry: the subcommands of `container`. */
@@ -459,11 +485,14 @@ static int load_entry(loader *L, const rview *ent, int depth) {
     if (e == NULL)
         return -1;
 
-    /* ACL categories, tips, key specs: framed (so checked), not used.
-     * Element 10 holds the subcommands; later elements are skipped. */
+    /* Element 7 holds the ACL categories; tips and key specs are framed
+     * (so checked), not used; element 10 holds the subcommands; later
+     * elements are skipped. */
     for (idx = 7; it.left > 0; idx++) {
         if (iter_next(L, &it, &v) < 0)
             return -1;
+        if (idx == 7 && wakes_blocked(L, &v, L->buf + name_off, name_len))
+            e->flags |= CMDT_F_WAKES;
         if (idx == 10 && load_subcommands(L, &v, e, depth) < 0)
             return -1;
     }

@@ -70,6 +70,10 @@ enum cmdt_flag {
     CMDT_F_NO_MULTI = 1 << 5,   /* refused inside MULTI */
     CMDT_F_NOSCRIPT = 1 << 6,
     CMDT_F_PUBSUB = 1 << 7,
+    /* may give a key a value that a client blocked on it takes at once
+     * (BLPOP, BZPOPMIN, XREAD BLOCK: @list, @sortedset, @geo, @stream, and
+     * the commands that move or copy a whole key) */
+    CMDT_F_WAKES = 1 << 8,
 };
 
 /* What a request writes. */

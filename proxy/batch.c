@@ -87,8 +87,11 @@ int px_batch_eligible(px_client *c) {
     if (c->pass == NULL && srv->open_access != 1) return 0;
     if (c->rq.frame_len > PX_BATCH_MAX_FRAME) return 0;
     if ((t = px_caching_cmdtable(srv)) == NULL || !cmdtable_check(t, c->rq.argc, c->rq.argv, &flags)) return 0;
-    return (flags & CMDT_F_WRITE) &&
-           !(flags & (CMDT_F_ADMIN | CMDT_F_BLOCKING | CMDT_F_NO_MULTI | CMDT_F_NOSCRIPT | CMDT_F_PUBSUB));
+    /* (CMDT_F_WAKES: Redis serves a client blocked on the key right after
+     * such a command, before the next one runs; inside EXEC, only after
+     * the whole block, which a pipeline's next command could then see) */
+    return (flags & CMDT_F_WRITE) && !(flags & (CMDT_F_ADMIN | CMDT_F_BLOCKING | CMDT_F_NO_MULTI | CMDT_F_NOSCRIPT |
+                                                CMDT_F_PUBSUB | CMDT_F_WAKES));
 }
 
 int px_batch_add(px_client *c, px_upstream *u, const char *data, size_t len) {

@@ -13,7 +13,11 @@
  *     Only commands Redis is known to queue are batched (a known command
  *     with the right arity, flagged write, and neither admin, blocking,
  *     no_multi, noscript nor pubsub), of at most PX_BATCH_MAX_FRAME bytes;
- *     a block of one is sent as it is.
+ *     a block of one is sent as it is. Nor are the writes of lists, sorted
+ *     sets and streams, and the commands that move or copy whole keys
+ *     (CMDT_F_WAKES): a client blocked on such a key (BLPOP, BZPOPMIN,
+ *     XREAD BLOCK) takes what one of them gave before the next command
+ *     runs, which inside a block it would only after the block.
  *
  *   transactions without WATCH: proxy/client.c answers MULTI and +QUEUED
  *     itself and sends the whole transaction at EXEC with px_block_send.

@@ -217,7 +217,8 @@ static void resume_input(px_client *c) {
     }
     if (c->input_paused) {
         c->input_paused = 0;
-        px_io_resume_read(&c->io);
+        /* (after the client's end, reading would see that end again) */
+        if (!c->peer_closed) px_io_resume_read(&c->io);
         /* bytes already buffered produce no new read event */
         client_process(c);
     }
@@ -2006,9 +2007,12 @@ static int client_dispatch(px_client *c, const char *frame) {
 /* Parses and routes what the client sent; an open write batch goes when
  * the input runs out or stops, and the keys of writes queued in a
  * transaction are purged once they are on their way. */
-static void client_process_input(px_client *c);
+static int client_process_input(px_client *c);
 static void client_process(px_client *c) {
-    client_process_input(c);
+    int waits = client_process_input(c);
+    /* the client is gone and what it sent has all been dispatched (a
+     * partial command left is dropped, as Redis drops it) */
+    if (c->peer_closed && !waits && c->state == PX_CLIENT_ACTIVE) close_after_replies(c);
     /* what run_extend appended by reference leaves the input now */
     px_io_settle(c->srv);
     px_batch_flush(c);
@@ -2053,15 +2057,17 @@ static int argument_over_limit(const px_client *c) {
     return 0;
 }
 
-static void client_process_input(px_client *c) {
-    if (c->io.closed) return;
+/* Returns 1 when it stopped to wait (input paused), else 0: the input is
+ * used up, or a command is partial, or the client is closing. */
+static int client_process_input(px_client *c) {
+    if (c->io.closed) return 0;
     /* what waits to be written to the client's own connection (a
      * transaction's queued commands, a tunnel) is bounded too; checked
      * once per input read (64 KB), not per command of a long run */
     if (pinned_output(c) >= PX_CLIENT_MAX_INFLIGHT_BYTES) {
         c->backlogged = 1;
         pause_input(c);
-        return;
+        return 1;
     }
     while (c->state == PX_CLIENT_ACTIVE) {
         /* No pause for output waiting on a client that does not read: as
@@ -2070,13 +2076,13 @@ static void client_process_input(px_client *c) {
          * whose output passes client-output-buffer-limit is dropped. */
         if (c->barrier) {
             pause_input(c);
-            return;
+            return 1;
         }
         /* but what it holds in flight is bounded (PX_CLIENT_MAX_SLOTS) */
         if (c->nslots >= PX_CLIENT_MAX_SLOTS || c->inflight_bytes >= PX_CLIENT_MAX_INFLIGHT_BYTES) {
             c->backlogged = 1;
             pause_input(c);
-            return;
+            return 1;
         }
         size_t len;
         const char *data = px_io_input(&c->io, &len);
@@ -2100,22 +2106,23 @@ static void client_process_input(px_client *c) {
                        c->rq.err);
             reply_error(c, "ERR %s", c->rq.err);
             close_after_replies(c);
-            return;
+            return 0;
         }
         size_t flen = c->rq.frame_len;
         if (client_dispatch(c, data) == DISPATCH_WAIT) {
             pause_input(c);
-            return;
+            return 1;
         }
-        if (c->io.closed) return; /* closed while dispatching */
+        if (c->io.closed) return 0; /* closed while dispatching */
         px_io_consume(&c->io, flen);
     }
-    return;
+    return 0;
 
 too_big:
     px_warning("client query buffer limit reached id=%llu addr=%s", (unsigned long long)c->id, c->addr);
     reply_error(c, "ERR Protocol error: query buffer limit reached");
     close_after_replies(c);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -2146,10 +2153,17 @@ static void client_on_drain(void *arg) {
  * blocked goes now; another gets the replies to what it sent, then goes.
  */
 static void client_on_peer_close(px_client *c) {
-    if (c->blocking)
+    if (c->blocking) {
         client_close(c, "client closed connection");
-    else
+    } else if (c->state == PX_CLIENT_ACTIVE && c->input_paused && px_io_input_len(&c->io) > 0) {
+        /* commands read, waiting for a reply before they may go (a state
+         * change, a transaction's end): they go when it comes, and the
+         * client closes after them (client_process) */
+        c->peer_closed = 1;
+        px_io_pause_read(&c->io);
+    } else {
         close_after_replies(c);
+    }
 }
 
 static void client_on_event(void *arg, int what, int err) {
@@ -2160,13 +2174,19 @@ static void client_on_event(void *arg, int what, int err) {
          * a BLPOP 0 would hold its connections until that returns. Input
          * still to go (err: unread in the socket) is read on first, and
          * its end seen then. */
-        if (err == 0 && (px_io_input_len(&c->io) == 0 || c->blocking)) client_on_peer_close(c);
+        if (err == 0) client_on_peer_close(c);
         return;
     }
-    if (what == PX_IO_EOF)
+    if (what == PX_IO_EOF) {
         client_on_peer_close(c);
-    else
+    } else if (err == EPIPE || err == ECONNRESET) {
+        /* gone while commands of its were still to run or to be answered:
+         * as Redis, what was read runs; the replies go nowhere */
+        px_io_discard_output(&c->io);
+        client_on_peer_close(c);
+    } else {
         client_close(c, strerror(err));
+    }
 }
 
 static const px_io_ops client_io_ops = {client_on_read, client_on_drain, client_on_event};

@@ -129,6 +129,9 @@ typedef struct px_client {
     px_upstream *inflight_on;  /* the connection they were sent on */
     int barrier;               /* a state change awaits its reply: read nothing */
     int input_paused;          /* reading stopped (barrier, switch, or back-pressure) */
+    int peer_closed;           /* the client closed its side with commands read
+                                  but not yet run: they run (as in Redis),
+                                  then it closes; nothing more is read */
 
     /* pending session change, applied when Redis accepts it */
     int pend_db, pend_proto;

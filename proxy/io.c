@@ -32,6 +32,7 @@ static void io_disarm_write(px_io *io) {
 
 static int io_tls_write_now(px_io *io);
 static void io_queue_flush(px_io *io);
+static void io_drop_ref(px_io *io);
 
 /* Output that could not be stored (no memory) is a hole in the stream:
  * whatever follows would answer the wrong request. The connection goes,
@@ -74,6 +75,12 @@ static void io_settle_writing(px_io *io) {
 /* Writes what the socket takes. Returns 0, or -1 after reporting an error. */
 static int io_write_now(px_io *io) {
     io_settle_writing(io);
+    if (io->discard_output) {
+        evbuffer_drain(io->out, evbuffer_get_length(io->out));
+        io_disarm_write(io);
+        if (!io->closed && io->ops->on_drain) io->ops->on_drain(io->arg);
+        return 0;
+    }
     if (io->lost_output) {
         io_disarm_write(io);
         io->ops->on_event(io->arg, PX_IO_ERROR, ENOMEM);
@@ -423,7 +430,7 @@ int px_io_connect(px_io *io, const struct sockaddr *addr, socklen_t len) {
 }
 
 void px_io_write(px_io *io, const void *data, size_t len) {
-    if (io->closed) return;
+    if (io->closed || io->discard_output) return;
     io_settle(io);
     if (io->lost_output || evbuffer_add(io->out, data, len) != 0) {
         io_lost_output(io);
@@ -433,7 +440,7 @@ void px_io_write(px_io *io, const void *data, size_t len) {
 }
 
 void px_io_write_ref(px_io *io, const char *data, size_t len) {
-    if (io->closed || len == 0 || io->lost_output) return;
+    if (io->closed || len == 0 || io->lost_output || io->discard_output) return;
     if (io->ref_len > 0 && io->ref + io->ref_len == data) {
         io->ref_len += len;
         return;
@@ -455,7 +462,7 @@ void px_io_write_early(px_io *io, size_t min_pending) {
 }
 
 void px_io_write_buffer(px_io *io, struct evbuffer *buf) {
-    if (io->closed) {
+    if (io->closed || io->discard_output) {
         evbuffer_drain(buf, evbuffer_get_length(buf));
         return;
     }
@@ -492,6 +499,14 @@ static void io_uncount_output(px_io *io) {
 size_t px_io_pending(const px_io *io) { return (io->out ? evbuffer_get_length(io->out) : 0) + io->ref_len; }
 
 void px_io_watch_close(px_io *io) { io->watch_close = 1; }
+
+void px_io_discard_output(px_io *io) {
+    if (io->closed) return;
+    io_drop_ref(io);
+    io->discard_output = 1;
+    evbuffer_drain(io->out, evbuffer_get_length(io->out));
+    io_disarm_write(io);
+}
 
 static void io_closed_cb(evutil_socket_t fd, short what, void *arg) {
     px_io *io = arg;

@@ -71,6 +71,8 @@ typedef struct px_io {
                              stream is broken, reported as an error at the
                              next write (io_write_now) */
     int closed;
+    int discard_output;   /* the peer is gone: output is dropped, not an
+                             error (px_io_discard_output) */
     const char *ref;      /* px_io_write_ref: ref_len bytes not yet in out */
     size_t ref_len;
     struct px_io *next_flush;
@@ -89,6 +91,10 @@ void px_io_count_output(px_io *io);
 /* While its reading is paused, the io reports the peer's close
  * (PX_IO_PEER_CLOSED) rather than leave it unseen until reading resumes;
  * where the event backend can tell (EV_CLOSED), on plain sockets. */
+/* The peer can read nothing more (its socket reset our write): what is
+ * queued is dropped, and so is all output from now on, without an error;
+ * input already read stays, for the owner to finish with. */
+void px_io_discard_output(px_io *io);
 void px_io_watch_close(px_io *io);
 
 /* Sets up the buffers of an io that has no socket yet: writes are kept

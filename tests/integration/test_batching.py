@@ -27,7 +27,7 @@ import pytest
 from cachehelpers import wait_tracking_active
 from exacthelpers import (assert_same_pipeline, diff_transcripts, pipeline_raw, proxy_supports,
                           sidecache_info)
-from helpers import encode
+from helpers import encode, wait_until
 
 PROTOCOLS = [pytest.param(2, id="resp2"), pytest.param(3, id="resp3")]
 
@@ -517,3 +517,23 @@ def test_noperm_refusals_in_a_write_pipeline(target, upstream, ref, protocol, us
         raise AssertionError(msg)
     assert any(r.startswith(b"-NOPERM") for r in got)
     assert_same_data(upstream, ref)
+
+
+@pytest.mark.parametrize("target", BATCH_ARGS, indirect=True)
+def test_a_client_blocked_on_a_key_is_served_between_pipelined_writes(target, upstream, ref):
+    """B waits in BLPOP L 0; A pipelines LPUSH L a, LPUSH L b. Redis hands B
+    "a" right after the first LPUSH, before the second runs: A gets :1 :1,
+    B gets a, L keeps [b]. So through the proxy: writes of lists (sorted
+    sets, streams) are not put in a MULTI/EXEC block, where B would be served
+    only after the block (:1 :2, B gets b)."""
+    results = []
+    for ep, server in ((ref, ref), (target, upstream)):
+        with ep.raw(auth=True) as b:
+            b.send_cmd("BLPOP", "L", "0")
+            wait_until(lambda: server.client().info("clients")["blocked_clients"] >= 1, timeout=5,
+                       interval=0.01, what="B to block")
+            a = pipeline_raw(ep, [("LPUSH", "L", "a"), ("LPUSH", "L", "b")], None)
+            results.append((a, b.read_frame().raw, server.client().lrange("L", 0, -1)))
+    want, got = results
+    assert want == ([b":1\r\n", b":1\r\n"], b"*2\r\n$1\r\nL\r\n$1\r\na\r\n", [b"b"]), want
+    assert got == want

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from helpers import Err, assert_same_runs, encode
+from helpers import Err, assert_same_runs, encode, wait_until
 
 N_PIPELINE = 10_000
 
@@ -307,3 +307,28 @@ def test_client_that_shuts_down_its_writing_gets_redis_answers(proxy, ref, case)
             return [read_to_eof(s)]
 
     assert_same_runs(scenario, proxy, ref)
+
+
+@pytest.mark.parametrize("state_cmd", [("SELECT", "1"), ("HELLO", "3")])
+def test_commands_read_before_the_client_closes_all_run(proxy, upstream, ref, state_cmd):
+    """A client writes commands and closes at once, reading nothing: Redis
+    runs every command it read. So does the proxy, where some of them wait
+    for a reply before they may go (after a WATCH transaction's DISCARD, a
+    state change waits for the commands before it): they go when it comes,
+    and only then is the client closed."""
+    import socket
+    db = 1 if state_cmd[0] == "SELECT" else 0
+    rest = [("DISCARD",), ("GET", "z"), state_cmd, ("SET", "a", "x"), ("SELECT", "0"), ("SET", "b", "y")]
+    for ep, server in ((proxy, upstream), (ref, ref)):
+        with socket.create_connection((ep.host, ep.port)) as s:
+            if ep.password:
+                s.sendall(encode("AUTH", ep.password))
+                assert s.recv(5) == b"+OK\r\n"
+            s.sendall(encode("WATCH", "k") + encode("MULTI"))
+            got = b""
+            while len(got) < 10:
+                got += s.recv(10 - len(got))
+            assert got == b"+OK\r\n+OK\r\n"
+            s.sendall(b"".join(encode(*c) for c in rest))
+        wait_until(lambda: server.client(db=db).get("a") == b"x" and server.client().get("b") == b"y",
+                   timeout=5, interval=0.05, what="every command sent before the close to run (%s)" % ep)

@@ -450,6 +450,21 @@ static void test_check(void) {
     CHECK_EQ_INT(chk(T, &f, "SUBSCRIBE", "ch", NULL), 1);
     CHECK(f & CMDT_F_PUBSUB);
     CHECK_EQ_INT(chk(T, &f, "MSET", "a", "1", "b", NULL), 1);  /* refused later, at run time */
+    /* what a client blocked on a key may take at once (by ACL category,
+     * and the commands that move or copy whole keys) */
+    CHECK(!(f & CMDT_F_WAKES));
+    const char *wakes[][5] = {{"LPUSH", "k", "v"}, {"ZADD", "k", "1", "m"}, {"XADD", "k", "*", "f", "v"},
+                              {"GEOADD", "k", "1", "2", "m"}, {"RENAME", "a", "b"}, {"COPY", "a", "b"},
+                              {"LMOVE", "a", "b", "LEFT", "RIGHT"}};
+    for (size_t i = 0; i < sizeof wakes / sizeof wakes[0]; i++) {
+        CHECK_EQ_INT(chk(T, &f, wakes[i][0], wakes[i][1], wakes[i][2], wakes[i][3], wakes[i][4], NULL), 1);
+        CHECK(f & CMDT_F_WAKES);
+    }
+    const char *quiet[][4] = {{"SET", "k", "v"}, {"HSET", "k", "f", "v"}, {"INCR", "k"}, {"DEL", "k"}, {"SADD", "k", "m"}};
+    for (size_t i = 0; i < sizeof quiet / sizeof quiet[0]; i++) {
+        CHECK_EQ_INT(chk(T, &f, quiet[i][0], quiet[i][1], quiet[i][2], quiet[i][3], NULL), 1);
+        CHECK(!(f & CMDT_F_WAKES));
+    }
 }
 
 static void test_keyless_writes_unknown(void) {
