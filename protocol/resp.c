@@ -428,7 +428,10 @@ static int req_done(resp_req_parser *p, const char *base, size_t frame_len,
  */
 static int req_find(resp_req_parser *p, const char *buf, size_t len, size_t start, char term, int long_ok,
                     const char *too_big, size_t *at) {
-    size_t lim = line_limit_end(start, p->lim.max_inline_len);
+    /* an inline line holds max_inline_len bytes before its "\r\n" (req_inline
+     * judges what the line holds): its '\n' may be one byte further */
+    size_t max = p->lim.max_inline_len;
+    size_t lim = line_limit_end(start, long_ok || max == SIZE_MAX ? max : max + 1);
     size_t end = long_ok || len < lim ? len : lim;
     size_t from = p->scan;
     const char *hit = NULL;
@@ -460,6 +463,10 @@ static int req_find(resp_req_parser *p, const char *buf, size_t len, size_t star
     if (end > p->scan)
         p->scan = end;
     if (len >= lim)
+        return req_fail(p, too_big);
+    /* an inline line past the limit already, unless its last byte is the
+     * '\r' of a "\r\n" still to come */
+    if (!long_ok && len == lim - 1 && len > start && buf[len - 1] != '\r')
         return req_fail(p, too_big);
     return RESP_AGAIN;
 }
@@ -582,6 +589,8 @@ static int req_inline(resp_req_parser *p, const char *buf, size_t len) {
     line = nl;
     if (line > 0 && buf[line - 1] == '\r')
         line--;
+    if (line > p->lim.max_inline_len)
+        return req_fail(p, ERR_TOO_BIG_INLINE);
     if (line > p->scratch_cap) {
         char *s = grow_array(p->scratch, &p->scratch_cap, line, 1);
         if (s == NULL)

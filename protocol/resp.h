@@ -178,10 +178,11 @@ size_t resp_req_unparsed(const resp_req_parser *p, size_t len);
  * - A header line past the limit whose '\r' is here is refused at once;
  *   Redis waits for the byte after the '\r' first, then refuses it with the
  *   same text.
- * - An inline line whose '\n' is more than max_inline_len bytes from its
- *   first byte is refused ("too big inline request") whether or not its end
- *   arrived. (Redis refuses it only while the end has not arrived, and runs
- *   a longer line that arrived whole.)
+ * - An inline line that holds more than max_inline_len bytes before its
+ *   "\r\n" (or '\n') is refused ("too big inline request") whether or not
+ *   its end arrived. (Redis refuses a line only while more bytes than that
+ *   are here and its end has not arrived, so it takes any line of
+ *   max_inline_len bytes, and runs a longer one that arrived whole.)
  * - A NUL byte in a header or inline line: Redis's strchr() stops there, so
  *   the line never ends and Redis refuses it once the limit is reached. We
  *   refuse it at once with the same "too big ..." message.

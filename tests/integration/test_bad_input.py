@@ -156,6 +156,20 @@ def test_bare_lf_inline_command_accepted(proxy, ref, protocol):
     assert got["cmds"] == [b"+OK\r\n", b"$5\r\nvalue\r\n", b":1\r\n"]
 
 
+def test_inline_line_of_the_full_limit_is_accepted(proxy, ref):
+    """An inline line of exactly 64 KB before its CRLF: Redis refuses a line
+    only when more than that is here with no newline, so it runs this one;
+    so does the proxy (it refused the line by one byte)."""
+
+    def scenario(ep):
+        with ep.raw() as c:
+            c.send(b"ECHO " + b"x" * 65531 + b"\r\n")
+            return [c.read_frame(5).raw]
+
+    got = assert_same_runs(scenario, proxy, ref)
+    assert got[0] == b"$65531\r\n" + b"x" * 65531 + b"\r\n"
+
+
 def test_request_split_in_tiny_pieces_is_reassembled(proxy):
     """A command that arrives one byte at a time is still one command."""
     data = b"*3\r\n$3\r\nSET\r\n$5\r\nsplit\r\n$11\r\nhello\r\nworl\r\n*2\r\n$3\r\nGET\r\n$5\r\nsplit\r\n"

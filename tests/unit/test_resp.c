@@ -547,11 +547,15 @@ static void test_req_limits(void) {
     lim.max_bulk_len = 10;
     lim.max_multibulk_len = 3;
 
-    /* inline: the '\n' may be at most max_inline_len bytes in */
+    /* inline: a line of at most max_inline_len bytes before its "\r\n" (a
+     * line Redis always takes: it refuses one only when more bytes than
+     * that are here with no '\n') */
     REQ_LIM("12345678\n", &lim, "[12345678]i");
     REQ_LIM("1234567\r\n", &lim, "[1234567]i");
     REQ_LIM("123456789\n", &lim, "!Protocol error: too big inline request");
-    REQ_LIM("12345678\r\n", &lim, "!Protocol error: too big inline request");
+    REQ_LIM("12345678\r\n", &lim, "[12345678]i");
+    REQ_LIM("123456789\r\n", &lim, "!Protocol error: too big inline request");
+    REQ_LIM("12345678\r", &lim, "...");
     REQ_LIM("12345678", &lim, "...");
     REQ_LIM("123456789", &lim, "!Protocol error: too big inline request");
     REQ_LIM("PING\r\nPING\r\n123456789", &lim,
