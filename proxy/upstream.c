@@ -1139,10 +1139,31 @@ void px_upstream_barrier_wake(px_server *srv) {
     }
 }
 
+/* A tunnel relays an aggregate's header line as soon as it is here, and
+ * then its elements one by one: Redis may never send all the elements a
+ * header counts (CLIENT REPLY OFF or SKIP inside MULTI: EXEC's header goes,
+ * the replies it counts do not), and the client must get what Redis sent.
+ * Returns the header's length, or 0 (not a tunnel's aggregate, or its
+ * header line not all here). */
+static size_t tunnel_header(const px_upstream *u, const char *data, size_t len) {
+    if (!u->tunnel || u->head != NULL || u->handshake_left != 0 || len == 0 ||
+        strchr("*>%~|", data[0]) == NULL)
+        return 0;
+    const char *nl = memchr(data, '\n', len);
+    return nl != NULL && nl > data && nl[-1] == '\r' ? (size_t)(nl - data) + 1 : 0;
+}
+
 static void up_parse_input(px_upstream *u) {
     while (u->state != PX_UP_CLOSED) {
         size_t len;
         const char *data = px_io_input(&u->io, &len);
+        size_t hlen = tunnel_header(u, data, len);
+        if (hlen > 0) {
+            resp_reply_reset(&u->rp); /* what it framed of the aggregate, forgotten */
+            if (u->owner != NULL) px_client_on_tunnel_data(u->owner, data, hlen);
+            px_io_consume(&u->io, hlen);
+            continue;
+        }
         if (len == 0 || (u->rp.need != 0 && len < u->rp.need)) break;
         int rc = resp_reply_parse(&u->rp, data, len);
         if (rc == RESP_AGAIN) break;

@@ -1,6 +1,7 @@
 """Connection-level commands: CLIENT SETNAME/GETNAME/SETINFO/ID, ECHO, PING,
 QUIT, RESET, CLIENT REPLY, MONITOR and the client's own CLIENT TRACKING."""
 import re
+import socket
 import time
 
 import pytest
@@ -139,6 +140,32 @@ def test_client_reply_off_skip_on_like_redis(proxy, ref):
         "CLIENT REPLY OFF/SKIP must suppress exactly the replies Redis suppresses"
     assert replies[4].startswith(b"-ERR")
     assert replies[5] == b"$1\r\n3\r\n"
+
+
+@pytest.mark.parametrize("case", ["off", "skip"])
+def test_client_reply_inside_multi_like_redis(proxy, ref, case):
+    """CLIENT REPLY OFF or SKIP queued in MULTI: at EXEC Redis writes the
+    array's header and not the replies it counts (they are suppressed). The
+    client gets that header when Redis sends it, as from Redis (the proxy
+    held it, waiting for elements that never come)."""
+    cmds, want = {
+        "off": ([("MULTI",), ("CLIENT", "REPLY", "OFF"), ("EXEC",)], b"+OK\r\n+QUEUED\r\n*1\r\n"),
+        "skip": ([("MULTI",), ("CLIENT", "REPLY", "SKIP"), ("SET", "a", "1"), ("EXEC",)],
+                 b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n")}[case]
+
+    def scenario(ep):
+        with ep.raw() as c:
+            c.send(b"".join(encode(*x) for x in cmds))
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline and bytes(c.buf) != want:
+                try:
+                    c._fill(0.1)
+                except socket.timeout:
+                    pass
+            return [bytes(c.buf)]
+
+    got = assert_same_runs(scenario, proxy, ref)
+    assert got == [want], got
 
 
 def test_monitor_shows_commands_of_other_clients(proxy):
