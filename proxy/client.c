@@ -2183,6 +2183,11 @@ static void client_on_event(void *arg, int what, int err) {
         /* gone while commands of its were still to run or to be answered:
          * as Redis, what was read runs; the replies go nowhere */
         px_io_discard_output(&c->io);
+        if (c->state == PX_CLIENT_CLOSING) {
+            /* it waited for that output, which will never be written */
+            if (c->inflight == 0 && c->slots_head == NULL) client_close(c, strerror(err));
+            return;
+        }
         client_on_peer_close(c);
     } else {
         client_close(c, strerror(err));

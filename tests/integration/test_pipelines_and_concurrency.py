@@ -332,3 +332,28 @@ def test_commands_read_before_the_client_closes_all_run(proxy, upstream, ref, st
             s.sendall(b"".join(encode(*c) for c in rest))
         wait_until(lambda: server.client(db=db).get("a") == b"x" and server.client().get("b") == b"y",
                    timeout=5, interval=0.05, what="every command sent before the close to run (%s)" % ep)
+
+
+def test_client_gone_with_its_reply_unread_is_closed(proxy_factory, upstream):
+    """A client shuts down its writing after a GET of a large value, then
+    resets its connection without reading the reply: the proxy, closing
+    that client once its reply is written, gets the reset while writing and
+    closes it then (the reply can never be written)."""
+    import socket
+    from cachehelpers import Stats
+    upstream.client().set("big", b"x" * (8 << 20))
+    p = proxy_factory()
+    st = Stats(p)
+    base = st.get()["connected_clients"]
+    s = socket.create_connection((p.host, p.port))
+    if p.password:
+        s.sendall(encode("AUTH", p.password))
+        assert s.recv(5) == b"+OK\r\n"
+    s.sendall(encode("GET", "big"))
+    s.shutdown(socket.SHUT_WR)
+    wait_until(lambda: st.get()["connected_clients"] == base + 1, timeout=5, interval=0.05, what="the client")
+    time.sleep(0.3)   # the reply is on its way, most of it unwritten
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.close()         # a reset
+    wait_until(lambda: st.get()["connected_clients"] == base, timeout=5, interval=0.05,
+               what="the proxy to close the client whose reply cannot be written")
