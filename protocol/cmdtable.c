@@ -370,7 +370,6 @@ static int view_str(const rview *v) {
     return (v->type == '$' || v->type == '+') && !v->is_null;
 }
 
-
 /* The types a client can block on (BLPOP, BZPOPMIN, XREAD BLOCK), by ACL
  * category, and the commands that give a key a whole value of any type. */
 static const char *const waking_categories[] = {"@list", "@sortedset", "@geo", "@stream"};
