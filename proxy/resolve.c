@@ -150,9 +150,11 @@ static struct lookup *record(const char *host, const char *port, int64_t now) {
     return l;
 }
 
-static int fresh(const struct lookup *l, int64_t now) {
-    return l->done && !l->expired && now - l->done_ms <= fresh_ms;
-}
+/* An answer came fresh_ms ago at most. */
+static int young(const struct lookup *l, int64_t now) { return l->done && now - l->done_ms <= fresh_ms; }
+
+/* ... and nothing asked for it to be looked up again. */
+static int fresh(const struct lookup *l, int64_t now) { return young(l, now) && !l->expired; }
 
 /* Starts a lookup of l; -1 (why set) when it cannot. */
 static int start(struct lookup *l, char *why, size_t whylen) {
@@ -282,7 +284,7 @@ int px_resolve_moved(const char *host, int port, const struct sockaddr_storage *
     if (l != NULL && !fresh(l, now) && !l->running) start(l, why, sizeof why);
     /* an expired answer is still judged (READONLYs expire it many times a
      * second: the check would never see one), a stale one is not */
-    if (l != NULL && l->done && now - l->done_ms <= fresh_ms && l->have && l->rc == 0) {
+    if (l != NULL && young(l, now) && l->rc == 0) {
         moved = 1;
         for (int i = 0; i < l->a.n && moved; i++)
             if (same_addr(&l->a.sa[i], l->a.len[i], sa, salen)) moved = 0;

@@ -846,11 +846,13 @@ void px_upstream_free(px_upstream *u) {
  * switch closes or retires this very connection. */
 static void note_role(px_upstream *u, const px_req *r, const char *data, size_t len) {
     if (r->aux_flags & PX_AUX_SCRIPT) return;
-    if (len >= 9 && memcmp(data, "-READONLY", 9) == 0 && px_sentinel_enabled(u->srv))
-        px_sentinel_ask_soon(u->srv);
-    else if (len >= 9 && memcmp(data, "-READONLY", 9) == 0)
-        px_upstream_recheck_name(u->srv);
-    else if (len >= 7 && memcmp(data, "-MOVED ", 7) == 0 && !u->retired)
+    if (resp_frame_starts_with(data, len, "-READONLY")) {
+        /* demoted: where is the master now? */
+        if (px_sentinel_enabled(u->srv))
+            px_sentinel_ask_soon(u->srv);
+        else
+            px_upstream_recheck_name(u->srv);
+    } else if (resp_frame_starts_with(data, len, "-MOVED ") && !u->retired)
         /* (a retired connection's node is where Redis was: its MOVED
          * says where the slot went from there, maybe before a later move
          * the upstream followed since) */
