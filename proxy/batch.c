@@ -71,6 +71,7 @@ int px_block_send(px_upstream *u, const char *frames, size_t len, int n) {
         size_t flen;
         const char *f = frame_at(frames, &at, &flen);
         next = r->next_up;
+        r->aux_flags |= PX_AUX_BLOCK_QUEUED;
         px_upstream_send(u, r, f, flen);
     }
     return 0;

@@ -1269,7 +1269,7 @@ static int txn_local_exec(px_client *c, int dirty) {
         px_upstream_close(u, "out of memory");
         return DISPATCH_DONE;
     }
-    r->aux_flags |= PX_AUX_BLOCK_EXEC;
+    r->aux_flags |= PX_AUX_BLOCK_EXEC | (dirty ? 0 : PX_AUX_BLOCK_CLEAN);
     px_io_write_early(&u->io, 1);
     px_caching_txn_close(c, r);
     txn_acl_exec(c, r);

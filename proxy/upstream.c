@@ -837,6 +837,7 @@ void px_upstream_free(px_upstream *u) {
     px_io_deinit(&u->io);
     resp_reply_deinit(&u->rp);
     resp_buf_deinit(&u->held);
+    resp_buf_deinit(&u->block_err);
     free(u);
 }
 
@@ -888,6 +889,31 @@ static void up_txn_refused(px_upstream *u, const char *data, size_t len, int dis
 static int block_exec_refused(const char *data, size_t len) {
     return resp_frame_is_error(data, len) && !resp_frame_is_execabort(data, len) &&
            !resp_frame_is_cluster_refusal(data, len);
+}
+
+/*
+ * The EXEC of a local transaction's block, which Redis aborted for
+ * "previous errors" where the client saw every command queued: the
+ * commands met a change of Redis's state between their checks and the
+ * block (out of memory, a failed save, a demotion, too few replicas, a
+ * stale replica, a restart's loading). Redis, which would have queued them
+ * before it, refuses EXEC itself for those (processCommand: rejectCommand)
+ * and names the error: "because of:" the block's first. Returns 1 with that
+ * frame in *out, 0 to relay Redis's own.
+ */
+static int block_exec_reworded(const px_upstream *u, const char *data, size_t len, resp_buf *out) {
+    static const char previous[] = "-EXECABORT Transaction discarded because of previous errors.\r\n",
+                      because[] = "-EXECABORT Transaction discarded because of: ";
+    static const char *const state_errors[] = {"-OOM ",        "-MISCONF ",    "-READONLY ", "-NOREPLICAS ",
+                                               "-MASTERDOWN ", "-LOADING ", NULL};
+    const resp_buf *e = &u->block_err;
+    if (len != sizeof previous - 1 || memcmp(data, previous, len) != 0 || e->len < 3) return 0;
+    int known = 0;
+    for (int i = 0; state_errors[i] != NULL && !known; i++)
+        known = resp_frame_starts_with(e->data, e->len, state_errors[i]);
+    /* the error's text, without its '-' and CRLF */
+    return known && resp_buf_append(out, because, sizeof because - 1) == 0 &&
+           resp_buf_append(out, e->data + 1, e->len - 3) == 0 && resp_buf_append(out, "\r\n", 2) == 0;
 }
 
 static int is_noauth(const char *data, size_t len) {
@@ -1035,6 +1061,11 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         if (type != '-' && type != '!') u->tracked_epoch = r->fill_token;
         px_req_release(u->srv, r);
     } else if (r->kind == PX_REQ_DISCARD) {
+        if (type == '-' && (r->aux_flags & PX_AUX_BLOCK_QUEUED)) {
+            note_role(u, r, data, len);
+            if (u->block_err.len == 0 && resp_buf_append(&u->block_err, data, len) != 0)
+                resp_buf_reset(&u->block_err);
+        }
         px_req_release(u->srv, r);
     } else if (r->kind == PX_REQ_TTL) {
         px_caching_on_ttl_reply(u->srv, r, data, len);
@@ -1050,6 +1081,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         int discard = (r->aux_flags & PX_AUX_CTL_DISCARD) != 0;
         uint64_t epoch = r->fill_token;
         px_req_release(u->srv, r);
+        if (!discard) resp_buf_reset(&u->block_err); /* a block (or a check) begins */
         if (!resp_frame_is_ok(data, len))
             up_txn_refused(u, data, len, discard);
         else if (discard && u->pool != NULL && epoch == u->srv->acl_epoch)
@@ -1058,7 +1090,13 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
         if (type == '-') note_role(u, r, data, len);
         int refused = (r->kind == PX_REQ_BATCH || (r->aux_flags & PX_AUX_BLOCK_EXEC)) && block_exec_refused(data, len);
-        px_client_on_reply(r->client, r, data, len);
+        resp_buf reworded;
+        resp_buf_init(&reworded);
+        if ((r->aux_flags & PX_AUX_BLOCK_CLEAN) && block_exec_reworded(u, data, len, &reworded))
+            px_client_on_reply(r->client, r, reworded.data, reworded.len);
+        else
+            px_client_on_reply(r->client, r, data, len);
+        resp_buf_deinit(&reworded);
         if (refused) up_txn_refused(u, data, len, 0);
     }
 }

@@ -130,6 +130,12 @@ enum px_aux_flag {
                                 a shared connection: lost with it, it gets
                                 an error go-redis sends it again for
                                 (up_fail_pending) */
+    PX_AUX_BLOCK_QUEUED = 1 << 26, /* a command of a block sidecache made
+                                      (px_block_send): its reply is dropped,
+                                      but the block's first error is kept
+                                      (px_upstream.block_err) */
+    PX_AUX_BLOCK_CLEAN = 1 << 27,  /* with BLOCK_EXEC: the client saw every
+                                      command of the block queued */
 };
 
 typedef struct px_req {
@@ -236,6 +242,10 @@ typedef struct px_upstream {
     uint64_t barrier_seq;      /* the barrier its unread input waits for (its
                                   reading paused), 0 if none */
     struct px_upstream *next_barrier; /* on srv->barrier_waiters meanwhile */
+    resp_buf block_err;        /* the first error Redis gave a command of
+                                  the block it is reading (PX_AUX_BLOCK_QUEUED),
+                                  for the block's EXEC: emptied at each MULTI
+                                  sidecache sent */
     int shared_index;          /* index in pool->shared, or -1 */
     uint64_t id;               /* for logs */
     uint64_t tracked_epoch;    /* tracking on, for this caching epoch (0: off) */

@@ -20,7 +20,7 @@ from cachehelpers import (RELAY_ARGS, confirm_cached, relay, relay_settle,  # no
                           start_cached, warm)
 from exacthelpers import (assert_same_both_ways, assert_same_pipeline, diff_transcripts, pipeline_raw,
                           upstream_clients)
-from helpers import encode, run_steps
+from helpers import assert_same_runs, encode, run_steps
 
 PROTOCOLS = [pytest.param(2, id="resp2"), pytest.param(3, id="resp3")]
 
@@ -599,6 +599,31 @@ def test_queue_time_oom_inside_multi(proxy, upstream, ref, protocol, how):
     finally:
         for s in (upstream, ref):
             s.client().config_set("maxmemory", "0")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_out_of_memory_between_queue_and_exec(proxy, upstream, ref, protocol):
+    """Redis goes over maxmemory after the commands were queued: Redis
+    refuses EXEC itself, naming the error (EXECABORT ... because of: OOM
+    ...), and nothing runs. Through the proxy the transaction reaches Redis
+    only at EXEC, where its commands meet the OOM: the client must get
+    Redis's words for it, not "previous errors" (it saw no error)."""
+    def scenario(ep):
+        server = ref if ep is ref else upstream
+        out = []
+        with ep.raw(protocol=protocol) as c:
+            for st in [("MULTI",), ("SET", "a", "1"), ("DEL", "b")]:
+                out.append((st, c.cmd(*st).raw))
+            server.client().config_set("maxmemory", "1")
+            try:
+                out.append((("EXEC",), c.cmd("EXEC").raw))
+            finally:
+                server.client().config_set("maxmemory", "0")
+            out.append((("GET", "a"), c.cmd("GET", "a").raw))
+        return out
+
+    got = assert_same_runs(scenario, proxy, ref)
+    assert got[3][1].startswith(b"-EXECABORT Transaction discarded because of: OOM "), got[3][1]
 
 
 @pytest.mark.parametrize("how", ["separate", "pipelined"])
