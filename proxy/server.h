@@ -96,6 +96,12 @@ typedef struct px_server {
      * failed connect (Redis may have moved) */
     struct sockaddr_storage up_sa;
     unsigned up_salen;
+    /* where the connections (the invalidation one too) went: what the
+     * name's check compares with its answers. Set by the first lookup and
+     * by each move, not reset by a failed connect: an address the name
+     * gives after one is a move too (up_check_name) */
+    struct sockaddr_storage up_conn_sa;
+    unsigned up_conn_salen;
     int up_followed;           /* up_sa is where a cluster's MOVED sent it,
                                   not the configured address (follow.h) */
     struct event *follow_ev;   /* moves to follow_to, after the reply */

@@ -202,6 +202,8 @@ static void pool_retire_connections(px_pool *p, const char *why) {
 void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsigned salen, int gently) {
     memcpy(&srv->up_sa, sa, salen);
     srv->up_salen = salen;
+    memcpy(&srv->up_conn_sa, sa, salen);
+    srv->up_conn_salen = salen;
     /* the cache first: nothing read from the old node is served again */
     px_caching_upstream_moved(srv);
     /* closing a client's connection may close the client, which unlinks it */
@@ -294,14 +296,19 @@ static int up_by_name(const px_server *srv) {
 /* Once a second: when the name no longer gives the address connected to,
  * the connections move to the new one, after the cache is emptied (C6).
  * px_resolve_moved starts a lookup when its answer is PX_RESOLVE_FRESH_MS
- * old and waits for none: a hanging resolver delays only the move. */
+ * old and waits for none: a hanging resolver delays only the move. The
+ * address compared is where the connections went (up_conn_sa): a connect
+ * that failed meanwhile made the next one look the name up again, and
+ * what that gave is not where the older connections, the invalidation
+ * connection and the cache's entries came from. */
 static void up_check_name(px_server *srv) {
     struct sockaddr_storage to;
     unsigned tolen = 0;
-    if (!up_by_name(srv) || srv->up_salen == 0) return;
-    if (!px_resolve_moved(srv->cfg->up.host, srv->cfg->up.port, &srv->up_sa, srv->up_salen, &to, &tolen)) return;
+    if (!up_by_name(srv) || srv->up_conn_salen == 0) return;
+    if (!px_resolve_moved(srv->cfg->up.host, srv->cfg->up.port, &srv->up_conn_sa, srv->up_conn_salen, &to, &tolen))
+        return;
     char from[300], dest[300];
-    px_format_address(&srv->up_sa, srv->up_salen, from, sizeof from);
+    px_format_address(&srv->up_conn_sa, srv->up_conn_salen, from, sizeof from);
     px_format_address(&to, tolen, dest, sizeof dest);
     px_notice("upstream name now points elsewhere host=%s from=%s to=%s: cache emptied, connections moved",
               srv->cfg->up.host, from, dest);
@@ -467,18 +474,25 @@ int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, u
 int px_upstream_resolve(px_server *srv, char *why, size_t whylen) {
     if (srv->up_salen != 0) return 0;
     if (px_sentinel_enabled(srv)) return px_sentinel_master(srv, &srv->up_sa, &srv->up_salen, why, whylen);
-    return px_resolve_address(&srv->cfg->up, &srv->up_sa, &srv->up_salen, why, whylen);
+    if (px_resolve_address(&srv->cfg->up, &srv->up_sa, &srv->up_salen, why, whylen) != 0) return -1;
+    if (srv->up_conn_salen == 0) {
+        memcpy(&srv->up_conn_sa, &srv->up_sa, srv->up_salen);
+        srv->up_conn_salen = srv->up_salen;
+    }
+    return 0;
 }
 
 static const px_io_ops up_io_ops;
 static void up_close_as(px_upstream *u, const char *code, const char *why);
 
-/* A connect failed: where is Redis now? With Sentinel, the address stays
- * until px_sentinel_check sees a new master and moves every connection
- * (other connections to this one may still be up); asked at once. So it
- * does after following a cluster's MOVED (follow.h). Else the configured
- * address is resolved again (its name may point elsewhere now). */
-static void up_connect_failed(px_server *srv) {
+/* A connect to sa failed: where is Redis now? With Sentinel, the address
+ * stays until px_sentinel_check sees a new master and moves every
+ * connection (other connections to this one may still be up); asked at
+ * once. So it does after following a cluster's MOVED (follow.h). Else the
+ * configured address is resolved again (its name may point elsewhere now),
+ * unless the next connect's address is another already: a connect that
+ * ends late (its timeout) says nothing of that one. */
+static void up_connect_failed(px_server *srv, const struct sockaddr_storage *sa, unsigned salen) {
     if (px_sentinel_enabled(srv) && srv->sentinel_ev != NULL) {
         px_sentinel_ask_soon(srv);
         return;
@@ -491,11 +505,11 @@ static void up_connect_failed(px_server *srv) {
         srv->up_unreachable = 1;
         return;
     }
-    if (srv->up_salen != 0) {
-        px_format_address(&srv->up_sa, srv->up_salen, srv->up_failed, sizeof srv->up_failed);
-        /* the name's next address, or a new answer once each failed */
-        if (!srv->cfg->up.is_unix) px_resolve_failed(srv->cfg->up.host, srv->cfg->up.port, &srv->up_sa, srv->up_salen);
-    }
+    /* the name's next address, or a new answer once each failed (the
+     * name's record judges whether sa is still the one to skip) */
+    if (!srv->cfg->up.is_unix) px_resolve_failed(srv->cfg->up.host, srv->cfg->up.port, sa, salen);
+    if (srv->up_salen != 0 && !px_same_address(&srv->up_sa, srv->up_salen, sa, salen)) return;
+    px_format_address(sa, salen, srv->up_failed, sizeof srv->up_failed);
     srv->up_salen = 0;
     srv->up_followed = 0;
     srv->up_unreachable = 1;
@@ -516,7 +530,7 @@ static void up_connect_fail(px_upstream *u, const char *cause) {
     /* (a retired connection went to where Redis was: that says nothing of
      * where it is now) */
     if (u->pool && !u->retired) pool_backoff(u->pool, why);
-    if (!u->retired) up_connect_failed(srv); /* resolve again: Redis may have moved */
+    if (!u->retired) up_connect_failed(srv, &u->sa, u->salen); /* resolve again: Redis may have moved */
     px_warning("upstream connect failed addr=%s err=\"%s\"", addr, cause);
     up_close_as(u, px_unavailable_code(srv), why); /* nothing was sent: nothing ran */
 }
@@ -580,9 +594,11 @@ static px_upstream *up_connect(px_pool *p) {
     }
     px_io_count_output(&u->io);
     if (px_upstream_resolve(srv, cause, sizeof cause) != 0) goto fail;
-    if (px_io_connect(&u->io, (struct sockaddr *)&srv->up_sa, srv->up_salen) != 0) {
+    memcpy(&u->sa, &srv->up_sa, srv->up_salen);
+    u->salen = srv->up_salen;
+    if (px_io_connect(&u->io, (struct sockaddr *)&u->sa, u->salen) != 0) {
         snprintf(cause, sizeof cause, "%s", strerror(errno));
-        up_connect_failed(srv);
+        up_connect_failed(srv, &u->sa, u->salen);
         goto fail;
     }
     if (srv->cfg->up.tls && px_io_start_tls(&u->io, px_tls_new_client(srv)) != 0) {

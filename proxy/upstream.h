@@ -242,6 +242,9 @@ typedef struct px_upstream {
     uint64_t barrier_seq;      /* the barrier its unread input waits for (its
                                   reading paused), 0 if none */
     struct px_upstream *next_barrier; /* on srv->barrier_waiters meanwhile */
+    struct sockaddr_storage sa; /* where it connected (a failed connect
+                                   names it, not where the next one goes) */
+    unsigned salen;
     resp_buf block_err;        /* the first error Redis gave a command of
                                   the block it is reading (PX_AUX_BLOCK_QUEUED),
                                   for the block's EXEC: emptied at each MULTI

@@ -13,13 +13,15 @@ The resolver is fake_resolver.c, preloaded into the proxy: names ending in
 .file.test resolve to what the file FAKE_HOSTS says when asked.
 """
 import os
+import socket
 import subprocess
+import threading
 import time
 
 import pytest
 
 from cachehelpers import Stats, wait_tracking_active, warm
-from helpers import wait_until
+from helpers import HOST, ConnectionClosed, Err, pump, wait_until
 from test_connect_timeout import timed
 
 pytestmark = [pytest.mark.proxy_only, pytest.mark.timeout(60)]
@@ -185,3 +187,134 @@ def test_a_readonly_has_the_name_looked_up_at_once(proxy_factory, upstream, redi
         assert b.client().get("k") == b"v2"
     finally:
         upstream.client().execute_command("REPLICAOF", "NO", "ONE")
+
+
+class Front:
+    """A TCP forwarder to a redis-server: an address of its own for it.
+    stop_accepting() refuses new connects from then on, while the
+    connections it relays go on (a node that refuses new connects for a
+    moment, or times them out, keeping those it has)."""
+
+    def __init__(self, server):
+        self.ls = socket.socket()
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind((HOST, 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        self.server_port = server.port
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                a, _ = self.ls.accept()
+            except OSError:
+                return
+            b = socket.create_connection((HOST, self.server_port))
+            for x, y in ((a, b), (b, a)):
+                threading.Thread(target=pump, args=(x, y), daemon=True).start()
+
+    def stop_accepting(self):
+        try:
+            self.ls.shutdown(socket.SHUT_RDWR)  # (close alone leaves a blocked accept listening)
+        except OSError:
+            pass
+        self.ls.close()
+
+
+def subscribes(p, keep):
+    """Whether a new client's SUBSCRIBE (a connection of its own, made
+    now) works: the proxy closes a client whose connect failed."""
+    s = p.raw(auth=True)
+    try:
+        f = s.cmd("SUBSCRIBE", "ch", timeout=5)
+    except ConnectionClosed:
+        return False
+    keep.append(s)
+    return not isinstance(f.value, Err)
+
+
+def test_a_name_taken_after_a_failed_connect_is_a_move(proxy_factory, upstream, redis_factory, slow_resolver,
+                                                       tmp_path):
+    """test_a_name_that_points_elsewhere_is_followed, with a connect to the
+    old Redis failing after the name moved (the old one stays up: a
+    migration, a primary fenced by DNS alone). The next connect looks the
+    name up again and goes to the new one; the connections still open to
+    the old one, the invalidation connection and what the cache holds from
+    it must move and go too, as at the name's check: the check compares
+    where those went, not where the last connect went."""
+    b = redis_factory(name="b")
+    a_front = Front(upstream)
+    hosts = tmp_path / "hosts"
+    name = "redis-up.file.test"
+    point(hosts, name, (HOST, a_front.port))
+    p = proxy_factory(upstream_url="redis://%s:%d" % (name, upstream.port),
+                      env=preload_env(slow_resolver, FAKE_HOSTS=str(hosts)))
+    st = Stats(p)
+    wait_tracking_active(p, stats=st)
+    upstream.client().set("i1", "on-a")
+    b.client().set("i1", "on-b")
+    c = p.raw(auth=True)
+    warm(c, st, ("GET", "i1"))
+    assert c.cmd("GET", "i1").value == b"on-a"
+    point(hosts, name, b)
+    a_front.stop_accepting()
+    keep = []
+    assert not subscribes(p, keep), "a connect to the old address is refused now"
+    time.sleep(0.5)  # the pool's back-off
+    wait_until(lambda: subscribes(p, keep), timeout=5, interval=0.2, what="a connect to the new address")
+    wait_until(lambda: c.cmd("GET", "i1", timeout=10).value == b"on-b", timeout=8, interval=0.1,
+               what="the proxy to serve the new Redis's i1")
+    assert "upstream name now points elsewhere" in open(p.logpath).read()
+
+
+def test_a_late_failed_connect_leaves_the_address_that_works(proxy_factory, upstream, slow_resolver, tmp_path):
+    """The name gives X, which drops connects (a full accept queue: the
+    kernel drops the SYNs), then the working address G. Two connects to X
+    are in flight; the first times out and G is taken, and works; then the
+    second times out. That says nothing of G: the next connect goes to G at
+    once, not back to X to wait out its timeout."""
+    x = socket.socket()
+    x.bind((HOST, 0))
+    x.listen(0)
+    xport = x.getsockname()[1]
+    fillers = []
+    for _ in range(3):
+        f = socket.socket()
+        f.setblocking(False)
+        try:
+            f.connect((HOST, xport))
+        except BlockingIOError:
+            pass
+        fillers.append(f)
+    time.sleep(0.3)
+    hosts = tmp_path / "hosts"
+    name = "redis-up.file.test"
+    point(hosts, name, (HOST, xport), upstream)
+    p = proxy_factory(upstream_url="redis://%s:%d" % (name, upstream.port),
+                      args=("--upstream-connect-timeout", "1000"),
+                      env=preload_env(slow_resolver, FAKE_HOSTS=str(hosts)))
+
+    def reply(cl):
+        try:
+            return cl.read_frame(timeout=5).raw
+        except ConnectionClosed:
+            return b"closed"
+
+    # (at its start the proxy's first connect, to X, times out at ~1 s, and
+    # the name's next address, G, is taken)
+    c1 = p.raw()
+    time.sleep(0.5)
+    c1.send_cmd("SUBSCRIBE", "b")  # a connect to X, in flight while G is taken
+    time.sleep(0.8)                # the first timed out, its back-off is over
+    c2 = p.raw()
+    c2.send_cmd("SUBSCRIBE", "c")  # G: works
+    assert reply(c2).startswith(b"*3"), "G works"
+    reply(c1)                      # its connect to X times out (~1.5 s)
+    time.sleep(0.3)
+    c3 = p.raw()
+    raw, took = timed(c3, "SUBSCRIBE", "d")
+    assert raw.startswith(b"*3") and took < 0.5, (raw, took)
+    x.close()
+    for f in fillers:
+        f.close()
