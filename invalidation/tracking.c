@@ -567,6 +567,10 @@ enum inv_state inv_get_state(const inv_conn *t) { return t->state; }
 
 uint64_t inv_barrier(inv_conn *t) {
     if (t == NULL || t->state != INV_ACTIVE) return 0;
+    /* A PING still in the output (nothing else is written while ACTIVE)
+     * reaches Redis after whatever has come from it so far: it is this
+     * barrier too. Tunnels read in one pass of the loop share one PING. */
+    if (pings_outstanding(t) && evbuffer_get_length(bufferevent_get_output(t->bev)) > 0) return t->pings_sent;
     send_ping(t, now_ms());
     return t->pings_sent;
 }
@@ -575,10 +579,16 @@ int inv_barrier_passed(const inv_conn *t, uint64_t seq) {
     return t == NULL || t->state != INV_ACTIVE || t->pings_answered >= seq;
 }
 
-int inv_ping_hold_ms(const inv_conn *t) {
-    if (t->state != INV_ACTIVE || t->ping_sent_ms == 0) return 0;
-    int64_t left = t->ping_sent_ms + t->cfg.hold_ms - now_ms();
+uint64_t inv_hold_mark(const inv_conn *t) {
+    return t->state == INV_ACTIVE && pings_outstanding(t) ? t->pings_sent : 0;
+}
+
+int inv_hold_left_ms(const inv_conn *t, uint64_t mark) {
+    if (mark == 0 || t->state != INV_ACTIVE || t->pings_answered >= mark) return 0;
+    int64_t left = t->ping_progress_ms + t->cfg.hold_ms - now_ms();
     return left > 0 ? (int)left : 0;
 }
+
+int inv_ping_hold_ms(const inv_conn *t) { return inv_hold_left_ms(t, inv_hold_mark(t)); }
 long long inv_redirect_id(const inv_conn *t) { return t->state == INV_ACTIVE ? t->my_id : 0; }
 const inv_stats *inv_get_stats(const inv_conn *t) { return &t->stats; }

@@ -101,17 +101,26 @@ void inv_free(inv_conn *t);
 void inv_restart(inv_conn *t, const char *why);
 
 enum inv_state inv_get_state(const inv_conn *t);
-/* How many ms hits must still wait: while a keep-alive PING sent less than
- * hold_ms ago is unanswered (ACTIVE only), what is left of hold_ms; else 0.
- * Redis writes a write's invalidation before the write's reply, unless
- * this connection already had output waiting in the same pass of Redis's
- * loop: then the writer's reply goes first, and the PING's answer (that
- * output) and the invalidation follow it, in one write, microseconds
- * later. So until the answer, and what was read with it, is handled
- * (on_ping_answered), the owner serves no hit: a reply seen elsewhere may
- * have outrun an invalidation. Past hold_ms, Redis is taken to have not
- * run the PING yet (stalled: a fork, a long script), when nothing can be
- * behind a reply, and hits go on until timeout_ms ends the connection. */
+/* Hits and PINGs. Redis writes a write's invalidation before the write's
+ * reply, unless this connection already had output waiting in the same
+ * pass of Redis's loop: then the writer's reply goes first, and the PING's
+ * answer (that output) and the invalidation follow it, in one write,
+ * microseconds later. So a read that comes while a PING (a keep-alive or a
+ * barrier) is unanswered may follow a reply seen elsewhere that outran an
+ * invalidation: until that PING's answer, and what was read with it, is
+ * handled (on_ping_answered), the owner serves it no hit. Past hold_ms
+ * without an answer, Redis is taken to have not run the PING yet (stalled:
+ * a fork, a long script), when nothing can be behind a reply, and hits go
+ * on until timeout_ms ends the connection.
+ * inv_hold_mark: the PINGs a read that comes now waits for (a number for
+ * inv_hold_left_ms), 0 if none is unanswered (ACTIVE only). Later PINGs
+ * are not its concern, so that tunnels that keep sending barriers do not
+ * hold a read for ever. */
+uint64_t inv_hold_mark(const inv_conn *t);
+/* How many ms a read marked so must still wait; 0 once the PINGs up to
+ * mark are answered, or hold_ms passed without an answer. */
+int inv_hold_left_ms(const inv_conn *t, uint64_t mark);
+/* The same for a read that comes now. */
 int inv_ping_hold_ms(const inv_conn *t);
 /* A barrier: a PING sent now, whose answer comes after every invalidation
  * of every write Redis ran before it (one connection, in order; in BCAST

@@ -809,10 +809,13 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
     int allowed = pc->read_ok[part][read - 1] == px_acl_mark(c->srv);
     if (!allowed && read != PX_READ_GET && read != PX_READ_HGET) busy = 1;
     /* An invalidation may be behind a reply the client has seen from
-     * Redis (inv_ping_hold_ms): the read waits for it, one round trip once
-     * per keep-alive period, or at most tracking-ping-hold-ms. */
-    int hold = busy ? 0 : inv_ping_hold_ms(pc->inv);
+     * Redis (inv_hold_mark): the read waits for the PINGs unanswered when
+     * it came, one round trip once per keep-alive period or barrier, or at
+     * most tracking-ping-hold-ms. */
+    uint64_t mark = was_held ? c->ping_mark : inv_hold_mark(pc->inv);
+    int hold = busy ? 0 : inv_hold_left_ms(pc->inv, mark);
     if (hold > 0) {
+        c->ping_mark = mark;
         /* (a timer may wake it a little early: then it waits again) */
         if (!was_held) pc->held_ping++;
         c->ping_held = 1;
@@ -1298,7 +1301,7 @@ static int mget_reply(struct px_caching *pc, px_server *srv, px_req *r, const ch
     }
     int merge = ok && h.nmiss < h.n;
     int64_t now = px_now_ms();
-    /* An unanswered keep-alive PING: Redis's part may have been read after
+    /* An unanswered PING (keep-alive, barrier): Redis's part may have been read after
      * a write whose invalidation is still on its way (inv_ping_hold_ms),
      * so the cached part may be older than it. */
     int resend = merge && (inv_ping_hold_ms(pc->inv) > 0 ||

@@ -1139,7 +1139,7 @@ static void enter_tunnel(px_client *c, const char *frame) {
     c->pinned->tunnel = 1;
     /* writes queued before it may run at an EXEC in the tunnel, whose
      * reply is not matched (tunnel_waits) */
-    if (c->in_multi) c->pinned->tunnel_wrote = 1;
+    if (c->in_multi && (c->txn_keys.len > 0 || c->txn_flush)) c->pinned->tunnel_wrote = 1;
     request_bytes(c, frame, &data, &len);
     /* a new connection's handshake may still await its replies, which
      * Redis would count as the client's pipeline */

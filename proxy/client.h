@@ -123,6 +123,7 @@ typedef struct px_client {
      * (srv->ping_waiters) */
     px_waitq *waiting_in;
     struct px_client *wait_prev, *wait_next;
+    uint64_t ping_mark;        /* ... for the PINGs up to this one (inv_hold_mark) */
     int ping_held;             /* its last read waited for the keep-alive
                                   (counted once, however often it waits) */
     int inflight;              /* requests awaiting an upstream reply */

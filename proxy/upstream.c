@@ -1174,6 +1174,7 @@ static int tunnel_waits(px_upstream *u) {
 }
 
 static void up_parse_input(px_upstream *u);
+static void up_on_event(void *arg, int what, int err);
 
 static void up_on_read(void *arg) {
     px_upstream *u = arg;
@@ -1191,7 +1192,10 @@ void px_upstream_barrier_wake(px_server *srv) {
         if (u == NULL) return;
         barrier_unlink(u);
         up_parse_input(u);
-        if (u->state != PX_UP_CLOSED) px_io_resume_read(&u->io);
+        if (u->state != PX_UP_CLOSED && u->barrier_end != 0)
+            up_on_event(u, u->barrier_end, u->barrier_err);
+        else if (u->state != PX_UP_CLOSED)
+            px_io_resume_read(&u->io);
     }
 }
 
@@ -1271,11 +1275,14 @@ static void up_on_event(void *arg, int what, int err) {
     }
     const char *cause = what == PX_IO_EOF ? "connection closed by upstream" : strerror(err);
     if (u->barrier_seq != 0) {
-        /* (TLS: the last bytes and the end in one read) what Redis sent
-         * before it left is relayed, barrier or not: the client gets it */
-        barrier_unlink(u);
-        up_parse_input(u);
-        if (u->state == PX_UP_CLOSED) return;
+        /* What Redis sent before it left (TLS: the last bytes and the end
+         * in one read; a write the client sent on, after Redis closed)
+         * still waits for its barrier, and the end with it: the barrier
+         * passes at the latest when tracking is lost (which empties the
+         * cache). What the client sends meanwhile goes nowhere. */
+        if (u->barrier_end == 0) u->barrier_end = what, u->barrier_err = err;
+        px_io_discard_output(&u->io);
+        return;
     }
     if (up_connecting(u)) {
         up_connect_fail(u, cause);

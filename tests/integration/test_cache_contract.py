@@ -20,7 +20,7 @@ import pytest
 from cachehelpers import (MODES, RELAY_ARGS, cmd_matcher, confirm_cached, direct_read,  # noqa: F401
                           make_tracked, parse_sidecache_section, relay, relay_settle, settle, start_cached,
                           tracked_key, value_of, wait_stat, wait_tracking_active, warm)
-from helpers import Err, TracedRedisServer, encode, wait_until
+from helpers import ConnectionClosed, Err, TracedRedisServer, encode, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -1505,6 +1505,35 @@ def test_c10_no_hit_while_the_tracking_keepalive_is_unanswered(relay, proxy_fact
     assert c.cmd("GET", "i9971").value == b"new"
 
 
+def test_c10_no_hit_while_a_barrier_ping_is_unanswered(relay, proxy_factory, upstream):
+    """The same for a tunnel's barrier PING (a tunnel that wrote a cached
+    key, reading): while it is unanswered, Redis may write a direct
+    writer's reply before that write's invalidation, so a read that comes
+    meanwhile waits for its answer. The relay holds the PONG and the
+    invalidation behind it."""
+    p, st = start_cached(proxy_factory, up=relay,
+                         args=RELAY_ARGS + ("--tracking-ping-hold-ms", "20000", "--tracking-keepalive-ms", "600000"))
+    d = upstream.client()
+    d.set("i9971", "old")
+    c = p.raw(auth=True)
+    warm(c, st, ("GET", "i9971"))
+    t = p.raw(auth=True)
+    assert t.cmd("CLIENT", "REPLY", "ON").raw == b"+OK\r\n"  # a tunnel
+    assert t.cmd("SET", "i9990", "x").raw == b"+OK\r\n"  # that wrote a cached key
+    relay.hold_tracking()
+    try:
+        pings = relay.tracking_pings()
+        t.send_cmd("GET", "counter")  # its reply sends a barrier PING, whose answer is held
+        wait_until(lambda: relay.tracking_pings() > pings, timeout=3.0, what="a barrier PING")
+        d.set("i9971", "new")  # its invalidation comes behind the PONG
+        c.send_cmd("GET", "i9971")  # a read the writer's reply set off
+        with pytest.raises(socket.timeout):
+            c.read_frame(0.5)
+    finally:
+        relay.release_tracking()
+    assert c.read_frame(5).raw == b"$3\r\nnew\r\n"
+
+
 def test_c10_a_hit_waits_for_the_keepalive_at_most_tracking_ping_hold_ms(relay, proxy_factory, upstream):
     """A PING Redis has not answered after tracking-ping-hold-ms is taken as
     not run yet (Redis stalled: a fork, a long script), when nothing can be
@@ -1690,6 +1719,72 @@ def test_c1_tunnel_reply_held_for_a_barrier_goes_when_tracking_is_lost(relay, pr
         assert t.read_frame(timeout=5).raw == b"+OK\r\n"
         assert time.monotonic() - t0 < 3
         assert st.get()["cache_flushes"] > flushes
+    finally:
+        relay.release_tracking()
+
+
+def test_c1_tunnel_reply_waits_for_its_barrier_when_the_connection_ends(relay, proxy_factory, upstream):
+    """A tunnel's write reply waits for its barrier; Redis then closes the
+    connection (QUIT here; CLIENT KILL, a pubsub output limit) and the
+    client writes on, so that the proxy's write to Redis fails. The held
+    reply still waits for the barrier: a fill that raced the write must not
+    be served after the client has the write's reply (C1). Once the barrier
+    passes, the client gets the reply, then the end."""
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
+    base_relay, base_keys = relay.invalidation_count(), st["invalidation_keys"]
+    with upstream.raw(auth=True) as d:
+        d.cmd("SET", "i7", "old")
+    relay_settle(relay, st, base_relay, base_keys, ["i7"])
+    t, r, x = p.raw(auth=True), p.raw(auth=True), p.raw(auth=True)
+    assert t.cmd("CLIENT", "REPLY", "ON").raw == b"+OK\r\n"
+    relay.hold_tracking()
+    try:
+        hs = relay.hold_request(cmd_matcher("SET", "i7", "new"))
+        t.send(encode("SET", "i7", "new") + encode("QUIT"))  # purged when sent, held before Redis
+        hs.wait()
+        h = relay.hold_reply(cmd_matcher("GET", "i7"))
+        r.send_cmd("GET", "i7")  # a fill begun after the purge, run first on Redis
+        h.wait()
+        hs.release()  # SET and QUIT run; Redis closes t's connection
+        time.sleep(0.3)
+        h.release()
+        assert r.read_frame().value == b"old"  # filled: the invalidation is held
+        with pytest.raises(socket.timeout):
+            t.read_frame(timeout=0.3)
+        for _ in range(5):  # the client writes on: the proxy's write to Redis fails
+            try:
+                t.send_cmd("PING")
+            except OSError:
+                break
+            time.sleep(0.1)
+        try:
+            got = t.read_frame(timeout=1.0).raw
+        except (socket.timeout, OSError, ConnectionClosed):
+            got = None
+        assert got is None, "the write's reply %r went before its invalidation (GET gives %r)" % (
+            got, x.cmd("GET", "i7").value)
+        relay.release_tracking()
+        assert t.read_frame(timeout=5).raw == b"+OK\r\n"
+        assert x.cmd("GET", "i7").value == b"new"
+    finally:
+        relay.release_tracking()
+
+
+def test_c1_tunnel_entered_in_multi_without_cached_writes_is_not_held(relay, proxy_factory, upstream):
+    """A tunnel entered inside MULTI (CLIENT REPLY ON queued) whose queued
+    commands write no key the cache may hold waits for no barrier: its
+    replies come while the invalidation connection is slow."""
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
+    t = p.raw(auth=True)
+    relay.hold_tracking()
+    try:
+        assert t.cmd("MULTI").raw == b"+OK\r\n"
+        assert t.cmd("SET", "counter", "1").raw == b"+QUEUED\r\n"
+        t.send_cmd("CLIENT", "REPLY", "ON")  # a tunnel from here
+        assert t.read_frame(5).raw == b"+QUEUED\r\n"
+        t.send_cmd("EXEC")
+        got = t.read_frame(2).raw
+        assert got.startswith(b"*2\r\n"), got
     finally:
         relay.release_tracking()
 
