@@ -235,7 +235,10 @@ int px_resolve(const char *host, int port, struct sockaddr_storage *sa, unsigned
             pthread_mutex_unlock(&lookups_mu);
             return -1;
         }
-        if (l->running) wait_for(l);
+        /* a stale answer is given at once while its successor is looked
+         * up (a hanging resolver would cost each call the wait); one that
+         * was expired (its addresses failed, a READONLY) is not */
+        if (l->running && (!l->have || l->expired)) wait_for(l);
     }
     rc = 0;
     if (l->have) {
