@@ -90,7 +90,9 @@ typedef struct px_server {
      * is unanswered (proxy/caching.c), woken once it is */
     px_waitq ping_waiters;
     /* tunnels whose input waits for a barrier's answer (upstream.c) */
-    struct px_upstream *barrier_waiters;
+    struct px_upstream *barrier_waiters, *barrier_waiters_tail; /* in the
+                               order they began to wait: their barriers'
+                               numbers never go down along it */
 
     /* the upstream's address, resolved when first needed and again after a
      * failed connect (Redis may have moved) */

@@ -766,9 +766,11 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, cons
 /* Off srv->barrier_waiters, if on it. */
 static void barrier_unlink(px_upstream *u) {
     if (u->barrier_seq == 0) return;
-    for (px_upstream **pp = &u->srv->barrier_waiters; *pp != NULL; pp = &(*pp)->next_barrier) {
+    px_server *srv = u->srv;
+    for (px_upstream **pp = &srv->barrier_waiters, *prev = NULL; *pp != NULL; prev = *pp, pp = &(*pp)->next_barrier) {
         if (*pp == u) {
             *pp = u->next_barrier;
+            if (srv->barrier_waiters_tail == u) srv->barrier_waiters_tail = prev;
             break;
         }
     }
@@ -1168,8 +1170,14 @@ static int tunnel_waits(px_upstream *u) {
     if (seq == 0) return 0;
     u->barrier_seq = seq;
     px_io_pause_read(&u->io);
-    u->next_barrier = u->srv->barrier_waiters;
-    u->srv->barrier_waiters = u;
+    /* at the tail: the wake takes them from the head, where the oldest
+     * barriers are, each passed one first */
+    u->next_barrier = NULL;
+    if (u->srv->barrier_waiters_tail != NULL)
+        u->srv->barrier_waiters_tail->next_barrier = u;
+    else
+        u->srv->barrier_waiters = u;
+    u->srv->barrier_waiters_tail = u;
     return 1;
 }
 
@@ -1188,8 +1196,7 @@ void px_upstream_barrier_wake(px_server *srv) {
     /* from the head again after each: relaying may close other tunnels */
     for (;;) {
         px_upstream *u = srv->barrier_waiters;
-        while (u != NULL && !px_caching_barrier_passed(srv, u->barrier_seq)) u = u->next_barrier;
-        if (u == NULL) return;
+        if (u == NULL || !px_caching_barrier_passed(srv, u->barrier_seq)) return;
         barrier_unlink(u);
         up_parse_input(u);
         if (u->state != PX_UP_CLOSED && u->barrier_end != 0)
