@@ -13,6 +13,7 @@
 #include "protocol/resp.h"
 #include "proxy/ask.h"
 #include "proxy/log.h"
+#include "proxy/resolve.h"
 #include "proxy/sentinel.h"
 #include "proxy/upstream.h"
 
@@ -166,6 +167,7 @@ static int ask_node(px_server *srv, const char *node, char *master, size_t mlen,
     int rc = px_ask(&sa, salen, req.data, req.len, replies, PX_CLUSTER_SLOTS_MAX_REPLY, PX_SENTINEL_TIMEOUT_MS,
                     &reply, &rlen, why, whylen);
     resp_buf_deinit(&req);
+    if (rc != 0 && !a.is_unix) px_resolve_failed(a.host, a.port, &sa, salen); /* its next address next time */
     if (rc == 0 && (rc = cluster_slots_master(reply, rlen, (unsigned)slot_of_prefix(srv), master, mlen)) != 0)
         snprintf(why, whylen, "no master for the slot in its CLUSTER SLOTS");
     free(reply);

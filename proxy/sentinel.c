@@ -14,6 +14,7 @@
 #include "proxy/caching.h"
 #include "proxy/client.h"
 #include "proxy/log.h"
+#include "proxy/resolve.h"
 #include "proxy/upstream.h"
 
 int px_sentinel_enabled(const px_server *srv) { return srv->cfg->nsentinel > 0; }
@@ -68,6 +69,8 @@ static int ask_one(const char *addr, size_t alen, const char *name, char *host, 
     int rc = px_ask(&sa, salen, req.data, req.len, 1, 1024, PX_SENTINEL_TIMEOUT_MS, &buf, &got, cause, sizeof cause);
     resp_buf_deinit(&req);
     if (rc != 0) {
+        /* the name's next address is asked next time */
+        px_resolve_failed(sentinel.host, sentinel.port, &sa, salen);
         snprintf(why, whylen, "sentinel %s:%s: %s", h, p, cause);
         return -1;
     }

@@ -318,3 +318,26 @@ def test_a_late_failed_connect_leaves_the_address_that_works(proxy_factory, upst
     x.close()
     for f in fillers:
         f.close()
+
+
+def test_each_address_of_a_sentinels_name_is_tried(redis_factory, tmp_path_factory, proxy_factory, slow_resolver,
+                                                   tmp_path):
+    """A sentinel named by a host name whose first address refuses (::1; the
+    sentinel listens on 127.0.0.1 only) is asked at its next address the
+    next time, as the upstream's name is."""
+    from test_sentinel import Sentinel
+    master = redis_factory(name="master")
+    s = Sentinel(tmp_path_factory.mktemp("sentinel"), master.port)
+    s.start()
+    try:
+        hosts = tmp_path / "hosts"
+        name = "sentinel.file.test"
+        point(hosts, name, ("::1", s.port), (HOST, s.port))
+        p = proxy_factory(args=("--upstream-sentinel", "mymaster", "%s:%d" % (name, s.port)),
+                          env=preload_env(slow_resolver, FAKE_HOSTS=str(hosts)))
+        c = p.raw(auth=True)
+        wait_until(lambda: c.cmd("SET", "k", "v", timeout=10).raw == b"+OK\r\n", timeout=10, interval=0.2,
+                   what="the master, from the sentinel's second address")
+        assert master.client().get("k") == b"v"
+    finally:
+        s.stop()
