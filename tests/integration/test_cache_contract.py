@@ -1644,6 +1644,19 @@ def test_c10_expiry_becomes_visible(proxy_factory, upstream):
     assert time.monotonic() - t0 < 2.3
 
 
+def tunnel_and_two_clients(relay, proxy_factory, upstream):
+    """A proxy behind the relay, i7 "old" on Redis with its invalidation
+    in, and three clients: a tunnel (CLIENT REPLY ON) and two others."""
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
+    base_relay, base_keys = relay.invalidation_count(), st["invalidation_keys"]
+    with upstream.raw(auth=True) as d:
+        d.cmd("SET", "i7", "old")
+    relay_settle(relay, st, base_relay, base_keys, ["i7"])
+    t, r, x = p.raw(auth=True), p.raw(auth=True), p.raw(auth=True)
+    assert t.cmd("CLIENT", "REPLY", "ON").raw == b"+OK\r\n"
+    return t, r, x
+
+
 def test_c1_tunnel_write_then_racing_fill(relay, proxy_factory, upstream):
     """A tunnelled client's write, then a GET that Redis runs before it:
     after the write's reply, the old value must not be served. A tunnel
@@ -1651,13 +1664,7 @@ def test_c1_tunnel_write_then_racing_fill(relay, proxy_factory, upstream):
     invalidation is in (a PING on the invalidation connection, answered
     after it): while the relay holds that connection, the tunnel gets
     nothing; once it lets go, the reply, and the new value for all."""
-    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
-    base_relay, base_keys = relay.invalidation_count(), st["invalidation_keys"]
-    with upstream.raw(auth=True) as d:
-        d.cmd("SET", "i7", "old")
-    relay_settle(relay, st, base_relay, base_keys, ["i7"])
-    t, r, x = p.raw(auth=True), p.raw(auth=True), p.raw(auth=True)
-    assert t.cmd("CLIENT", "REPLY", "ON").raw == b"+OK\r\n"   # t is a tunnel from now on
+    t, r, x = tunnel_and_two_clients(relay, proxy_factory, upstream)
     relay.hold_tracking()
     try:
         hs = relay.hold_request(cmd_matcher("SET", "i7", "new"))
@@ -1730,13 +1737,7 @@ def test_c1_tunnel_reply_waits_for_its_barrier_when_the_connection_ends(relay, p
     reply still waits for the barrier: a fill that raced the write must not
     be served after the client has the write's reply (C1). Once the barrier
     passes, the client gets the reply, then the end."""
-    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
-    base_relay, base_keys = relay.invalidation_count(), st["invalidation_keys"]
-    with upstream.raw(auth=True) as d:
-        d.cmd("SET", "i7", "old")
-    relay_settle(relay, st, base_relay, base_keys, ["i7"])
-    t, r, x = p.raw(auth=True), p.raw(auth=True), p.raw(auth=True)
-    assert t.cmd("CLIENT", "REPLY", "ON").raw == b"+OK\r\n"
+    t, r, x = tunnel_and_two_clients(relay, proxy_factory, upstream)
     relay.hold_tracking()
     try:
         hs = relay.hold_request(cmd_matcher("SET", "i7", "new"))

@@ -127,12 +127,13 @@ def test_each_address_of_a_name_is_tried(proxy_factory, upstream, slow_resolver,
     assert upstream.client().get("k") == b"v"
 
 
-def proxy_on_a_name(proxy_factory, upstream, resolver, tmp_path):
-    """A proxy whose upstream is a name that resolves to `upstream`; and a
-    function that points the name at another redis-server."""
+def proxy_on_a_name(proxy_factory, upstream, resolver, tmp_path, at=None):
+    """A proxy whose upstream is a name that resolves to `upstream` (or to
+    the (address, port) at); and a function that points the name at
+    another redis-server."""
     hosts = tmp_path / "hosts"
     name = "redis-up.file.test"
-    point(hosts, name, upstream)
+    point(hosts, name, at or upstream)
     p = proxy_factory(upstream_url="redis://%s:%d" % (name, upstream.port),
                       env=preload_env(resolver, FAKE_HOSTS=str(hosts)))
     return p, lambda server: point(hosts, name, server)
@@ -146,13 +147,7 @@ def test_a_name_that_points_elsewhere_is_followed(proxy_factory, upstream, redis
     first, so nothing read from the old one is served."""
     b = redis_factory(name="b")
     p, move_to = proxy_on_a_name(proxy_factory, upstream, slow_resolver, tmp_path)
-    st = Stats(p)
-    wait_tracking_active(p, stats=st)
-    upstream.client().set("i1", "on-a")
-    b.client().set("i1", "on-b")
-    c = p.raw(auth=True)
-    warm(c, st, ("GET", "i1"))
-    assert c.cmd("GET", "i1").value == b"on-a"
+    c = cached_from_a(p, upstream, b)
     move_to(b)
     t0 = time.monotonic()
     wait_until(lambda: c.cmd("GET", "i1", timeout=10).value == b"on-b", timeout=12, interval=0.1,
@@ -162,6 +157,18 @@ def test_a_name_that_points_elsewhere_is_followed(proxy_factory, upstream, redis
     assert b.client().get("k") == b"on-b-now"
     assert upstream.client().get("k") is None
     assert "upstream name now points elsewhere" in open(p.logpath).read()
+
+
+def cached_from_a(p, a, b):
+    """i1 is on-a on a and on-b on b; a client of p, with i1 cached from a."""
+    st = Stats(p)
+    wait_tracking_active(p, stats=st)
+    a.client().set("i1", "on-a")
+    b.client().set("i1", "on-b")
+    c = p.raw(auth=True)
+    warm(c, st, ("GET", "i1"))
+    assert c.cmd("GET", "i1").value == b"on-a"
+    return c
 
 
 def test_a_readonly_has_the_name_looked_up_at_once(proxy_factory, upstream, redis_factory, slow_resolver,
@@ -245,19 +252,9 @@ def test_a_name_taken_after_a_failed_connect_is_a_move(proxy_factory, upstream, 
     where those went, not where the last connect went."""
     b = redis_factory(name="b")
     a_front = Front(upstream)
-    hosts = tmp_path / "hosts"
-    name = "redis-up.file.test"
-    point(hosts, name, (HOST, a_front.port))
-    p = proxy_factory(upstream_url="redis://%s:%d" % (name, upstream.port),
-                      env=preload_env(slow_resolver, FAKE_HOSTS=str(hosts)))
-    st = Stats(p)
-    wait_tracking_active(p, stats=st)
-    upstream.client().set("i1", "on-a")
-    b.client().set("i1", "on-b")
-    c = p.raw(auth=True)
-    warm(c, st, ("GET", "i1"))
-    assert c.cmd("GET", "i1").value == b"on-a"
-    point(hosts, name, b)
+    p, move_to = proxy_on_a_name(proxy_factory, upstream, slow_resolver, tmp_path, at=(HOST, a_front.port))
+    c = cached_from_a(p, upstream, b)
+    move_to(b)
     a_front.stop_accepting()
     keep = []
     assert not subscribes(p, keep), "a connect to the old address is refused now"
