@@ -123,9 +123,9 @@ typedef struct px_client {
      * (srv->ping_waiters) */
     px_waitq *waiting_in;
     struct px_client *wait_prev, *wait_next;
-    uint64_t ping_mark;        /* ... for the PINGs up to this one (inv_hold_mark) */
-    int ping_held;             /* its last read waited for the keep-alive
+    int ping_held;             /* its last read waited for a PING's answer
                                   (counted once, however often it waits) */
+    uint64_t ping_mark;        /* ... for those up to this one (inv_hold_mark) */
     int inflight;              /* requests awaiting an upstream reply */
     px_upstream *inflight_on;  /* the connection they were sent on */
     int barrier;               /* a state change awaits its reply: read nothing */
