@@ -580,7 +580,14 @@ int inv_barrier_passed(const inv_conn *t, uint64_t seq) {
 }
 
 uint64_t inv_hold_mark(const inv_conn *t) {
-    return t->state == INV_ACTIVE && pings_outstanding(t) ? t->pings_sent : 0;
+    if (t->state != INV_ACTIVE || !pings_outstanding(t)) return 0;
+    /* PINGs still in the output (nothing else is written while ACTIVE; a
+     * part of one is not one Redis can run) are not in Redis's pass: they
+     * hold no read */
+    static const size_t ping_len = sizeof "*1\r\n$4\r\nPING\r\n" - 1;
+    size_t unsent = (evbuffer_get_length(bufferevent_get_output(t->bev)) + ping_len - 1) / ping_len;
+    uint64_t mark = t->pings_sent - (unsent < t->pings_sent ? unsent : t->pings_sent);
+    return mark > t->pings_answered ? mark : 0;
 }
 
 int inv_hold_left_ms(const inv_conn *t, uint64_t mark) {

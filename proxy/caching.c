@@ -51,6 +51,8 @@ struct px_caching {
     cache_rules rules;
     cmdtable *cmdt;          /* NULL until COMMAND was read */
     inv_conn *inv;
+    struct sockaddr_storage inv_sa; /* where it went (the upstream's) */
+    unsigned inv_salen;
     int active;              /* tracking confirmed */
     int mode;                /* enum px_tracking_mode */
     uint64_t epoch;          /* changes whenever tracking starts or stops: a
@@ -195,6 +197,7 @@ static void on_active(void *arg, int active) {
     struct px_caching *pc = srv->caching;
     pc->active = active;
     pc->epoch++;
+    if (active) px_upstream_reached(srv, &pc->inv_sa, pc->inv_salen);
     /* (held reads then go to Redis) */
     if (!active) wake_ping_waiters(srv);
     /* default/optin: every open data connection redirects to the new
@@ -292,6 +295,8 @@ static int on_resolve(void *arg, struct sockaddr_storage *addr, socklen_t *addrl
     if (px_upstream_resolve(srv, why, whylen) != 0) return -1;
     memcpy(addr, &srv->up_sa, srv->up_salen);
     *addrlen = (socklen_t)srv->up_salen;
+    memcpy(&srv->caching->inv_sa, &srv->up_sa, srv->up_salen);
+    srv->caching->inv_salen = srv->up_salen;
     return 0;
 }
 

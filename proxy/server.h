@@ -99,11 +99,12 @@ typedef struct px_server {
     struct sockaddr_storage up_sa;
     unsigned up_salen;
     /* where the connections (the invalidation one too) went: what the
-     * name's check compares with its answers. Set by the first lookup and
-     * by each move, not reset by a failed connect: an address the name
-     * gives after one is a move too (up_check_name) */
-    struct sockaddr_storage up_conn_sa;
-    unsigned up_conn_salen;
+     * name's check compares with its answers. Set by the first connect
+     * that succeeds and by each move, not reset by a failed connect: one
+     * that reaches another address after it (the name's new answer) makes
+     * a move due, to up_reached_sa (px_upstream_reached, up_check_name) */
+    struct sockaddr_storage up_conn_sa, up_reached_sa;
+    unsigned up_conn_salen, up_reached_salen;
     int up_followed;           /* up_sa is where a cluster's MOVED sent it,
                                   not the configured address (follow.h) */
     struct event *follow_ev;   /* moves to follow_to, after the reply */

@@ -204,6 +204,7 @@ void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsign
     srv->up_salen = salen;
     memcpy(&srv->up_conn_sa, sa, salen);
     srv->up_conn_salen = salen;
+    srv->up_reached_salen = 0;
     /* the cache first: nothing read from the old node is served again */
     px_caching_upstream_moved(srv);
     /* closing a client's connection may close the client, which unlinks it */
@@ -305,6 +306,16 @@ static void up_check_name(px_server *srv) {
     struct sockaddr_storage to;
     unsigned tolen = 0;
     if (!up_by_name(srv) || srv->up_conn_salen == 0) return;
+    if (srv->up_reached_salen != 0) {
+        char from[300], dest[300];
+        px_format_address(&srv->up_conn_sa, srv->up_conn_salen, from, sizeof from);
+        px_format_address(&srv->up_reached_sa, srv->up_reached_salen, dest, sizeof dest);
+        px_notice("upstream reached at another address host=%s from=%s to=%s: cache emptied, connections moved",
+                  srv->cfg->up.host, from, dest);
+        memcpy(&to, &srv->up_reached_sa, srv->up_reached_salen);
+        px_upstreams_move(srv, &to, srv->up_reached_salen, 1);
+        return;
+    }
     if (!px_resolve_moved(srv->cfg->up.host, srv->cfg->up.port, &srv->up_conn_sa, srv->up_conn_salen, &to, &tolen))
         return;
     char from[300], dest[300];
@@ -313,6 +324,20 @@ static void up_check_name(px_server *srv) {
     px_notice("upstream name now points elsewhere host=%s from=%s to=%s: cache emptied, connections moved",
               srv->cfg->up.host, from, dest);
     px_upstreams_move(srv, &to, tolen, 1);
+}
+
+void px_upstream_reached(px_server *srv, const struct sockaddr_storage *sa, unsigned salen) {
+    if (!up_by_name(srv) || salen == 0) return;
+    if (srv->up_conn_salen == 0) {
+        memcpy(&srv->up_conn_sa, sa, salen);
+        srv->up_conn_salen = salen;
+    } else if (!px_same_address(&srv->up_conn_sa, srv->up_conn_salen, sa, salen)) {
+        /* the other connections, the invalidation one and the cache came
+         * from elsewhere: a move, made by the next check (not here, inside
+         * a connect's callback) */
+        memcpy(&srv->up_reached_sa, sa, salen);
+        srv->up_reached_salen = salen;
+    }
 }
 
 void px_upstream_recheck_name(px_server *srv) {
@@ -474,12 +499,7 @@ int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, u
 int px_upstream_resolve(px_server *srv, char *why, size_t whylen) {
     if (srv->up_salen != 0) return 0;
     if (px_sentinel_enabled(srv)) return px_sentinel_master(srv, &srv->up_sa, &srv->up_salen, why, whylen);
-    if (px_resolve_address(&srv->cfg->up, &srv->up_sa, &srv->up_salen, why, whylen) != 0) return -1;
-    if (srv->up_conn_salen == 0) {
-        memcpy(&srv->up_conn_sa, &srv->up_sa, srv->up_salen);
-        srv->up_conn_salen = srv->up_salen;
-    }
-    return 0;
+    return px_resolve_address(&srv->cfg->up, &srv->up_sa, &srv->up_salen, why, whylen);
 }
 
 static const px_io_ops up_io_ops;
@@ -909,28 +929,36 @@ static int block_exec_refused(const char *data, size_t len) {
            !resp_frame_is_cluster_refusal(data, len);
 }
 
+/* The errors of Redis's state that it gives a queued command and refuses
+ * EXEC for as well (processCommand: rejectCommand), in the order it checks
+ * them: EXEC is refused for the first that holds. */
+static const char *const exec_state_errors[] = {"-OOM ",       "-MISCONF ",    "-NOREPLICAS ",
+                                                "-READONLY ",  "-MASTERDOWN ", "-LOADING ", NULL};
+
+/* Its rank in exec_state_errors, or -1 for another error. */
+static int exec_state_rank(const char *data, size_t len) {
+    for (int i = 0; exec_state_errors[i] != NULL; i++)
+        if (resp_frame_starts_with(data, len, exec_state_errors[i])) return i;
+    return -1;
+}
+
 /*
  * The EXEC of a local transaction's block, which Redis aborted for
  * "previous errors" where the client saw every command queued: the
  * commands met a change of Redis's state between their checks and the
  * block (out of memory, a failed save, a demotion, too few replicas, a
  * stale replica, a restart's loading). Redis, which would have queued them
- * before it, refuses EXEC itself for those (processCommand: rejectCommand)
- * and names the error: "because of:" the block's first. Returns 1 with that
- * frame in *out, 0 to relay Redis's own.
+ * before it, refuses EXEC itself for those and names the error: "because
+ * of:" the one it checks first (block_err). Returns 1 with that frame in
+ * *out, 0 to relay Redis's own.
  */
 static int block_exec_reworded(const px_upstream *u, const char *data, size_t len, resp_buf *out) {
     static const char previous[] = "-EXECABORT Transaction discarded because of previous errors.\r\n",
                       because[] = "-EXECABORT Transaction discarded because of: ";
-    static const char *const state_errors[] = {"-OOM ",        "-MISCONF ",    "-READONLY ", "-NOREPLICAS ",
-                                               "-MASTERDOWN ", "-LOADING ", NULL};
     const resp_buf *e = &u->block_err;
     if (len != sizeof previous - 1 || memcmp(data, previous, len) != 0 || e->len < 3) return 0;
-    int known = 0;
-    for (int i = 0; state_errors[i] != NULL && !known; i++)
-        known = resp_frame_starts_with(e->data, e->len, state_errors[i]);
     /* the error's text, without its '-' and CRLF */
-    return known && resp_buf_append(out, because, sizeof because - 1) == 0 &&
+    return resp_buf_append(out, because, sizeof because - 1) == 0 &&
            resp_buf_append(out, e->data + 1, e->len - 3) == 0 && resp_buf_append(out, "\r\n", 2) == 0;
 }
 
@@ -1081,8 +1109,12 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     } else if (r->kind == PX_REQ_DISCARD) {
         if (type == '-' && (r->aux_flags & PX_AUX_BLOCK_QUEUED)) {
             note_role(u, r, data, len);
-            if (u->block_err.len == 0 && resp_buf_append(&u->block_err, data, len) != 0)
+            /* the state error Redis checks first, for the block's EXEC */
+            int rank = exec_state_rank(data, len);
+            if (rank >= 0 && (u->block_err.len == 0 || rank < exec_state_rank(u->block_err.data, u->block_err.len))) {
                 resp_buf_reset(&u->block_err);
+                if (resp_buf_append(&u->block_err, data, len) != 0) resp_buf_reset(&u->block_err);
+            }
         }
         px_req_release(u->srv, r);
     } else if (r->kind == PX_REQ_TTL) {
@@ -1275,6 +1307,7 @@ static void up_on_event(void *arg, int what, int err) {
             }
         }
         srv->up_unreachable = 0;
+        if (!u->retired) px_upstream_reached(srv, &u->sa, u->salen);
         /* with TLS, the deadline stays until its handshake is through */
         if (!up_connecting(u)) up_connect_done(u);
         px_verbose("upstream connected id=%llu", (unsigned long long)u->id);

@@ -132,7 +132,7 @@ enum px_aux_flag {
                                 (up_fail_pending) */
     PX_AUX_BLOCK_QUEUED = 1 << 26, /* a command of a block sidecache made
                                       (px_block_send): its reply is dropped,
-                                      but the block's first error is kept
+                                      but an error of Redis's state is kept
                                       (px_upstream.block_err) */
     PX_AUX_BLOCK_CLEAN = 1 << 27,  /* with BLOCK_EXEC: the client saw every
                                       command of the block queued */
@@ -248,10 +248,11 @@ typedef struct px_upstream {
     struct sockaddr_storage sa; /* where it connected (a failed connect
                                    names it, not where the next one goes) */
     unsigned salen;
-    resp_buf block_err;        /* the first error Redis gave a command of
-                                  the block it is reading (PX_AUX_BLOCK_QUEUED),
-                                  for the block's EXEC: emptied at each MULTI
-                                  sidecache sent */
+    resp_buf block_err;        /* of the errors of Redis's state it gave
+                                  commands of the block it is reading
+                                  (PX_AUX_BLOCK_QUEUED), the one it checks
+                                  first, for the block's EXEC: emptied at
+                                  each MULTI sidecache sent */
     int shared_index;          /* index in pool->shared, or -1 */
     uint64_t id;               /* for logs */
     uint64_t tracked_epoch;    /* tracking on, for this caching epoch (0: off) */
@@ -393,6 +394,8 @@ void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsign
  * again at the next check (px_upstreams_cron), which moves the
  * connections if the name points elsewhere now. */
 void px_upstream_recheck_name(px_server *srv);
+/* A connection to the upstream (data or invalidation) reached sa. */
+void px_upstream_reached(px_server *srv, const struct sockaddr_storage *sa, unsigned salen);
 /* Closes every pool and connection (shutdown). */
 void px_pools_free_all(px_server *srv);
 

@@ -202,10 +202,10 @@ class Front:
     connections it relays go on (a node that refuses new connects for a
     moment, or times them out, keeping those it has)."""
 
-    def __init__(self, server):
+    def __init__(self, server, port=0):
         self.ls = socket.socket()
         self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.ls.bind((HOST, 0))
+        self.ls.bind((HOST, port))
         self.ls.listen(64)
         self.port = self.ls.getsockname()[1]
         self.server_port = server.port
@@ -249,7 +249,8 @@ def test_a_name_taken_after_a_failed_connect_is_a_move(proxy_factory, upstream, 
     name up again and goes to the new one; the connections still open to
     the old one, the invalidation connection and what the cache holds from
     it must move and go too, as at the name's check: the check compares
-    where those went, not where the last connect went."""
+    where those went, not where the last connect went; and a connect that
+    reaches another address makes the move at the next check."""
     b = redis_factory(name="b")
     a_front = Front(upstream)
     p, move_to = proxy_on_a_name(proxy_factory, upstream, slow_resolver, tmp_path, at=(HOST, a_front.port))
@@ -262,7 +263,7 @@ def test_a_name_taken_after_a_failed_connect_is_a_move(proxy_factory, upstream, 
     wait_until(lambda: subscribes(p, keep), timeout=5, interval=0.2, what="a connect to the new address")
     wait_until(lambda: c.cmd("GET", "i1", timeout=10).value == b"on-b", timeout=8, interval=0.1,
                what="the proxy to serve the new Redis's i1")
-    assert "upstream name now points elsewhere" in open(p.logpath).read()
+    assert "upstream reached at another address" in open(p.logpath).read()
 
 
 def test_a_late_failed_connect_leaves_the_address_that_works(proxy_factory, upstream, slow_resolver, tmp_path):
@@ -338,3 +339,50 @@ def test_each_address_of_a_sentinels_name_is_tried(redis_factory, tmp_path_facto
         assert master.client().get("k") == b"v"
     finally:
         s.stop()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind((HOST, 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_a_name_narrowed_to_its_refused_first_address_is_a_move(proxy_factory, upstream, redis_factory,
+                                                                 slow_resolver, tmp_path):
+    """The name gives [X, A]; X refuses (nothing listens there yet), so the
+    connections go to A. Later the name gives only X, which now leads to
+    another Redis: a move, for the cache holds A's values. What the check
+    compares is where the connections went (A), not the name's first
+    address."""
+    b = redis_factory(name="b")
+    xport = free_port()
+    hosts = tmp_path / "hosts"
+    name = "redis-up.file.test"
+    point(hosts, name, (HOST, xport), upstream)
+    p = proxy_factory(upstream_url="redis://%s:%d" % (name, upstream.port),
+                      env=preload_env(slow_resolver, FAKE_HOSTS=str(hosts)))
+    c = cached_from_a(p, upstream, b)
+    x_front = Front(b, port=xport)
+    point(hosts, name, (HOST, xport))
+    wait_until(lambda: c.cmd("GET", "i1", timeout=10).value == b"on-b", timeout=15, interval=0.2,
+               what="the proxy to serve what X's Redis holds")
+    x_front.stop_accepting()
+
+
+def test_a_refused_first_address_dropped_from_the_name_is_no_move(proxy_factory, upstream, redis_factory,
+                                                                  slow_resolver, tmp_path):
+    """[X, A], X refuses, the connections go to A; the name then drops X
+    and gives [A]: nothing moved, and the cache stays."""
+    b = redis_factory(name="b")
+    hosts = tmp_path / "hosts"
+    name = "redis-up.file.test"
+    point(hosts, name, (HOST, free_port()), upstream)
+    p = proxy_factory(upstream_url="redis://%s:%d" % (name, upstream.port),
+                      env=preload_env(slow_resolver, FAKE_HOSTS=str(hosts)))
+    cached_from_a(p, upstream, b)
+    point(hosts, name, upstream)
+    time.sleep(7)  # the name's answer is looked up again after 5 s
+    log = open(p.logpath).read()
+    assert "points elsewhere" not in log and "another address" not in log

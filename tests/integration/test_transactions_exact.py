@@ -11,6 +11,7 @@ Every transcript is compared with the same commands sent to a reference
 Redis (the `ref` fixture: a separate redis-server configured like the
 upstream).
 """
+import socket
 import threading
 import time
 
@@ -624,6 +625,37 @@ def test_out_of_memory_between_queue_and_exec(proxy, upstream, ref, protocol):
 
     got = assert_same_runs(scenario, proxy, ref)
     assert got[3][1].startswith(b"-EXECABORT Transaction discarded because of: OOM "), got[3][1]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_replica_without_its_master_between_queue_and_exec(proxy, upstream, ref, protocol):
+    """A read and a write queued; then Redis becomes a replica whose master
+    link is down (replica-serve-stale-data no). Redis refuses EXEC at the
+    first of its checks that fails, READONLY (before MASTERDOWN), though the
+    read queued first would meet MASTERDOWN."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    nobody = s.getsockname()[1]
+    s.close()
+
+    def scenario(ep):
+        server = ref if ep is ref else upstream
+        out = []
+        with ep.raw(protocol=protocol) as c:
+            for st in [("MULTI",), ("GET", "a"), ("SET", "a", "1")]:
+                out.append((st, c.cmd(*st).raw))
+            sc = server.client()
+            sc.config_set("replica-serve-stale-data", "no")
+            sc.execute_command("REPLICAOF", "127.0.0.1", str(nobody))
+            try:
+                out.append((("EXEC",), c.cmd("EXEC").raw))
+            finally:
+                sc.execute_command("REPLICAOF", "NO", "ONE")
+                sc.config_set("replica-serve-stale-data", "yes")
+        return out
+
+    got = assert_same_runs(scenario, proxy, ref)
+    assert got[3][1].startswith(b"-EXECABORT Transaction discarded because of: READONLY "), got[3][1]
 
 
 @pytest.mark.parametrize("how", ["separate", "pipelined"])
