@@ -2136,10 +2136,16 @@ static void client_on_read(void *arg) {
 }
 
 /* Output fully written: a closing client may go, a paused one may read. */
+/* A closing client goes once nothing of it is awaited from Redis or left
+ * unwritten. */
+static void close_if_answered(px_client *c, const char *why) {
+    if (c->inflight == 0 && c->slots_head == NULL) client_close(c, why);
+}
+
 static void client_on_drain(void *arg) {
     px_client *c = arg;
     if (c->state == PX_CLIENT_CLOSING) {
-        if (c->inflight == 0 && c->slots_head == NULL) client_close(c, "closed after reply");
+        close_if_answered(c, "closed after reply");
         return;
     }
     if (c->input_paused && !c->barrier) resume_input(c);
@@ -2185,7 +2191,7 @@ static void client_on_event(void *arg, int what, int err) {
         px_io_discard_output(&c->io);
         if (c->state == PX_CLIENT_CLOSING) {
             /* it waited for that output, which will never be written */
-            if (c->inflight == 0 && c->slots_head == NULL) client_close(c, strerror(err));
+            close_if_answered(c, strerror(err));
             return;
         }
         client_on_peer_close(c);
