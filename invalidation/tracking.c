@@ -565,12 +565,21 @@ void inv_restart(inv_conn *t, const char *why) {
 
 enum inv_state inv_get_state(const inv_conn *t) { return t->state; }
 
+/* The unanswered PINGs still in the output, not yet read by Redis (nothing
+ * else is written while ACTIVE; a part of one is not one Redis can run). */
+static uint64_t pings_unsent(const inv_conn *t) {
+    static const size_t ping_len = sizeof "*1\r\n$4\r\nPING\r\n" - 1;
+    uint64_t unsent = (evbuffer_get_length(bufferevent_get_output(t->bev)) + ping_len - 1) / ping_len;
+    uint64_t outstanding = t->pings_sent - t->pings_answered;
+    return unsent < outstanding ? unsent : outstanding;
+}
+
 uint64_t inv_barrier(inv_conn *t) {
     if (t == NULL || t->state != INV_ACTIVE) return 0;
-    /* A PING still in the output (nothing else is written while ACTIVE)
-     * reaches Redis after whatever has come from it so far: it is this
-     * barrier too. Tunnels read in one pass of the loop share one PING. */
-    if (pings_outstanding(t) && evbuffer_get_length(bufferevent_get_output(t->bev)) > 0) return t->pings_sent;
+    /* A PING still in the output reaches Redis after whatever has come
+     * from it so far: it is this barrier too. Tunnels read in one pass of
+     * the loop share one PING. */
+    if (pings_unsent(t) > 0) return t->pings_sent;
     send_ping(t, now_ms());
     return t->pings_sent;
 }
@@ -581,12 +590,8 @@ int inv_barrier_passed(const inv_conn *t, uint64_t seq) {
 
 uint64_t inv_hold_mark(const inv_conn *t) {
     if (t->state != INV_ACTIVE || !pings_outstanding(t)) return 0;
-    /* PINGs still in the output (nothing else is written while ACTIVE; a
-     * part of one is not one Redis can run) are not in Redis's pass: they
-     * hold no read */
-    static const size_t ping_len = sizeof "*1\r\n$4\r\nPING\r\n" - 1;
-    size_t unsent = (evbuffer_get_length(bufferevent_get_output(t->bev)) + ping_len - 1) / ping_len;
-    uint64_t mark = t->pings_sent - (unsent < t->pings_sent ? unsent : t->pings_sent);
+    /* PINGs still in the output are not in Redis's pass: they hold no read */
+    uint64_t mark = t->pings_sent - pings_unsent(t);
     return mark > t->pings_answered ? mark : 0;
 }
 

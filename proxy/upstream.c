@@ -305,24 +305,21 @@ static int up_by_name(const px_server *srv) {
 static void up_check_name(px_server *srv) {
     struct sockaddr_storage to;
     unsigned tolen = 0;
+    const char *why = "upstream reached at another address";
     if (!up_by_name(srv) || srv->up_conn_salen == 0) return;
     if (srv->up_reached_salen != 0) {
-        char from[300], dest[300];
-        px_format_address(&srv->up_conn_sa, srv->up_conn_salen, from, sizeof from);
-        px_format_address(&srv->up_reached_sa, srv->up_reached_salen, dest, sizeof dest);
-        px_notice("upstream reached at another address host=%s from=%s to=%s: cache emptied, connections moved",
-                  srv->cfg->up.host, from, dest);
         memcpy(&to, &srv->up_reached_sa, srv->up_reached_salen);
-        px_upstreams_move(srv, &to, srv->up_reached_salen, 1);
+        tolen = srv->up_reached_salen;
+    } else if (px_resolve_moved(srv->cfg->up.host, srv->cfg->up.port, &srv->up_conn_sa, srv->up_conn_salen, &to,
+                                &tolen)) {
+        why = "upstream name now points elsewhere";
+    } else {
         return;
     }
-    if (!px_resolve_moved(srv->cfg->up.host, srv->cfg->up.port, &srv->up_conn_sa, srv->up_conn_salen, &to, &tolen))
-        return;
     char from[300], dest[300];
     px_format_address(&srv->up_conn_sa, srv->up_conn_salen, from, sizeof from);
     px_format_address(&to, tolen, dest, sizeof dest);
-    px_notice("upstream name now points elsewhere host=%s from=%s to=%s: cache emptied, connections moved",
-              srv->cfg->up.host, from, dest);
+    px_notice("%s host=%s from=%s to=%s: cache emptied, connections moved", why, srv->cfg->up.host, from, dest);
     px_upstreams_move(srv, &to, tolen, 1);
 }
 
@@ -949,17 +946,22 @@ static int exec_state_rank(const char *data, size_t len) {
  * block (out of memory, a failed save, a demotion, too few replicas, a
  * stale replica, a restart's loading). Redis, which would have queued them
  * before it, refuses EXEC itself for those and names the error: "because
- * of:" the one it checks first (block_err). Returns 1 with that frame in
- * *out, 0 to relay Redis's own.
+ * of:" the one it checks first (block_err). Returns 1 when that reply went
+ * to the client, 0 to relay Redis's own.
  */
-static int block_exec_reworded(const px_upstream *u, const char *data, size_t len, resp_buf *out) {
+static int block_exec_reworded(const px_upstream *u, px_req *r, const char *data, size_t len) {
     static const char previous[] = "-EXECABORT Transaction discarded because of previous errors.\r\n",
                       because[] = "-EXECABORT Transaction discarded because of: ";
     const resp_buf *e = &u->block_err;
     if (len != sizeof previous - 1 || memcmp(data, previous, len) != 0 || e->len < 3) return 0;
+    resp_buf out;
+    resp_buf_init(&out);
     /* the error's text, without its '-' and CRLF */
-    return resp_buf_append(out, because, sizeof because - 1) == 0 &&
-           resp_buf_append(out, e->data + 1, e->len - 3) == 0 && resp_buf_append(out, "\r\n", 2) == 0;
+    int ok = resp_buf_append(&out, because, sizeof because - 1) == 0 &&
+             resp_buf_append(&out, e->data + 1, e->len - 3) == 0 && resp_buf_append(&out, "\r\n", 2) == 0;
+    if (ok) px_client_on_reply(r->client, r, out.data, out.len);
+    resp_buf_deinit(&out);
+    return ok;
 }
 
 static int is_noauth(const char *data, size_t len) {
@@ -1140,13 +1142,8 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
         if (type == '-') note_role(u, r, data, len);
         int refused = (r->kind == PX_REQ_BATCH || (r->aux_flags & PX_AUX_BLOCK_EXEC)) && block_exec_refused(data, len);
-        resp_buf reworded;
-        resp_buf_init(&reworded);
-        if ((r->aux_flags & PX_AUX_BLOCK_CLEAN) && block_exec_reworded(u, data, len, &reworded))
-            px_client_on_reply(r->client, r, reworded.data, reworded.len);
-        else
+        if (!(r->aux_flags & PX_AUX_BLOCK_CLEAN) || !block_exec_reworded(u, r, data, len))
             px_client_on_reply(r->client, r, data, len);
-        resp_buf_deinit(&reworded);
         if (refused) up_txn_refused(u, data, len, 0);
     }
 }
