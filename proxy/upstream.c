@@ -795,10 +795,22 @@ static void barrier_unlink(px_upstream *u) {
     u->next_barrier = NULL;
 }
 
+static void up_parse_input(px_upstream *u);
+
 /* Closes u; its pending requests get frame, reads read_frame if not NULL. */
 static void up_close_with_frame(px_upstream *u, const char *frame, size_t len, const char *read_frame,
                                 size_t read_len, const char *why) {
     if (u->state == PX_UP_CLOSED) return;
+    if (u->barrier_seq != 0 && px_caching_barrier_passed(u->srv, u->barrier_seq)) {
+        /* A held tunnel whose barrier has passed, not yet woken: a move
+         * passes every barrier (tracking restarts, the cache is emptied)
+         * and then closes the tunnels in the same call. What Redis sent
+         * before is safe to relay now, and the client would have had it
+         * without a barrier. Relaying may close u itself. */
+        barrier_unlink(u);
+        up_parse_input(u);
+        if (u->state == PX_UP_CLOSED) return;
+    }
     px_verbose("upstream closed id=%llu pending=%d reason=\"%s\"", (unsigned long long)u->id,
                u->npending, why);
     u->state = PX_UP_CLOSED;
@@ -1210,7 +1222,6 @@ static int tunnel_waits(px_upstream *u) {
     return 1;
 }
 
-static void up_parse_input(px_upstream *u);
 static void up_on_event(void *arg, int what, int err);
 
 static void up_on_read(void *arg) {

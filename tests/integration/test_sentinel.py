@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from cachehelpers import Stats, wait_tracking_active, warm
+from cachehelpers import RELAY_ARGS, Relay, Stats, wait_tracking_active, warm
 from helpers import HOST, REDIS_SERVER, ConnectionClosed, RedisServer, pump, wait_until
 
 pytestmark = pytest.mark.proxy_only
@@ -256,6 +256,37 @@ def test_failover_disconnects_every_client_with_its_own_connection(redis_factory
             c.expect_closed(timeout=5)
         assert a.client().pubsub_numsub("ch0", "ch1", "ch2") == [(b"ch0", 0), (b"ch1", 0), (b"ch2", 0)]
     finally:
+        s.close()
+
+
+def test_a_tunnels_reply_held_for_its_barrier_is_relayed_before_a_failover_closes_it(redis_factory,
+                                                                                     proxy_factory):
+    """A tunnel's write reply waits for its barrier (a PING on the
+    invalidation connection, which the relay holds back) when the master
+    switches. The switch empties the cache and restarts tracking, which
+    passes every barrier, then closes the tunnel's connection: the client
+    gets the reply Redis sent before the close, then the close, as without
+    a barrier (review-barrier #5: the reply was dropped)."""
+    a, b = redis_factory(name="a"), redis_factory(name="b")
+    relay = Relay(a)
+    s = FakeSentinel(relay.port)
+    try:
+        p = proxy_factory(up=a, args=RELAY_ARGS + ("--upstream-sentinel", "mymaster", s.addr,
+                                                   "--sentinel-check-ms", "100"))
+        wait_tracking_active(p)
+        t = p.raw()
+        assert t.cmd("CLIENT", "REPLY", "ON").raw == b"+OK\r\n"  # a tunnel
+        relay.hold_tracking()
+        t.send_cmd("SET", "i7", "new")  # a cached key: its reply waits for a barrier
+        wait_until(lambda: a.client().get("i7") == b"new", what="the SET to run")
+        with pytest.raises(socket.timeout):
+            t.read_frame(timeout=0.3)
+        s.master = b.port  # failover
+        assert t.read_frame(timeout=5).raw == b"+OK\r\n"
+        t.expect_closed(timeout=5)
+    finally:
+        relay.release_tracking()
+        relay.close()
         s.close()
 
 
