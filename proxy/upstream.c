@@ -784,15 +784,12 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, cons
 static void barrier_unlink(px_upstream *u) {
     if (u->barrier_seq == 0) return;
     px_server *srv = u->srv;
-    for (px_upstream **pp = &srv->barrier_waiters, *prev = NULL; *pp != NULL; prev = *pp, pp = &(*pp)->next_barrier) {
-        if (*pp == u) {
-            *pp = u->next_barrier;
-            if (srv->barrier_waiters_tail == u) srv->barrier_waiters_tail = prev;
-            break;
-        }
-    }
+    if (u->prev_barrier != NULL) u->prev_barrier->next_barrier = u->next_barrier;
+    else srv->barrier_waiters = u->next_barrier;
+    if (u->next_barrier != NULL) u->next_barrier->prev_barrier = u->prev_barrier;
+    else srv->barrier_waiters_tail = u->prev_barrier;
     u->barrier_seq = 0;
-    u->next_barrier = NULL;
+    u->next_barrier = u->prev_barrier = NULL;
 }
 
 static void up_parse_input(px_upstream *u);
@@ -1214,8 +1211,9 @@ static int tunnel_waits(px_upstream *u) {
     /* at the tail: the wake takes them from the head, where the oldest
      * barriers are, each passed one first */
     u->next_barrier = NULL;
-    if (u->srv->barrier_waiters_tail != NULL)
-        u->srv->barrier_waiters_tail->next_barrier = u;
+    u->prev_barrier = u->srv->barrier_waiters_tail;
+    if (u->prev_barrier != NULL)
+        u->prev_barrier->next_barrier = u;
     else
         u->srv->barrier_waiters = u;
     u->srv->barrier_waiters_tail = u;

@@ -241,7 +241,7 @@ typedef struct px_upstream {
                                   behind a barrier from then on */
     uint64_t barrier_seq;      /* the barrier its unread input waits for (its
                                   reading paused), 0 if none */
-    struct px_upstream *next_barrier; /* on srv->barrier_waiters meanwhile */
+    struct px_upstream *next_barrier, *prev_barrier; /* on srv->barrier_waiters meanwhile */
     int barrier_end, barrier_err; /* the connection ended (PX_IO_EOF or
                                      PX_IO_ERROR, errno) while its input
                                      waited: ended once that is relayed */
