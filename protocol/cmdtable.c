@@ -471,6 +471,8 @@ static int load_entry(loader *L, const rview *ent, int depth) {
                 flags |= CMDT_F_NOSCRIPT;
             else if (mem_is(fp, f.len, "pubsub"))
                 flags |= CMDT_F_PUBSUB;
+            else if (mem_is(fp, f.len, "denyoom"))
+                flags |= CMDT_F_DENYOOM;
         }
     }
 

@@ -74,6 +74,9 @@ enum cmdt_flag {
      * (BLPOP, BZPOPMIN, XREAD BLOCK: @list, @sortedset, @geo, @stream, and
      * the commands that move or copy a whole key) */
     CMDT_F_WAKES = 1 << 8,
+    /* refused while Redis is over maxmemory; inside MULTI every command
+     * is, but EXEC only when one of these is queued */
+    CMDT_F_DENYOOM = 1 << 9,
 };
 
 /* What a request writes. */

@@ -753,6 +753,28 @@ static void txn_state_refused(px_client *c, const px_req *r) {
     }
 }
 
+/* Redis's answer to the check of the next command of the local
+ * transaction (checks are answered in the order they were sent: one
+ * connection). A command it refused makes the transaction dirty and leaves
+ * the block: Redis's own transaction would not hold it, so neither the
+ * flags nor the errors the block meets at EXEC may come from it. */
+static void txn_local_checked(px_client *c, const px_req *r, int refused) {
+    resp_buf *f = &c->txn_frames;
+    uint32_t n;
+    if (!c->txn_local || c->txn_checked_at + sizeof n > f->len) return;
+    memcpy(&n, f->data + c->txn_checked_at, sizeof n);
+    size_t end = c->txn_checked_at + sizeof n + n;
+    if (!refused) {
+        if (r->aux_flags & PX_AUX_CHECK_DENYOOM) c->txn_denyoom = 1;
+        c->txn_checked_at = end;
+        return;
+    }
+    c->txn_dirty = 1;
+    memmove(f->data + c->txn_checked_at, f->data + end, f->len - end);
+    f->len -= end - c->txn_checked_at;
+    c->txn_count--;
+}
+
 void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     if (r->kind == PX_REQ_BATCH) {
         px_batch_on_reply(c, r, data, len);
@@ -771,7 +793,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     if (r->aux_flags & PX_AUX_TXN_CHECK) {
         /* a command of a transaction queued here: Redis refused it */
         c->txn_checks--;
-        if (resp_frame_is_error(data, len)) c->txn_dirty = 1;
+        txn_local_checked(c, r, resp_frame_is_error(data, len));
         /* its connection was closed because Redis refused the check's
          * MULTI (the identity is denied now): the command ran alone, and
          * EXECABORT would say that nothing ran. The client is disconnected,
@@ -1193,7 +1215,9 @@ static void txn_local_end(px_client *c, int exec) {
     c->txn_local = 0;
     c->txn_acl = 0;
     c->txn_dirty = 0;
+    c->txn_denyoom = 0;
     c->txn_count = 0;
+    c->txn_checked_at = 0;
     resp_buf_reset(&c->txn_frames);
 }
 
@@ -1236,7 +1260,9 @@ static int txn_local_to_pinned(px_client *c, const char *frame) {
     c->in_multi = 1;
     c->txn_local = 0; /* the queued keys stay in txn_keys for EXEC */
     c->txn_dirty = 0; /* Redis flags its own transaction again */
+    c->txn_denyoom = 0;
     c->txn_count = 0;
+    c->txn_checked_at = 0;
     resp_buf_reset(&c->txn_frames);
     c->srv->txn_pinned++;
     return client_dispatch(c, frame);
@@ -1269,7 +1295,7 @@ static int txn_local_exec(px_client *c, int dirty) {
         px_upstream_close(u, "out of memory");
         return DISPATCH_DONE;
     }
-    r->aux_flags |= PX_AUX_BLOCK_EXEC | (dirty ? 0 : PX_AUX_BLOCK_CLEAN);
+    r->aux_flags |= PX_AUX_BLOCK_EXEC | (dirty ? 0 : PX_AUX_BLOCK_CLEAN) | (c->txn_denyoom ? PX_AUX_BLOCK_DENYOOM : 0);
     px_io_write_early(&u->io, 1);
     px_caching_txn_close(c, r);
     txn_acl_exec(c, r);
@@ -1280,7 +1306,7 @@ static int txn_local_exec(px_client *c, int dirty) {
 
 /* Sends MULTI <command> DISCARD on u: the command's reply is Redis's answer
  * to queuing it; nothing runs. */
-static int txn_local_check(px_client *c, px_upstream *u, const char *data, size_t len) {
+static int txn_local_check(px_client *c, px_upstream *u, const char *data, size_t len, int denyoom) {
     static const char multi_cmd[] = "*1\r\n$5\r\nMULTI\r\n", discard_cmd[] = "*1\r\n$7\r\nDISCARD\r\n";
     px_req *m = px_req_new(c->srv, NULL, PX_REQ_TXN_CTL), *d = px_req_new(c->srv, NULL, PX_REQ_TXN_CTL);
     px_req *r = px_req_new(c->srv, c, PX_REQ_CLIENT);
@@ -1291,7 +1317,7 @@ static int txn_local_check(px_client *c, px_upstream *u, const char *data, size_
         client_close(c, "out of memory");
         return -1;
     }
-    r->aux_flags |= PX_AUX_TXN_CHECK;
+    r->aux_flags |= PX_AUX_TXN_CHECK | (denyoom ? PX_AUX_CHECK_DENYOOM : 0);
     d->aux_flags |= PX_AUX_CTL_DISCARD;
     d->fill_token = c->srv->acl_epoch; /* its +OK teaches discard_epoch */
     px_upstream_send(u, m, multi_cmd, sizeof multi_cmd - 1);
@@ -1365,8 +1391,11 @@ static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) 
         return DISPATCH_DONE;
     }
     c->txn_count++;
+    const cmdtable *t = px_caching_cmdtable(c->srv);
+    int flags = 0;
+    int denyoom = t == NULL || !cmdtable_check(t, c->rq.argc, c->rq.argv, &flags) || (flags & CMDT_F_DENYOOM);
     px_caching_on_send(c, NULL, NULL, 0, 1); /* its keys, for EXEC */
-    txn_local_check(c, u, c->txn_frames.data + c->txn_frames.len - len, len);
+    txn_local_check(c, u, c->txn_frames.data + c->txn_frames.len - len, len, denyoom);
     return DISPATCH_DONE;
 }
 

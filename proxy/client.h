@@ -100,6 +100,13 @@ typedef struct px_client {
                                   srv->acl_unsettled until it closes */
     int txn_checks;            /* queued commands whose check by Redis is in flight */
     int txn_dirty;             /* Redis refused one: EXEC answers EXECABORT */
+    size_t txn_checked_at;     /* txn_frames' offset of the first command
+                                  whose check is awaited: those before it
+                                  Redis queued; one it refuses is dropped
+                                  (Redis does not queue it either) */
+    int txn_denyoom;           /* one Redis queued may use memory
+                                  (CMDT_F_DENYOOM, or its flags unknown):
+                                  over maxmemory Redis refuses EXEC itself */
 
     /* write batching (proxy/batch.h) */
     resp_buf batch_frames;     /* the open batch: (u32 length, bytes) ... */

@@ -950,19 +950,24 @@ static int exec_state_rank(const char *data, size_t len) {
 
 /*
  * The EXEC of a local transaction's block, which Redis aborted for
- * "previous errors" where the client saw every command queued: the
- * commands met a change of Redis's state between their checks and the
- * block (out of memory, a failed save, a demotion, too few replicas, a
- * stale replica, a restart's loading). Redis, which would have queued them
- * before it, refuses EXEC itself for those and names the error: "because
- * of:" the one it checks first (block_err). Returns 1 when that reply went
- * to the client, 0 to relay Redis's own.
+ * "previous errors": commands the client saw queued met a change of
+ * Redis's state between their checks and the block (out of memory, a
+ * failed save, a demotion, too few replicas, a stale replica, a restart's
+ * loading). Redis, which would have queued them before it, refuses EXEC
+ * itself for those, dirty or not, and names the error: "because of:" the
+ * one it checks first (block_err). Out of memory refuses EXEC only when a
+ * queued command may use memory (denyoom); a dirty transaction without
+ * one is aborted for the previous errors, as the block was. (A clean one
+ * would run on Redis, which the block cannot: the error is named.)
+ * Returns 1 when that reply went to the client, 0 to relay Redis's own.
  */
 static int block_exec_reworded(const px_upstream *u, px_req *r, const char *data, size_t len) {
     static const char previous[] = "-EXECABORT Transaction discarded because of previous errors.\r\n",
                       because[] = "-EXECABORT Transaction discarded because of: ";
     const resp_buf *e = &u->block_err;
     if (len != sizeof previous - 1 || memcmp(data, previous, len) != 0 || e->len < 3) return 0;
+    if (!(r->aux_flags & (PX_AUX_BLOCK_CLEAN | PX_AUX_BLOCK_DENYOOM)) && exec_state_rank(e->data, e->len) == 0)
+        return 0;
     resp_buf out;
     resp_buf_init(&out);
     /* the error's text, without its '-' and CRLF */
@@ -1151,7 +1156,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
         if (type == '-') note_role(u, r, data, len);
         int refused = (r->kind == PX_REQ_BATCH || (r->aux_flags & PX_AUX_BLOCK_EXEC)) && block_exec_refused(data, len);
-        if (!(r->aux_flags & PX_AUX_BLOCK_CLEAN) || !block_exec_reworded(u, r, data, len))
+        if (!(r->aux_flags & PX_AUX_BLOCK_EXEC) || !block_exec_reworded(u, r, data, len))
             px_client_on_reply(r->client, r, data, len);
         if (refused) up_txn_refused(u, data, len, 0);
     }

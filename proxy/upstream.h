@@ -136,6 +136,10 @@ enum px_aux_flag {
                                       (px_upstream.block_err) */
     PX_AUX_BLOCK_CLEAN = 1 << 27,  /* with BLOCK_EXEC: the client saw every
                                       command of the block queued */
+    PX_AUX_BLOCK_DENYOOM = 1 << 28, /* with BLOCK_EXEC: one of them may use
+                                       memory (client.h txn_denyoom) */
+    PX_AUX_CHECK_DENYOOM = 1 << 29, /* with TXN_CHECK: the command checked
+                                       may use memory */
 };
 
 typedef struct px_req {

@@ -627,6 +627,40 @@ def test_out_of_memory_between_queue_and_exec(proxy, upstream, ref, protocol):
     assert got[3][1].startswith(b"-EXECABORT Transaction discarded because of: OOM "), got[3][1]
 
 
+@pytest.mark.parametrize("queued", ["write", "read"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_out_of_memory_after_one_command_queued_then_a_refused_one(proxy, upstream, ref, protocol, queued):
+    """A command queued; Redis goes over maxmemory; the next command gets
+    -OOM (the client sees it: the transaction is dirty); EXEC. Redis refuses
+    EXEC itself for OOM when a queued command may use memory (denyoom: the
+    SET), naming it; with only a read queued it does not, and EXEC answers
+    for the previous errors. Through the proxy the queued command reaches
+    Redis only at EXEC, where it meets the OOM."""
+    first = ("SET", "a", "1") if queued == "write" else ("GET", "a")
+
+    def scenario(ep):
+        server = ref if ep is ref else upstream
+        out = []
+        with ep.raw(protocol=protocol) as c:
+            for st in [("MULTI",), first]:
+                out.append((st, c.cmd(*st).raw))
+            server.client().config_set("maxmemory", "1")
+            try:
+                for st in [("SET", "b", "2"), ("EXEC",)]:
+                    out.append((st, c.cmd(*st).raw))
+            finally:
+                server.client().config_set("maxmemory", "0")
+            out.append((("GET", "a"), c.cmd("GET", "a").raw))
+        return out
+
+    got = assert_same_runs(scenario, proxy, ref)
+    assert got[2][1].startswith(b"-OOM "), got[2][1]
+    if queued == "write":
+        assert got[3][1].startswith(b"-EXECABORT Transaction discarded because of: OOM "), got[3][1]
+    else:
+        assert got[3][1] == b"-EXECABORT Transaction discarded because of previous errors.\r\n", got[3][1]
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_replica_without_its_master_between_queue_and_exec(proxy, upstream, ref, protocol):
     """A read and a write queued; then Redis becomes a replica whose master

@@ -432,13 +432,16 @@ static void test_check(void) {
     int f;
     CHECK_EQ_INT(chk(T, &f, "SET", "k", "v", NULL), 1);
     CHECK((f & CMDT_F_WRITE) && !(f & (CMDT_F_ADMIN | CMDT_F_BLOCKING | CMDT_F_NO_MULTI)));
+    CHECK(f & CMDT_F_DENYOOM); /* over maxmemory, EXEC with a SET queued is refused */
     CHECK_EQ_INT(chk(T, &f, "set", "k", NULL), 0);              /* arity */
     CHECK_EQ_INT(chk(T, &f, "NOSUCH", NULL), 0);
     /* an unknown subcommand (6.2's table has none to know) */
     CHECK_EQ_INT(chk(T, &f, "CONFIG", "NOSUCH", NULL), redis_major >= 7 ? 0 : 1);
     CHECK_EQ_INT(chk(T, &f, "xgroup|destroy", "a", "k", "g", NULL), 0);
     CHECK_EQ_INT(chk(T, &f, "GET", "k", NULL), 1);
-    CHECK(!(f & CMDT_F_WRITE) && (f & CMDT_F_READONLY));
+    CHECK(!(f & CMDT_F_WRITE) && (f & CMDT_F_READONLY) && !(f & CMDT_F_DENYOOM));
+    CHECK_EQ_INT(chk(T, &f, "DEL", "k", NULL), 1);
+    CHECK((f & CMDT_F_WRITE) && !(f & CMDT_F_DENYOOM)); /* frees memory */
     CHECK_EQ_INT(chk(T, &f, "BLPOP", "k", "0", NULL), 1);
     /* 6.2 has no blocking flag, but no script may block: noscript (the
      * router knows the blocking commands itself: commands.c) */
