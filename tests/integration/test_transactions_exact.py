@@ -602,6 +602,28 @@ def test_queue_time_oom_inside_multi(proxy, upstream, ref, protocol, how):
             s.client().config_set("maxmemory", "0")
 
 
+def runs_over_maxmemory(proxy, upstream, ref, protocol, before, over):
+    """Sends `before`, puts the server over maxmemory, sends `over`, lifts
+    the limit and reads a; through the proxy and on Redis alike. Returns
+    the transcript (asserted the same)."""
+    def scenario(ep):
+        server = ref if ep is ref else upstream
+        out = []
+        with ep.raw(protocol=protocol) as c:
+            for st in before:
+                out.append((st, c.cmd(*st).raw))
+            server.client().config_set("maxmemory", "1")
+            try:
+                for st in over:
+                    out.append((st, c.cmd(*st).raw))
+            finally:
+                server.client().config_set("maxmemory", "0")
+            out.append((("GET", "a"), c.cmd("GET", "a").raw))
+        return out
+
+    return assert_same_runs(scenario, proxy, ref)
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_out_of_memory_between_queue_and_exec(proxy, upstream, ref, protocol):
     """Redis goes over maxmemory after the commands were queued: Redis
@@ -609,21 +631,8 @@ def test_out_of_memory_between_queue_and_exec(proxy, upstream, ref, protocol):
     ...), and nothing runs. Through the proxy the transaction reaches Redis
     only at EXEC, where its commands meet the OOM: the client must get
     Redis's words for it, not "previous errors" (it saw no error)."""
-    def scenario(ep):
-        server = ref if ep is ref else upstream
-        out = []
-        with ep.raw(protocol=protocol) as c:
-            for st in [("MULTI",), ("SET", "a", "1"), ("DEL", "b")]:
-                out.append((st, c.cmd(*st).raw))
-            server.client().config_set("maxmemory", "1")
-            try:
-                out.append((("EXEC",), c.cmd("EXEC").raw))
-            finally:
-                server.client().config_set("maxmemory", "0")
-            out.append((("GET", "a"), c.cmd("GET", "a").raw))
-        return out
-
-    got = assert_same_runs(scenario, proxy, ref)
+    got = runs_over_maxmemory(proxy, upstream, ref, protocol, [("MULTI",), ("SET", "a", "1"), ("DEL", "b")],
+                              [("EXEC",)])
     assert got[3][1].startswith(b"-EXECABORT Transaction discarded because of: OOM "), got[3][1]
 
 
@@ -637,23 +646,7 @@ def test_out_of_memory_after_one_command_queued_then_a_refused_one(proxy, upstre
     for the previous errors. Through the proxy the queued command reaches
     Redis only at EXEC, where it meets the OOM."""
     first = ("SET", "a", "1") if queued == "write" else ("GET", "a")
-
-    def scenario(ep):
-        server = ref if ep is ref else upstream
-        out = []
-        with ep.raw(protocol=protocol) as c:
-            for st in [("MULTI",), first]:
-                out.append((st, c.cmd(*st).raw))
-            server.client().config_set("maxmemory", "1")
-            try:
-                for st in [("SET", "b", "2"), ("EXEC",)]:
-                    out.append((st, c.cmd(*st).raw))
-            finally:
-                server.client().config_set("maxmemory", "0")
-            out.append((("GET", "a"), c.cmd("GET", "a").raw))
-        return out
-
-    got = assert_same_runs(scenario, proxy, ref)
+    got = runs_over_maxmemory(proxy, upstream, ref, protocol, [("MULTI",), first], [("SET", "b", "2"), ("EXEC",)])
     assert got[2][1].startswith(b"-OOM "), got[2][1]
     if queued == "write":
         assert got[3][1].startswith(b"-EXECABORT Transaction discarded because of: OOM "), got[3][1]
