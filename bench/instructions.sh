@@ -67,9 +67,12 @@ count() {
   callgrind_control -d "$pid" >/dev/null 2>&1
   bu -p "$rport" --verify-empty --quiet || die "unlink through $name: verification failed"
   stop "$name"
-  # the dump is the largest of the process's files (the other: its exit)
-  # shellcheck disable=SC2012 # names made here, no odd characters
-  mv "$(ls -S "$work/$name.cg".* | head -n1)" "$cg"
+  # the dump callgrind_control asked for, not the one made at exit (which
+  # covers the verification and the stop, and may be the larger file)
+  local dump
+  dump=$(grep -l '^desc: Trigger: dump' "$work/$name.cg".* | head -n1)
+  [ -n "$dump" ] || die "$name: no callgrind dump of the unlink"
+  mv "$dump" "$cg"
   # (awk reads to the end: an early exit would kill the pipe's writer)
   callgrind_annotate "$cg" 2>/dev/null | awk '/PROGRAM TOTALS/ && !n { gsub(",", "", $1); n = $1 } END { print n }'
 }
