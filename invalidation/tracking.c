@@ -554,6 +554,25 @@ void inv_free(inv_conn *t) {
     free(t);
 }
 
+int inv_set_auth(inv_conn *t, const char *user, const char *pass) {
+    char *u = user ? strdup(user) : NULL, *p = pass ? strdup(pass) : NULL;
+    if ((user && !u) || (pass && !p)) {
+        free(u);
+        free(p);
+        return -1;
+    }
+    free(t->user);
+    free(t->pass);
+    t->cfg.user = t->user = u;
+    t->cfg.pass = t->pass = p;
+    /* a refused AUTH waits long before the next try: try now */
+    if (t->state == INV_BACKOFF) {
+        t->backoff_ms = 0;
+        arm_timer(t, 0);
+    }
+    return 0;
+}
+
 void inv_restart(inv_conn *t, const char *why) {
     if (t->state == INV_IDLE) return;
     snprintf(t->stats.last_error, sizeof t->stats.last_error, "%s", why);

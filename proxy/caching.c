@@ -524,6 +524,14 @@ void px_caching_deinit(px_server *srv) {
     srv->caching = NULL;
 }
 
+void px_caching_credentials_changed(px_server *srv) {
+    struct px_caching *pc = srv->caching;
+    const px_upstream_addr *up = &srv->cfg->up;
+    if (pc == NULL || pc->inv == NULL) return;
+    if (inv_set_auth(pc->inv, up->has_user ? up->user : NULL, up->has_pass ? up->pass : NULL) != 0)
+        px_warning("reload: out of memory: the invalidation connection keeps its credentials");
+}
+
 void px_caching_reconfigure(px_server *srv) {
     struct px_caching *pc = srv->caching;
     if (pc == NULL) return;

@@ -57,6 +57,9 @@ int px_caching_check_config(const px_config *cfg, FILE *f, char *err, size_t err
 /* Applies srv->cfg's cache-max-memory, cache-max-value and cache-ttl now
  * (SIGHUP); a smaller size evicts at once. */
 void px_caching_reconfigure(px_server *srv);
+/* The upstream URL's user or password changed (SIGHUP): the invalidation
+ * connection logs in with srv->cfg's from its next connect. */
+void px_caching_credentials_changed(px_server *srv);
 
 /* The command table learned from Redis, or NULL (not yet, or no cache). */
 const cmdtable *px_caching_cmdtable(const px_server *srv);

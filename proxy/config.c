@@ -1344,6 +1344,14 @@ static int parse_unix(const char *s, px_upstream_addr *a, char *err, size_t errl
     return 0;
 }
 
+int px_upstream_credentials_differ(const px_upstream_addr *a, const px_upstream_addr *b) {
+    int same_redis = a->is_unix == b->is_unix && a->tls == b->tls && strcmp(a->host, b->host) == 0 &&
+                     a->port == b->port && strcmp(a->path, b->path) == 0 && a->db == b->db;
+    int same_login = a->has_user == b->has_user && a->has_pass == b->has_pass && strcmp(a->user, b->user) == 0 &&
+                     strcmp(a->pass, b->pass) == 0;
+    return same_redis && !same_login;
+}
+
 int px_upstream_parse(const char *url, px_upstream_addr *out, char *err, size_t errlen) {
     px_upstream_addr a;
     const char *colon, *rest;

@@ -204,6 +204,10 @@ void px_config_help(FILE *f, const char *prog);
  */
 int px_upstream_parse(const char *url, px_upstream_addr *a, char *err, size_t errlen);
 
+/* Do a and b name the same Redis, db and transport, with other credentials
+ * (user or password)? */
+int px_upstream_credentials_differ(const px_upstream_addr *a, const px_upstream_addr *b);
+
 /*
  * Formats *a back as a URL (canonical: port always given, db only when not
  * 0, user and pass percent-encoded; the password as "****" unless flags has

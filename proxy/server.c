@@ -225,6 +225,16 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
         goto out;
     }
     px_config *cfg = srv->cfg;
+    if (px_upstream_credentials_differ(&cfg->up, &fresh->up)) {
+        /* Redis's password rotated: what sidecache connects for itself (the
+         * invalidation connection, ACL LIST, cluster asks) logs in with the
+         * new one from now on; connections open stay logged in, as Redis
+         * keeps them. Clients log in with their own credentials. */
+        memcpy(cfg->upstream, fresh->upstream, sizeof cfg->upstream);
+        cfg->up = fresh->up;
+        px_caching_credentials_changed(srv);
+        px_notice("reload: new upstream credentials, for sidecache's own connections from now on");
+    }
     warn_unapplied(cfg, fresh);
     cfg->loglevel = fresh->loglevel;
     px_log_set_level(cfg->loglevel);

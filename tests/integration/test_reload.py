@@ -125,6 +125,54 @@ def test_sighup_names_every_changed_directive_that_needs_a_restart(tmp_path, ups
 
 
 @pytest.mark.proxy_only
+def test_sighup_takes_a_new_upstream_password(tmp_path, redis_factory):
+    """Redis's password rotated (the old one no longer works), the new one
+    written into the upstream URL, SIGHUP: the invalidation connection logs
+    in with it, and the cache works again without a restart. (Before, the
+    reload asked for a restart and the cache stayed off: each reconnect was
+    refused with the old password.)"""
+    r = redis_factory(requirepass="old-pw")
+    port = free_port()
+    conf = tmp_path / "sidecache.conf"
+    log = tmp_path / "sidecache.log"
+
+    def write(pw):
+        conf.write_text("upstream redis://:%s@127.0.0.1:%d\nport %d\nlogfile %s\n" % (pw, r.port, port, log))
+
+    def tracking(pw):
+        return redis.Redis(port=port, password=pw).info("sidecache").get("tracking_state")
+
+    write("old-pw")
+    proc = subprocess.Popen([sidecache_bin(), str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: port_accepts(port))
+        wait_for(lambda: tracking("old-pw") == "active")
+        direct = r.client()
+        direct.config_set("requirepass", "new-pw")  # open connections stay logged in
+        r.password = "new-pw"
+        for c in direct.client_list():
+            if c["name"] == "sidecache-invalidation":
+                direct.client_kill_filter(_id=c["id"])
+        wait_for(lambda: tracking("new-pw") != "active")  # refused with the old password
+        write("new-pw")
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reloaded" in log.read_text())
+        wait_for(lambda: tracking("new-pw") == "active")
+        assert "need a restart" not in log.read_text()
+        assert "new upstream credentials" in log.read_text()
+        c = redis.Redis(port=port, password="new-pw")
+        direct.set("i1", "v1")
+        for _ in range(3):
+            assert c.get("i1") == b"v1"
+        assert c.info("sidecache")["cache_hits"] >= 1
+        direct.set("i1", "v2")  # the invalidation comes on the new connection
+        wait_for(lambda: c.get("i1") == b"v2")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode(errors="replace")
+
+
+@pytest.mark.proxy_only
 def test_sighup_with_configuration_from_stdin_changes_nothing(tmp_path, upstream):
     """A configuration read from standard input ("-") cannot be read again:
     SIGHUP is refused with a warning, where it used to reset every
