@@ -1179,6 +1179,32 @@ static void test_dump_roundtrip(void) {
 
 /* What SIGHUP names as needing a restart: every directive whose written-back
  * value differs, a changed password and a repeatable one included. */
+/* What SIGHUP may take from a new upstream URL: its credentials alone. */
+static void test_upstream_credentials_differ(void) {
+    static const struct {
+        const char *a, *b;
+        int differ;
+    } cases[] = {
+        {"redis://:old@h:6379/1", "redis://:new@h:6379/1", 1},
+        {"redis://h:6379", "redis://:pw@h:6379", 1},
+        {"redis://u:pw@h", "redis://v:pw@h", 1},
+        {"redis://:pw@h", "redis://pw@h", 1},          /* user "pw", no password */
+        {"redis://:pw@h:6379", "redis://:pw@h", 0},     /* the same */
+        {"redis://:old@h", "redis://:new@g", 0},       /* another host too */
+        {"redis://:old@h/1", "redis://:new@h/2", 0},   /* another db too */
+        {"redis://:old@h", "rediss://:new@h", 0},      /* TLS too */
+        {"unix://:old@/a.sock", "unix://:new@/a.sock", 1},
+        {"unix://:old@/a.sock", "unix://:new@/b.sock", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        px_upstream_addr a, b;
+        char err[256];
+        CHECK_EQ_INT(px_upstream_parse(cases[i].a, &a, err, sizeof err), 0);
+        CHECK_EQ_INT(px_upstream_parse(cases[i].b, &b, err, sizeof err), 0);
+        CHECK_EQ_INT(px_upstream_credentials_differ(&a, &b), cases[i].differ);
+    }
+}
+
 static void test_diff(void) {
     px_config a, b;
     char err[256], names[256];
@@ -1252,6 +1278,7 @@ int main(void) {
     RUN(test_upstream_directive);
     RUN(test_upstream_format_roundtrip);
     RUN(test_dump_roundtrip);
+    RUN(test_upstream_credentials_differ);
     RUN(test_diff);
     RUN(test_help);
     remove_tmp();
