@@ -791,7 +791,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     /* the client already has its +OK: Redis's is not relayed */
     int answered = (r->aux_flags & PX_AUX_WATCH) ? watch_reply(c, r, data, len) : 0;
     if (r->aux_flags & PX_AUX_TXN_CHECK) {
-        /* a command of a transaction queued here: Redis refused it */
+        /* Redis's answer to queuing a command of a transaction queued here */
         c->txn_checks--;
         txn_local_checked(c, r, resp_frame_is_error(data, len));
         /* its connection was closed because Redis refused the check's
