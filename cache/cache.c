@@ -550,13 +550,20 @@ miss:
     return 0;
 }
 
+int cache_peek_filled_before(const cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
+                             const char *field, size_t flen, int64_t before_ms, int64_t now_ms, const char **val,
+                             size_t *vlen, int *is_nil) {
+    const struct entry *e = valued_entry(c, part, db, kind, key, klen, field, flen);
+    if (e == NULL || group_dying(e->owner) || entry_expired(c, e, now_ms) || e->u.filled_ms >= before_ms) return 0;
+    entry_value(e, val, vlen, is_nil);
+    return 1;
+}
+
 int cache_peek(const cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
                const char *field, size_t flen, int64_t now_ms, const char **val, size_t *vlen,
                int *is_nil) {
-    const struct entry *e = valued_entry(c, part, db, kind, key, klen, field, flen);
-    if (e == NULL || group_dying(e->owner) || entry_expired(c, e, now_ms)) return 0;
-    entry_value(e, val, vlen, is_nil);
-    return 1;
+    return cache_peek_filled_before(c, part, db, kind, key, klen, field, flen, INT64_MAX, now_ms, val, vlen,
+                                    is_nil);
 }
 
 /*

@@ -131,6 +131,12 @@ int cache_get(cache *c, uint32_t part, int db, int kind, const char *key, size_t
 int cache_peek(const cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
                const char *field, size_t flen, int64_t now_ms, const char **val, size_t *vlen,
                int *is_nil);
+/* cache_peek of an entry filled before before_ms only: one filled at or
+ * after it (perhaps after an invalidation of the one seen then, with the
+ * same bytes) is a miss. */
+int cache_peek_filled_before(const cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,
+                             const char *field, size_t flen, int64_t before_ms, int64_t now_ms, const char **val,
+                             size_t *vlen, int *is_nil);
 
 /*
  * Begins a fill for a miss that is about to be sent to Redis. Returns its

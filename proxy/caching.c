@@ -604,6 +604,7 @@ static int read_kind(struct px_caching *pc, const resp_arg *a, int argc, int *sc
 typedef struct mget_hdr {
     uint32_t n, nmiss, part, db, proto;
     uint64_t seq;      /* change_seq when the cached values were taken */
+    int64_t taken_ms;  /* ... and the time (px_now_ms) */
 } mget_hdr;
 
 /* One key's place in a plan. */
@@ -710,8 +711,8 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
     const resp_arg *a = c->rq.argv;
     int argc = c->rq.argc, fail = 0;
     resp_buf *plan = &pc->plan, *req = &pc->plan_req;
-    mget_hdr h = {(uint32_t)(argc - 1), 0, part, (uint32_t)c->db, (uint32_t)c->proto, change_seq(pc)};
     int64_t now = px_now_ms();
+    mget_hdr h = {(uint32_t)(argc - 1), 0, part, (uint32_t)c->db, (uint32_t)c->proto, change_seq(pc), now};
     /* the usual case first, without copying the values into a plan: the
      * reply would cost its size three times over (plan, scratch, output) */
     int first_miss = busy ? 1 : mget_reply_cached(pc, c, part, now);
@@ -1273,8 +1274,12 @@ static int next_element(const char *d, size_t len, size_t *at, const char **val,
     return k;
 }
 
-/* Are the plan's cached values still what the cache holds? (Checked only
- * when something was invalidated or flushed since they were taken.) */
+/* Are the plan's cached values still the entries they were taken from?
+ * (Checked only when something was invalidated or flushed since.) Equal
+ * bytes are not enough: a value changed and changed back, and filled
+ * again, while Redis read the rest, was not valid all that time (an ABA:
+ * the merge could show what Redis never held). An entry filled since the
+ * plan (or in its millisecond) counts as another. */
 static int plan_still_cached(struct px_caching *pc, const mget_hdr *h, char *plan, size_t plen, int64_t now) {
     plan_item it;
     for (size_t at = sizeof *h; plan_next(plan, plen, &at, &it);) {
@@ -1282,7 +1287,8 @@ static int plan_still_cached(struct px_caching *pc, const mget_hdr *h, char *pla
         size_t vl;
         int nil;
         if (!it.cached) continue;
-        if (!cache_peek(pc->cache, h->part, (int)h->db, CACHE_KIND_GET, it.key, it.klen, "", 0, now, &v, &vl, &nil) ||
+        if (!cache_peek_filled_before(pc->cache, h->part, (int)h->db, CACHE_KIND_GET, it.key, it.klen, "", 0,
+                                      h->taken_ms, now, &v, &vl, &nil) ||
             nil != it.nil || vl != it.vlen || (vl > 0 && memcmp(v, it.val, vl) != 0))
             return 0;
     }

@@ -1629,6 +1629,46 @@ def test_c10_an_mget_merge_is_read_again_while_the_tracking_keepalive_is_unanswe
         relay.release_tracking()
 
 
+def test_c3_an_mget_merge_takes_no_value_changed_back_and_filled_again(relay, proxy_factory, upstream):
+    """An MGET partly answered from the cache (i9601: v1) while Redis reads
+    the rest (i9602): meanwhile i9601 becomes v2, i9602 new (Redis's part
+    reads new), then i9602 newer and i9601 v1 again, and another client's
+    read fills i9601 with v1 anew. The cached v1 has the same bytes, but it
+    was not valid all the while: merged with Redis's part it gives [v1,
+    new], which Redis never held. The proxy sends the MGET again whole
+    (review-fill F1: it compared the bytes only)."""
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
+    d = upstream.client()
+    direct_setup(relay, st, lambda: (d.set("i9601", "v1"), d.set("i9602", "old")), "i9601", "i9602")
+    a = p.raw(auth=True)
+    b = p.raw(auth=True, protocol=3)  # another pool: another connection to Redis
+    make_tracked(a, st, "i9698")
+    make_tracked(b, st, "i9697")
+    warm(a, st, ("GET", "i9601"))  # cached; i9602 is not
+    a.cmd("MGET", "i9609")         # a user's first MGET goes whole
+    req = relay.hold_request(cmd_matcher("MGET", "i9602"))
+    rep = relay.hold_reply(cmd_matcher("MGET", "i9602"))
+    try:
+        before = st.get()
+        a.send_cmd("MGET", "i9601", "i9602")
+        req.wait()
+        direct_setup(relay, st, lambda: (d.set("i9601", "v2"), d.set("i9602", "new")), "i9601", "i9602")
+        req.release()
+        rep.wait()  # Redis's part: [new]
+        direct_setup(relay, st, lambda: (d.set("i9602", "newer"), d.set("i9601", "v1")), "i9602", "i9601")
+        warm(b, st, ("GET", "i9601"))  # v1 cached again
+        rep.release()
+        got = a.read_frame(timeout=5).value
+        after = st.get()
+    finally:
+        req.release()
+        rep.release()
+    assert got == [b"v1", b"newer"], "MGET gave %r: Redis held (v1, old) (v2, old) (v2, new) (v2, newer) (v1, newer)" % (
+        got,)
+    assert after["cache_mget_partial"] == before["cache_mget_partial"] + 1, after
+    assert after["cache_mget_resent"] == before["cache_mget_resent"] + 1, after
+
+
 def test_c10_expiry_becomes_visible(proxy_factory, upstream):
     """A key cached through the proxy that expires on Redis disappears
     through the proxy within a bound after its TTL."""

@@ -74,6 +74,7 @@ static void t_fail_reset(void) {
 #define cache_get_stats ck_cache_get_stats
 #define cache_get ck_cache_get
 #define cache_peek ck_cache_peek
+#define cache_peek_filled_before ck_cache_peek_filled_before
 #define cache_fill_begin ck_cache_fill_begin
 #define cache_fill_complete ck_cache_fill_complete
 #define cache_fill_complete_until ck_cache_fill_complete_until
@@ -89,6 +90,7 @@ static void t_fail_reset(void) {
 #undef cache_get_stats
 #undef cache_get
 #undef cache_peek
+#undef cache_peek_filled_before
 #undef cache_fill_begin
 #undef cache_fill_complete
 #undef cache_fill_complete_until
@@ -256,6 +258,29 @@ static void test_peek(void) {
     CHECK_EQ_INT(st(c)->misses, 0);
     cache_invalidate_key(c, "i1", 2);
     CHECK_EQ_INT(cache_peek(c, 1, 0, G, "i1", 2, "", 0, 0, &v, &vl, &nil), 0);
+    cache_free(c);
+}
+
+/* cache_peek_filled_before misses an entry filled at or after the time
+ * given: the same bytes filled again are another entry (an MGET merge must
+ * not take them, caching.c). */
+static void test_peek_filled_before(void) {
+    cache *c = mk(MB, 64 * 1024, 0);
+    const char *v;
+    size_t vl;
+    int nil;
+    CHECK_EQ_INT(put(c, 1, 0, G, "i1", "", "attr-1", 100), 1);
+    CHECK_EQ_INT(cache_peek_filled_before(c, 1, 0, G, "i1", 2, "", 0, 101, 150, &v, &vl, &nil), 1);
+    CHECK_MEM(v, vl, "attr-1");
+    CHECK_EQ_INT(cache_peek_filled_before(c, 1, 0, G, "i1", 2, "", 0, 100, 150, &v, &vl, &nil), 0);
+    cache_invalidate_key(c, "i1", 2);
+    CHECK_EQ_INT(put(c, 1, 0, G, "i1", "", "attr-1", 200), 1); /* the same bytes again */
+    CHECK_EQ_INT(cache_peek_filled_before(c, 1, 0, G, "i1", 2, "", 0, 150, 250, &v, &vl, &nil), 0);
+    CHECK_EQ_INT(cache_peek(c, 1, 0, G, "i1", 2, "", 0, 250, &v, &vl, &nil), 1);
+    CHECK_EQ_INT(put(c, 1, 0, G, "i2", "", NULL, 300), 1); /* a nil too */
+    CHECK_EQ_INT(cache_peek_filled_before(c, 1, 0, G, "i2", 2, "", 0, 300, 300, &v, &vl, &nil), 0);
+    CHECK_EQ_INT(cache_peek_filled_before(c, 1, 0, G, "i2", 2, "", 0, 301, 300, &v, &vl, &nil), 1);
+    CHECK_EQ_INT(nil, 1);
     cache_free(c);
 }
 
@@ -1509,6 +1534,7 @@ int main(void) {
     RUN(test_get_hit_miss);
     RUN(test_hget_hit_miss);
     RUN(test_peek);
+    RUN(test_peek_filled_before);
     RUN(test_binary_value);
     RUN(test_nil_entries);
     RUN(test_partitions_and_dbs_are_separate);
