@@ -373,7 +373,8 @@ static int view_str(const rview *v) {
 /* The types a client can block on (BLPOP, BZPOPMIN, XREAD BLOCK), by ACL
  * category, and the commands that give a key a whole value of any type. */
 static const char *const waking_categories[] = {"@list", "@sortedset", "@geo", "@stream"};
-static const char *const waking_names[] = {"rename", "renamenx", "copy", "restore", "move", "sort", "swapdb"};
+static const char *const waking_names[] = {"rename", "renamenx", "copy",  "restore", "restore-asking",
+                                           "move",   "sort",     "swapdb"};
 
 /* Does a command (its ACL categories in cats) make blocked clients ready? */
 static int wakes_blocked(loader *L, const rview *cats, const char *name, size_t nlen) {

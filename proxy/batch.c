@@ -119,9 +119,18 @@ int px_batch_add(px_client *c, px_upstream *u, const char *data, size_t len) {
     return 0;
 }
 
+void px_batch_cron(px_client *c) {
+    if (c->batch_count > 0) return;
+    resp_buf_trim(&c->batch_frames, 0);
+    resp_buf_trim(&c->batch_reqs, 0);
+}
+
 static void batch_reset(px_client *c) {
     resp_buf_reset(&c->batch_frames);
     resp_buf_reset(&c->batch_reqs);
+    /* a block of large writes: not kept until the next cron */
+    resp_buf_trim(&c->batch_frames, PX_CLIENT_SCRATCH_KEEP);
+    resp_buf_trim(&c->batch_reqs, PX_CLIENT_SCRATCH_KEEP);
     c->batch_count = 0;
     c->batch_up = NULL;
 }
@@ -230,6 +239,8 @@ void px_batch_on_reply(px_client *c, px_req *ex, const char *data, size_t len) {
         }
         for (uint32_t i = 0; i < h.n; i++) {
             reqs[i]->pending = 0;
+            /* lost: the error is sidecache's, not Redis's (no failover) */
+            reqs[i]->lost = ex->lost;
             px_client_on_reply(c, reqs[i], data, len);
         }
     }

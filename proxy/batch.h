@@ -45,6 +45,10 @@ int px_batch_add(px_client *c, px_upstream *u, const char *data, size_t len);
 /* Sends the client's open batch, if any. */
 void px_batch_flush(px_client *c);
 
+/* Once a second: with no batch open, the client's batch buffers go (an idle
+ * pooled connection keeps nothing a block needed). */
+void px_batch_cron(px_client *c);
+
 /* The reply to a batch's EXEC (r->kind == PX_REQ_BATCH). */
 void px_batch_on_reply(px_client *c, px_req *r, const char *data, size_t len);
 

@@ -221,6 +221,7 @@ static void resume_input(px_client *c) {
         if (!c->peer_closed) px_io_resume_read(&c->io);
         /* bytes already buffered produce no new read event */
         client_process(c);
+        if (c->state == PX_CLIENT_ACTIVE) px_io_input_done(&c->io);
     }
 }
 
@@ -2354,6 +2355,7 @@ void px_client_cron(px_client *c, int64_t now_ms) {
     /* each use starts it afresh: a large reply made once (an ECHO, an MGET
      * hit) leaves no large buffer with the client, as Redis's clientsCron */
     resp_buf_trim(&c->scratch, PX_CLIENT_SCRATCH_KEEP);
+    px_batch_cron(c);
     if (c->state == PX_CLIENT_CLOSING) {
         /* waiting only for a client to read what is left (after QUIT, an
          * error, its own connection lost): it has `timeout` to do so */

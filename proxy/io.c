@@ -196,6 +196,12 @@ void px_io_consume(px_io *io, size_t n) {
     io->in_off += n <= io->in_end - io->in_off ? n : io->in_end - io->in_off;
 }
 
+void px_io_input_done(px_io *io) {
+    if (io->in_off != io->in_end || io->own == NULL) return;
+    io->in_off = io->in_end = 0;
+    io_drop_own(io);
+}
+
 /* ------------------------------------------------------------------------ */
 /* TLS: the same buffers, through SSL_read/SSL_write. A handshake (or a
  * renegotiation) may make a read wait for writability or a write for

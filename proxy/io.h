@@ -128,6 +128,10 @@ const char *px_io_input(const px_io *io, size_t *len);
 size_t px_io_input_len(const px_io *io);
 /* Marks the first n bytes of the input consumed. */
 void px_io_consume(px_io *io, size_t n);
+/* Gives back the buffer that kept input which is now all consumed (a read
+ * does so itself: for input consumed outside a read, by a paused client
+ * once resumed, which may read nothing more for a long while). */
+void px_io_input_done(px_io *io);
 
 /* Appends bytes to the output; they leave at the end of this loop iteration. */
 void px_io_write(px_io *io, const void *data, size_t len);

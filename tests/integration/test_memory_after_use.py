@@ -8,6 +8,10 @@ as Redis gives back its own.
 - A MULTI of 200,000 commands, then DISCARD: the keys recorded for the
   EXEC's purge go with the transaction, while the client stays connected
   (Redis frees its queue at DISCARD).
+- Pipelined writes sent as blocks (batch-max-commands), by clients that
+  then stay connected and idle: neither a block's copies of the commands
+  nor the input kept while the client waited for the block's EXEC stay
+  with them (review-batching #1).
 """
 import os
 import time
@@ -15,6 +19,7 @@ import time
 import pytest
 
 from cachehelpers import start_cached, warm
+from exacthelpers import pipeline_raw
 from faulthelpers import mb, proc_status
 from helpers import wait_until
 
@@ -85,3 +90,53 @@ def test_a_discarded_transaction_keeps_nothing_of_its_keys(proxy_factory, upstre
     print("\nproxy RSS before %.1f MB, after a discarded MULTI of %d DELs %.1f MB" % (mb(base), n, mb(after)))
     assert after < base + 15 * 1024 * 1024, (
         "RSS %.1f MB before, %.1f MB after DISCARD, the client still connected" % (mb(base), mb(after)))
+
+
+def idle_after_pipelines(p, conns, pipeline, bound):
+    """Each client sends pipeline(k) in one write and reads every reply (+OK
+    each), then all stay connected and idle. Returns (RSS before, RSS once
+    settled below bound bytes more, or the last sample)."""
+    base = rss(p)
+    for k, c in enumerate(conns):
+        cmds = pipeline(k)
+        assert pipeline_raw(None, cmds, conn=c, timeout=60) == [b"+OK\r\n"] * len(cmds)
+    return base, settled_rss(p, base + bound, "the blocks' memory to be given back")
+
+
+def test_clients_idle_after_batched_writes_keep_no_input_buffer(proxy_factory, upstream):
+    """300 clients each pipeline 600 SETs in one write (about 60 KB): the
+    first 250 go as a block, and the client waits for its EXEC with the rest
+    of the read kept in a buffer of its own (64 KB or more). That buffer is
+    consumed once the block is answered: it goes then, not at the client's
+    next read, which an idle pooled connection may never make (before: 21
+    MB kept; with batching off, nothing)."""
+    p, st = start_cached(proxy_factory)
+    conns = [p.raw(auth=True, timeout=60) for _ in range(300)]
+    before = st.get()
+    bound = 12 * 1024 * 1024
+    base, after = idle_after_pipelines(p, conns, lambda k: [("SET", "q:%d:%d" % (k, i), "v" * 60)
+                                                            for i in range(600)], bound)
+    assert st.get()["batch_blocks"] > before["batch_blocks"]
+    print("\nproxy RSS before %.1f MB, 300 clients idle after their pipelines %.1f MB" % (mb(base), mb(after)))
+    assert after < base + bound, "300 idle clients hold %.1f MB" % mb(after - base)
+    for c in conns:
+        c.close()
+
+
+def test_clients_idle_after_blocks_of_large_writes_keep_nothing_of_them(proxy_factory, upstream):
+    """8 clients each pipeline a 6 MB SET then 250 SETs of 30 KB (a block
+    that copies 7.5 MB of commands), then stay idle: the block's buffers go
+    (before: 90-100 MB kept; what is left, about 10 MB, is the allocator's,
+    as with batching off)."""
+    p, st = start_cached(proxy_factory)
+    conns = [p.raw(auth=True, timeout=60) for _ in range(8)]
+    before = st.get()
+    big, small = b"B" * (6 * 1024 * 1024), b"s" * 30000
+    bound = 30 * 1024 * 1024
+    base, after = idle_after_pipelines(p, conns, lambda k: [("SET", "big:%d" % k, big)] +
+                                       [("SET", "s:%d:%d" % (k, i), small) for i in range(250)], bound)
+    assert st.get()["batch_commands"] >= before["batch_commands"] + 8 * 200  # (a read may end mid-pipeline)
+    print("\nproxy RSS before %.1f MB, 8 clients idle after blocks of 7.5 MB %.1f MB" % (mb(base), mb(after)))
+    assert after < base + bound, "8 idle clients hold %.1f MB" % mb(after - base)
+    for c in conns:
+        c.close()

@@ -458,7 +458,8 @@ static void test_check(void) {
     CHECK(!(f & CMDT_F_WAKES));
     const char *wakes[][5] = {{"LPUSH", "k", "v"}, {"ZADD", "k", "1", "m"}, {"XADD", "k", "*", "f", "v"},
                               {"GEOADD", "k", "1", "2", "m"}, {"RENAME", "a", "b"}, {"COPY", "a", "b"},
-                              {"LMOVE", "a", "b", "LEFT", "RIGHT"}};
+                              {"LMOVE", "a", "b", "LEFT", "RIGHT"}, {"RESTORE", "k", "0", "x"},
+                              {"RESTORE-ASKING", "k", "0", "x"}};
     for (size_t i = 0; i < sizeof wakes / sizeof wakes[0]; i++) {
         CHECK_EQ_INT(chk(T, &f, wakes[i][0], wakes[i][1], wakes[i][2], wakes[i][3], wakes[i][4], NULL), 1);
         CHECK(f & CMDT_F_WAKES);
