@@ -756,24 +756,25 @@ static void txn_state_refused(px_client *c, const px_req *r) {
 
 /* Redis's answer to the check of the next command of the local
  * transaction (checks are answered in the order they were sent: one
- * connection). A command it refused makes the transaction dirty and leaves
- * the block: Redis's own transaction would not hold it, so neither the
- * flags nor the errors the block meets at EXEC may come from it. */
+ * connection). Redis's own transaction holds the commands queued before
+ * the first it refuses, and none from there on (queueMultiCommand: an
+ * aborted transaction queues nothing more, though it answers +QUEUED): so
+ * does the block, and neither the flags nor the errors the block meets at
+ * EXEC come from any other (its keys' slots, OOM, ...). */
 static void txn_local_checked(px_client *c, const px_req *r, int refused) {
     resp_buf *f = &c->txn_frames;
     uint32_t n;
-    if (!c->txn_local || c->txn_checked_at + sizeof n > f->len) return;
-    memcpy(&n, f->data + c->txn_checked_at, sizeof n);
-    size_t end = c->txn_checked_at + sizeof n + n;
-    if (!refused) {
-        if (r->aux_flags & PX_AUX_CHECK_DENYOOM) c->txn_denyoom = 1;
-        c->txn_checked_at = end;
+    if (!c->txn_local || c->txn_dirty || c->txn_checked_at + sizeof n > f->len) return;
+    if (refused) {
+        c->txn_dirty = 1;
+        f->len = c->txn_checked_at;
+        c->txn_count = c->txn_queued;
         return;
     }
-    c->txn_dirty = 1;
-    memmove(f->data + c->txn_checked_at, f->data + end, f->len - end);
-    f->len -= end - c->txn_checked_at;
-    c->txn_count--;
+    memcpy(&n, f->data + c->txn_checked_at, sizeof n);
+    c->txn_checked_at += sizeof n + n;
+    c->txn_queued++;
+    if (r->aux_flags & PX_AUX_CHECK_DENYOOM) c->txn_denyoom = 1;
 }
 
 void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
@@ -1218,6 +1219,7 @@ static void txn_local_end(px_client *c, int exec) {
     c->txn_dirty = 0;
     c->txn_denyoom = 0;
     c->txn_count = 0;
+    c->txn_queued = 0;
     c->txn_checked_at = 0;
     resp_buf_reset(&c->txn_frames);
 }
@@ -1263,6 +1265,7 @@ static int txn_local_to_pinned(px_client *c, const char *frame) {
     c->txn_dirty = 0; /* Redis flags its own transaction again */
     c->txn_denyoom = 0;
     c->txn_count = 0;
+    c->txn_queued = 0;
     c->txn_checked_at = 0;
     resp_buf_reset(&c->txn_frames);
     c->srv->txn_pinned++;
@@ -1387,16 +1390,20 @@ static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) 
     const char *data;
     size_t len;
     request_bytes(c, frame, &data, &len);
-    if (px_frames_append(&c->txn_frames, data, len) != 0) {
-        client_close(c, "out of memory");
-        return DISPATCH_DONE;
+    /* after a refusal Redis queues nothing more (txn_local_checked); the
+     * check still gives the client Redis's answer */
+    if (!c->txn_dirty) {
+        if (px_frames_append(&c->txn_frames, data, len) != 0) {
+            client_close(c, "out of memory");
+            return DISPATCH_DONE;
+        }
+        c->txn_count++;
     }
-    c->txn_count++;
     const cmdtable *t = px_caching_cmdtable(c->srv);
     int flags = 0;
     int denyoom = t == NULL || !cmdtable_check(t, c->rq.argc, c->rq.argv, &flags) || (flags & CMDT_F_DENYOOM);
     px_caching_on_send(c, NULL, NULL, 0, 1); /* its keys, for EXEC */
-    txn_local_check(c, u, c->txn_frames.data + c->txn_frames.len - len, len, denyoom);
+    txn_local_check(c, u, data, len, denyoom);
     return DISPATCH_DONE;
 }
 

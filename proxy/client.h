@@ -102,8 +102,10 @@ typedef struct px_client {
     int txn_dirty;             /* Redis refused one: EXEC answers EXECABORT */
     size_t txn_checked_at;     /* txn_frames' offset of the first command
                                   whose check is awaited: those before it
-                                  Redis queued; one it refuses is dropped
-                                  (Redis does not queue it either) */
+                                  Redis queued (txn_queued of them); at a
+                                  refusal the rest is dropped, as Redis
+                                  queues nothing from there on */
+    int txn_queued;
     int txn_denyoom;           /* one Redis queued may use memory
                                   (CMDT_F_DENYOOM, or its flags unknown):
                                   over maxmemory Redis refuses EXEC itself */

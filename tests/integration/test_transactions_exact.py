@@ -655,6 +655,17 @@ def test_out_of_memory_after_one_command_queued_then_a_refused_one(proxy, upstre
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_out_of_memory_with_a_write_sent_after_a_refused_command(proxy, upstream, ref, protocol):
+    """A read queued, an unknown command refused, a write answered +QUEUED,
+    then Redis goes over maxmemory and EXEC comes. Redis queues nothing
+    after a refusal, so its transaction holds only the read: EXEC is not
+    refused for OOM, and answers for the previous errors."""
+    got = runs_over_maxmemory(proxy, upstream, ref, protocol,
+                              [("MULTI",), ("GET", "a"), ("NOSUCHCMD",), ("SET", "b", "1")], [("EXEC",)])
+    assert got[4][1] == b"-EXECABORT Transaction discarded because of previous errors.\r\n", got[4][1]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_replica_without_its_master_between_queue_and_exec(proxy, upstream, ref, protocol):
     """A read and a write queued; then Redis becomes a replica whose master
     link is down (replica-serve-stale-data no). Redis refuses EXEC at the
