@@ -565,10 +565,13 @@ int inv_set_auth(inv_conn *t, const char *user, const char *pass) {
     free(t->pass);
     t->cfg.user = t->user = u;
     t->cfg.pass = t->pass = p;
-    /* a refused AUTH waits long before the next try: try now */
+    /* a refused AUTH waits long before the next try: try now; one that
+     * may be on its way with the old ones is tried again with these */
     if (t->state == INV_BACKOFF) {
         t->backoff_ms = 0;
         arm_timer(t, 0);
+    } else if (t->state == INV_CONNECTING || t->state == INV_SETUP) {
+        inv_restart(t, "new credentials");
     }
     return 0;
 }

@@ -100,9 +100,9 @@ void inv_free(inv_conn *t);
  * connects again at once: Redis moved (a failover). */
 void inv_restart(inv_conn *t, const char *why);
 /* The credentials of the next connects (user NULL: the one-argument AUTH;
- * pass NULL: no AUTH). An open connection stays logged in, as Redis keeps
- * it; one waiting to try again (BACKOFF) connects at once. Returns 0, or -1
- * on OOM (the old ones stay). */
+ * pass NULL: no AUTH). An active connection stays logged in, as Redis
+ * keeps it; one waiting to try again (BACKOFF) or still logging in
+ * connects again at once. Returns 0, or -1 on OOM (the old ones stay). */
 int inv_set_auth(inv_conn *t, const char *user, const char *pass);
 
 enum inv_state inv_get_state(const inv_conn *t);

@@ -1401,7 +1401,8 @@ static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) 
     }
     const cmdtable *t = px_caching_cmdtable(c->srv);
     int flags = 0;
-    int denyoom = t == NULL || !cmdtable_check(t, c->rq.argc, c->rq.argv, &flags) || (flags & CMDT_F_DENYOOM);
+    /* (no command table, with the cache off: no OOM is named) */
+    int denyoom = t != NULL && cmdtable_check(t, c->rq.argc, c->rq.argv, &flags) && (flags & CMDT_F_DENYOOM);
     px_caching_on_send(c, NULL, NULL, 0, 1); /* its keys, for EXEC */
     txn_local_check(c, u, data, len, denyoom);
     return DISPATCH_DONE;

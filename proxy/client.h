@@ -107,8 +107,8 @@ typedef struct px_client {
                                   queues nothing from there on */
     int txn_queued;
     int txn_denyoom;           /* one Redis queued may use memory
-                                  (CMDT_F_DENYOOM, or its flags unknown):
-                                  over maxmemory Redis refuses EXEC itself */
+                                  (CMDT_F_DENYOOM): over maxmemory Redis
+                                  refuses EXEC itself */
 
     /* write batching (proxy/batch.h) */
     resp_buf batch_frames;     /* the open batch: (u32 length, bytes) ... */

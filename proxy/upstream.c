@@ -207,6 +207,10 @@ void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsign
     srv->up_reached_salen = 0;
     /* the cache first: nothing read from the old node is served again */
     px_caching_upstream_moved(srv);
+    /* then the shared connections: a tunnel closed below may relay what it
+     * held (its barrier passed), a RESET among it, and its client go on
+     * with its next commands, which must not go to the old node */
+    if (!gently) px_pools_close_connections(srv);
     /* closing a client's connection may close the client, which unlinks it */
     for (px_client *c = srv->clients, *next; c != NULL; c = next) {
         next = c->next;
@@ -216,10 +220,7 @@ void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsign
         else
             px_upstream_close(c->pinned, "upstream master moved (failover)");
     }
-    if (!gently) {
-        px_pools_close_connections(srv);
-        return;
-    }
+    if (!gently) return;
     for (px_pool *p = srv->pools; p != NULL; p = p->next) pool_retire_connections(p, "upstream moved");
 }
 

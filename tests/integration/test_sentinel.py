@@ -4,6 +4,7 @@ The proxy takes the master from the sentinels, follows a failover (the master
 killed), empties its cache on the switch (C6), loses no acknowledged write,
 and serves nothing older than the switch.
 """
+import contextlib
 import os
 import socket
 import threading
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from cachehelpers import RELAY_ARGS, Relay, Stats, wait_tracking_active, warm
-from helpers import HOST, REDIS_SERVER, ConnectionClosed, RedisServer, pump, wait_until
+from helpers import HOST, REDIS_SERVER, ConnectionClosed, RedisServer, encode, pump, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -259,14 +260,11 @@ def test_failover_disconnects_every_client_with_its_own_connection(redis_factory
         s.close()
 
 
-def test_a_tunnels_reply_held_for_its_barrier_is_relayed_before_a_failover_closes_it(redis_factory,
-                                                                                     proxy_factory):
-    """A tunnel's write reply waits for its barrier (a PING on the
-    invalidation connection, which the relay holds back) when the master
-    switches. The switch empties the cache and restarts tracking, which
-    passes every barrier, then closes the tunnel's connection: the client
-    gets the reply Redis sent before the close, then the close, as without
-    a barrier (review-barrier #5: the reply was dropped)."""
+@contextlib.contextmanager
+def tunnel_behind_a_relay_with_a_sentinel(redis_factory, proxy_factory):
+    """Masters a (behind a Relay, which the FakeSentinel names first) and b,
+    a caching proxy following the sentinel, and a tunnel client (CLIENT
+    REPLY ON). Yields (a, b, sentinel, relay, tunnel)."""
     a, b = redis_factory(name="a"), redis_factory(name="b")
     relay = Relay(a)
     s = FakeSentinel(relay.port)
@@ -275,7 +273,23 @@ def test_a_tunnels_reply_held_for_its_barrier_is_relayed_before_a_failover_close
                                                    "--sentinel-check-ms", "100"))
         wait_tracking_active(p)
         t = p.raw()
-        assert t.cmd("CLIENT", "REPLY", "ON").raw == b"+OK\r\n"  # a tunnel
+        assert t.cmd("CLIENT", "REPLY", "ON").raw == b"+OK\r\n"
+        yield a, b, s, relay, t
+    finally:
+        relay.release_tracking()
+        relay.close()
+        s.close()
+
+
+def test_a_tunnels_reply_held_for_its_barrier_is_relayed_before_a_failover_closes_it(redis_factory,
+                                                                                     proxy_factory):
+    """A tunnel's write reply waits for its barrier (a PING on the
+    invalidation connection, which the relay holds back) when the master
+    switches. The switch empties the cache and restarts tracking, which
+    passes every barrier, then closes the tunnel's connection: the client
+    gets the reply Redis sent before the close, then the close, as without
+    a barrier (review-barrier #5: the reply was dropped)."""
+    with tunnel_behind_a_relay_with_a_sentinel(redis_factory, proxy_factory) as (a, b, s, relay, t):
         relay.hold_tracking()
         t.send_cmd("SET", "i7", "new")  # a cached key: its reply waits for a barrier
         wait_until(lambda: a.client().get("i7") == b"new", what="the SET to run")
@@ -284,10 +298,29 @@ def test_a_tunnels_reply_held_for_its_barrier_is_relayed_before_a_failover_close
         s.master = b.port  # failover
         assert t.read_frame(timeout=5).raw == b"+OK\r\n"
         t.expect_closed(timeout=5)
-    finally:
-        relay.release_tracking()
-        relay.close()
-        s.close()
+
+
+def test_a_tunnels_held_reset_then_commands_at_a_failover_go_to_the_new_master(redis_factory, proxy_factory):
+    """The same, with RESET and a write pipelined behind the tunnel's write:
+    relayed at the failover, the RESET ends the tunnel and the client goes
+    on with its write, which must reach the new master, not the old one's
+    connections that the failover closes next (review-session26-diff F4:
+    "-ERR sidecache: pool closed", the write perhaps run on the old one)."""
+    with tunnel_behind_a_relay_with_a_sentinel(redis_factory, proxy_factory) as (a, b, s, relay, t):
+        assert t.cmd("GET", "k").raw == b"$-1\r\n"  # the shared connections are up
+        relay.hold_tracking()
+        # the write's reply and RESET's come in one read, held together
+        t.send(encode("SET", "i7", "new") + encode("RESET") + encode("SET", "k", "after"))
+        wait_until(lambda: a.client().get("i7") == b"new", what="the SET to run")
+        time.sleep(0.3)
+        with pytest.raises(socket.timeout):
+            t.read_frame(timeout=0.2)
+        s.master = b.port  # failover
+        assert t.read_frame(timeout=5).raw == b"+OK\r\n"
+        assert t.read_frame(timeout=5).raw == b"+RESET\r\n"
+        assert t.read_frame(timeout=5).raw == b"+OK\r\n"
+        assert b.client().get("k") == b"after"
+        assert a.client().get("k") is None
 
 
 def test_readonly_replies_ask_the_sentinels_at_most_every_100ms(redis_factory, proxy_factory):
