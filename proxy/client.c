@@ -1208,20 +1208,26 @@ static int txn_local_allowed(px_client *c) {
     return (c->pass != NULL || c->srv->open_access == 1) && !local_txn_denied(c);
 }
 
-/* Ends the local transaction (exec: its written keys stay recorded for
- * EXEC's reply). Otherwise they are purged, every check being answered:
- * a check whose MULTI Redis refused ran its command. */
-static void txn_local_end(px_client *c, int exec) {
-    if (!c->txn_local) return;
-    if (!exec) px_caching_txn_abandon(c);
+/* The local transaction's commands and what Redis's checks said of them
+ * are forgotten (sent, or dropped). */
+static void txn_local_clear(px_client *c) {
     c->txn_local = 0;
-    c->txn_acl = 0;
     c->txn_dirty = 0;
     c->txn_denyoom = 0;
     c->txn_count = 0;
     c->txn_queued = 0;
     c->txn_checked_at = 0;
     resp_buf_reset(&c->txn_frames);
+}
+
+/* Ends the local transaction (exec: its written keys stay recorded for
+ * EXEC's reply). Otherwise they are purged, every check being answered:
+ * a check whose MULTI Redis refused ran its command. */
+static void txn_local_end(px_client *c, int exec) {
+    if (!c->txn_local) return;
+    if (!exec) px_caching_txn_abandon(c);
+    c->txn_acl = 0;
+    txn_local_clear(c);
 }
 
 static int client_dispatch(px_client *c, const char *frame);
@@ -1261,13 +1267,9 @@ static int txn_local_to_pinned(px_client *c, const char *frame) {
         if (send_refused_cmd(c, c->pinned) != 0) return DISPATCH_DONE;
     }
     c->in_multi = 1;
-    c->txn_local = 0; /* the queued keys stay in txn_keys for EXEC */
-    c->txn_dirty = 0; /* Redis flags its own transaction again */
-    c->txn_denyoom = 0;
-    c->txn_count = 0;
-    c->txn_queued = 0;
-    c->txn_checked_at = 0;
-    resp_buf_reset(&c->txn_frames);
+    /* the queued keys stay in txn_keys for EXEC; Redis flags its own
+     * transaction from now on */
+    txn_local_clear(c);
     c->srv->txn_pinned++;
     return client_dispatch(c, frame);
 }

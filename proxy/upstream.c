@@ -942,6 +942,8 @@ static int block_exec_refused(const char *data, size_t len) {
 static const char *const exec_state_errors[] = {"-OOM ",       "-MISCONF ",    "-NOREPLICAS ",
                                                 "-READONLY ",  "-MASTERDOWN ", "-LOADING ", NULL};
 
+#define EXEC_STATE_OOM 0 /* exec_state_errors[0] */
+
 /* Its rank in exec_state_errors, or -1 for another error. */
 static int exec_state_rank(const char *data, size_t len) {
     for (int i = 0; exec_state_errors[i] != NULL; i++)
@@ -967,7 +969,7 @@ static int block_exec_reworded(const px_upstream *u, px_req *r, const char *data
                       because[] = "-EXECABORT Transaction discarded because of: ";
     const resp_buf *e = &u->block_err;
     if (len != sizeof previous - 1 || memcmp(data, previous, len) != 0 || e->len < 3) return 0;
-    if (!(r->aux_flags & (PX_AUX_BLOCK_CLEAN | PX_AUX_BLOCK_DENYOOM)) && exec_state_rank(e->data, e->len) == 0)
+    if (!(r->aux_flags & (PX_AUX_BLOCK_CLEAN | PX_AUX_BLOCK_DENYOOM)) && exec_state_rank(e->data, e->len) == EXEC_STATE_OOM)
         return 0;
     resp_buf out;
     resp_buf_init(&out);
