@@ -68,7 +68,7 @@ struct px_caching {
      * GET filled) */
     uint64_t read_ok[66][4];
     /* flushes by cause */
-    uint64_t flush_tracking, flush_null, flush_write, flush_failover, flush_unknown_user, flush_acl;
+    uint64_t flush_tracking, flush_null, flush_write, flush_failover, flush_unknown_user, flush_acl, flush_caching;
     uint64_t hits_served, fills_begun;
     uint64_t purges_skipped; /* write replies whose purge was skipped (purge_again) */
     uint64_t bypassed;       /* cacheable reads sent to Redis because the client
@@ -242,15 +242,35 @@ void px_caching_on_upstream_lost(px_server *srv, px_upstream *u) {
 
 void px_caching_before_read(px_client *c, px_upstream *u, int cacheable) {
     struct px_caching *pc = c->srv->caching;
-    if (!cacheable || pc == NULL || pc->mode != PX_TRACKING_OPTIN || u->tracked_epoch != pc->epoch) return;
+    if (!cacheable || pc == NULL || pc->mode != PX_TRACKING_OPTIN || u->tracked_epoch != pc->epoch ||
+        u->caching_refused == px_acl_mark(c->srv))
+        return;
     static const char caching_yes[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nYES\r\n";
-    px_req *r = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
+    px_req *r = px_req_new(c->srv, NULL, PX_REQ_CACHING);
     if (r != NULL) px_upstream_send(u, r, caching_yes, sizeof caching_yes - 1);
+}
+
+void px_caching_caching_refused(px_server *srv, px_upstream *u, const char *err, size_t len) {
+    struct px_caching *pc = srv->caching;
+    if (pc == NULL) return;
+    int first = u->caching_refused == 0;
+    u->caching_refused = px_acl_mark(srv);
+    /* The read behind it began a fill (of a GET, an MGET's keys, a lookup)
+     * that no invalidation would ever end: the flush refuses it, whatever
+     * its kind. Once per connection and ACL change. */
+    flush_cache(pc);
+    pc->flush_caching++;
+    if (first) {
+        size_t n = len >= 3 ? len - 3 : 0; /* "-" ... "\r\n" */
+        px_warning("CLIENT CACHING YES refused by Redis (%.*s): reads on upstream connection %llu are not cached",
+                   (int)(n > 200 ? 200 : n), err + 1, (unsigned long long)u->id);
+    }
 }
 
 /* May a read sent on u fill the cache? */
 static int conn_tracked(struct px_caching *pc, px_upstream *u) {
-    return pc->mode == PX_TRACKING_BCAST || (u != NULL && u->tracked_epoch == pc->epoch && pc->epoch != 0);
+    return pc->mode == PX_TRACKING_BCAST || (u != NULL && u->tracked_epoch == pc->epoch && pc->epoch != 0 &&
+                                             u->caching_refused != px_acl_mark(u->srv));
 }
 
 /* Scripts by SHA1 that write nothing: their EVALSHA empties no cache. */
@@ -1618,6 +1638,7 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_flushes_write_unknown_keys = pc->flush_write;
     s->cache_flushes_failover = pc->flush_failover;
     s->cache_flushes_acl_changed = pc->flush_acl;
+    s->cache_flushes_caching_refused = pc->flush_caching;
     s->cache_entries = st->entries;
     s->cache_pending_fills = st->pending;
     s->cache_reclaiming = st->reclaiming;

@@ -179,6 +179,9 @@ void px_caching_on_connect(px_server *srv, struct px_upstream *u);
 void px_caching_on_upstream_lost(px_server *srv, struct px_upstream *u);
 /* optin: a cacheable read about to go to u is preceded by CLIENT CACHING YES. */
 void px_caching_before_read(struct px_client *c, struct px_upstream *u, int cacheable);
+/* ... which Redis refused (err, its error frame): Redis does not track the
+ * read behind it, whose fill has begun, nor u's next reads. */
+void px_caching_caching_refused(px_server *srv, struct px_upstream *u, const char *err, size_t len);
 
 /* The upstream is another Redis now (a failover): empties the cache and
  * moves the invalidation connection there. */

@@ -762,7 +762,7 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, cons
         u->npending--;
         r->next_up = NULL;
         r->lost = 1;
-        if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING || r->kind == PX_REQ_TXN_CTL ||
+        if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING || r->kind == PX_REQ_CACHING || r->kind == PX_REQ_TXN_CTL ||
             r->kind == PX_REQ_PROBE || r->kind == PX_REQ_TTL || r->kind == PX_REQ_ACL_LIST) {
             if (r->kind == PX_REQ_TTL) px_caching_on_ttl_reply(u->srv, r, err, errlen);
             if (r->kind == PX_REQ_ACL_LIST) px_aclwatch_on_reply(u->srv, r, err, errlen, 1);
@@ -1125,6 +1125,9 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     if (r->kind == PX_REQ_TRACKING) {
         if (type != '-' && type != '!') u->tracked_epoch = r->fill_token;
         px_req_release(u->srv, r);
+    } else if (r->kind == PX_REQ_CACHING) {
+        px_req_release(u->srv, r);
+        if (type == '-' || type == '!') px_caching_caching_refused(u->srv, u, data, len);
     } else if (r->kind == PX_REQ_DISCARD) {
         if (type == '-' && (r->aux_flags & PX_AUX_BLOCK_QUEUED)) {
             note_role(u, r, data, len);

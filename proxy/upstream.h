@@ -56,6 +56,9 @@ enum px_req_kind {
     PX_REQ_DISCARD,     /* internal request: reply dropped */
     PX_REQ_TRACKING,    /* internal: CLIENT TRACKING ON REDIRECT; +OK marks the
                            connection tracked for epoch fill_token */
+    PX_REQ_CACHING,     /* internal: CLIENT CACHING YES before an optin read;
+                           an error means Redis does not track the read
+                           behind it (px_caching_caching_refused) */
     PX_REQ_BATCH,       /* the EXEC of a write batch: its reply is split among
                            the batched requests (proxy/batch.h) */
     PX_REQ_TXN_CTL,     /* internal: a MULTI or DISCARD sidecache put around
@@ -260,6 +263,9 @@ typedef struct px_upstream {
     int shared_index;          /* index in pool->shared, or -1 */
     uint64_t id;               /* for logs */
     uint64_t tracked_epoch;    /* tracking on, for this caching epoch (0: off) */
+    uint64_t caching_refused;  /* px_acl_mark() when Redis refused it CLIENT
+                                  CACHING YES (optin): its reads fill nothing
+                                  while that mark holds */
     int filled;                /* a fill was read on this connection */
     uint64_t reads;            /* read events: progress, for upstream-timeout */
     uint64_t reads_seen;       /* ... as the last cron saw it */

@@ -107,3 +107,31 @@ def test_invalidation_connect_that_never_completes_times_out(proxy_factory, upst
         for s in fillers:
             s.close()
         lst.close()
+
+
+def test_optin_reads_that_redis_refuses_to_track_fill_nothing(redis_factory, proxy_factory):
+    """tracking-mode optin: each cacheable read goes behind CLIENT CACHING
+    YES. A user Redis refuses it (here: every command but client|caching)
+    reads untracked: no invalidation would ever come for what such a read
+    returns, so neither a GET nor an MGET may fill the cache from it. A
+    write made directly on Redis must be seen by the next read."""
+    up = redis_factory()
+    d = up.client()
+    d.execute_command("ACL", "SETUSER", "u", "on", ">pw", "~*", "&*", "+@all", "-client|caching")
+    d.execute_command("ACL", "SETUSER", "default", "off")
+    up.password, up.username = "pw", "u"
+    d = up.client()
+    p, st = start_cached(proxy_factory, up=up, mode="optin", upstream_url="redis://u:pw@127.0.0.1:%d" % up.port)
+    d.mset({"i80": "old", "i81": "old1", "i82": "old2"})
+    with p.raw(auth=True) as c:
+        for _ in range(3):
+            assert c.cmd("GET", "i80").value == b"old"
+            assert c.cmd("MGET", "i81", "i82").value == [b"old1", b"old2"]
+        d.mset({"i80": "new", "i81": "new1", "i82": "new2"})
+        time.sleep(0.2)  # an invalidation, had Redis sent one, is in by now
+        assert c.cmd("GET", "i80").value == b"new"
+        assert c.cmd("MGET", "i81", "i82").value == [b"new1", b"new2"]
+    after = st.get()
+    assert after["cache_hits"] == 0, after
+    assert after["cache_flushes_caching_refused"] >= 1, after
+    assert after["tracking_state"] == "active", after
