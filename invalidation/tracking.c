@@ -297,6 +297,20 @@ bad:
     inv_fail(t, "unreadable invalidation message", 0);
 }
 
+/* An error a try moments later may not meet: Redis busy with a script,
+ * loading, at its client limit, a cluster or replica not ready. Any other
+ * (NOPERM, WRONGPASS, an unknown command) only an operator can change: the
+ * long back-off. */
+static int transient_error(const char *msg, size_t n) {
+    static const char *const transient[] = {"BUSY ",       "LOADING ",     "TRYAGAIN ",
+                                            "MASTERDOWN ", "CLUSTERDOWN ", "ERR max number of clients"};
+    for (size_t i = 0; i < sizeof transient / sizeof *transient; i++) {
+        size_t k = strlen(transient[i]);
+        if (n >= k && memcmp(msg, transient[i], k) == 0) return 1;
+    }
+    return 0;
+}
+
 static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
     char why[400];
     enum inv_expect e = t->expect[0];
@@ -306,12 +320,16 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
      * LIST): an ACL that refuses it is no reason to go without a cache */
     if (e == EXP_SETNAME) return;
     if (type == '-' || type == '!') {
-        snprintf(why, sizeof why, "%s refused: %.*s", e == EXP_AUTH ? "AUTH" : e == EXP_COMMAND ? "COMMAND"
-                                                      : e == EXP_CLIENT_ID ? "CLIENT ID"
-                                                      : e == EXP_TRACKING  ? "CLIENT TRACKING"
-                                                                           : "SUBSCRIBE",
-                 (int)(t->rp.payload_len > 300 ? 300 : t->rp.payload_len), buf + t->rp.payload_off);
-        inv_fail(t, why, 1);
+        const char *msg = buf + t->rp.payload_off;
+        int refused = !transient_error(msg, t->rp.payload_len);
+        snprintf(why, sizeof why, "%s %s: %.*s",
+                 e == EXP_AUTH          ? "AUTH"
+                 : e == EXP_COMMAND     ? "COMMAND"
+                 : e == EXP_CLIENT_ID   ? "CLIENT ID"
+                 : e == EXP_TRACKING    ? "CLIENT TRACKING"
+                                        : "SUBSCRIBE",
+                 refused ? "refused" : "failed", (int)(t->rp.payload_len > 300 ? 300 : t->rp.payload_len), msg);
+        inv_fail(t, why, refused);
         return;
     }
     switch (e) {

@@ -247,7 +247,10 @@ void px_caching_before_read(px_client *c, px_upstream *u, int cacheable) {
         return;
     static const char caching_yes[] = "*3\r\n$6\r\nCLIENT\r\n$7\r\nCACHING\r\n$3\r\nYES\r\n";
     px_req *r = px_req_new(c->srv, NULL, PX_REQ_CACHING);
-    if (r != NULL) px_upstream_send(u, r, caching_yes, sizeof caching_yes - 1);
+    if (r != NULL)
+        px_upstream_send(u, r, caching_yes, sizeof caching_yes - 1);
+    else
+        u->caching_refused = px_acl_mark(c->srv); /* the read goes untracked: no fill */
 }
 
 void px_caching_caching_refused(px_server *srv, px_upstream *u, const char *err, size_t len) {

@@ -135,3 +135,39 @@ def test_optin_reads_that_redis_refuses_to_track_fill_nothing(redis_factory, pro
     assert after["cache_hits"] == 0, after
     assert after["cache_flushes_caching_refused"] >= 1, after
     assert after["tracking_state"] == "active", after
+
+
+def test_a_reconnect_during_a_busy_script_retries_soon(redis_factory, proxy_factory):
+    """The invalidation connection is lost just before a script runs for
+    1.5 s: its reconnect is answered BUSY. That is Redis busy, not Redis
+    refusing tracking: tracking must come back soon after the script, not
+    after the 30 s a refusal waits."""
+    up = redis_factory(args=("--busy-reply-threshold", "50"))
+    p, st = start_cached(proxy_factory, up=up)
+    d = up.client()
+    assert d.execute_command("CLIENT", "KILL", "TYPE", "pubsub") == 1
+    script = ("local t = redis.call('TIME'); local s = t[1] + t[2] / 1e6; "
+              "while true do local n = redis.call('TIME'); if n[1] + n[2] / 1e6 - s > 1.5 then break end end "
+              "return 1")
+    up.client().eval(script, 0)
+    wait_until(lambda: st.get()["tracking_state"] == "active", timeout=5,
+               what="tracking back after the script (last error %r)" % st.get().get("tracking_last_error"))
+
+
+def test_a_reconnect_at_maxclients_with_a_password_retries_soon(redis_factory, proxy_factory):
+    """With a password the first reply on a new invalidation connection is
+    AUTH's; Redis at maxclients answers it 'ERR max number of clients
+    reached'. That is no refusal of the credentials: once a slot is free,
+    tracking must come back within the normal back-off, not after 30 s."""
+    up = redis_factory(requirepass="pw")
+    p, st = start_cached(proxy_factory, up=up, upstream_url="redis://:pw@127.0.0.1:%d" % up.port)
+    d = up.client()
+    d.config_set("maxclients", len(d.client_list()) - 1)  # no slot once it is gone
+    try:
+        assert d.execute_command("CLIENT", "KILL", "TYPE", "pubsub") == 1
+        wait_until(lambda: "max number of clients" in st.get().get("tracking_last_error", ""), timeout=3,
+                   what="a reconnect to meet the limit")
+    finally:
+        d.config_set("maxclients", 10000)
+    wait_until(lambda: st.get()["tracking_state"] == "active", timeout=5,
+               what="tracking back once a slot is free (last error %r)" % st.get().get("tracking_last_error"))
