@@ -30,14 +30,27 @@ static int hash_tag(const char *key, size_t len, size_t *at, size_t *n) {
     return 1;
 }
 
-int cluster_moved(const char *data, size_t len, long long *slot, const char **to, size_t *tolen) {
-    if (len < 9 || memcmp(data, "-MOVED ", 7) != 0 || data[len - 2] != '\r') return -1;
-    const char *p = data + 7, *end = data + len - 2;
+/* A redirection error frame "-<word> <slot> <host>:<port>\r\n" (word with
+ * its '-' and trailing space, wlen bytes). */
+static int redirect(const char *data, size_t len, const char *word, size_t wlen, long long *slot, const char **to,
+                    size_t *tolen) {
+    if (len < wlen + 2 || memcmp(data, word, wlen) != 0 || data[len - 2] != '\r') return -1;
+    const char *p = data + wlen, *end = data + len - 2;
     const char *sp = memchr(p, ' ', (size_t)(end - p));
     if (sp == NULL || !resp_string2ll(p, (size_t)(sp - p), slot)) return -1;
     *to = sp + 1;
     *tolen = (size_t)(end - sp - 1);
     return 0;
+}
+
+int cluster_moved(const char *data, size_t len, long long *slot, const char **to, size_t *tolen) {
+    return redirect(data, len, "-MOVED ", 7, slot, to, tolen);
+}
+
+int cluster_ask(const char *data, size_t len, long long *slot) {
+    const char *to;
+    size_t tolen;
+    return redirect(data, len, "-ASK ", 5, slot, &to, &tolen);
 }
 
 unsigned cluster_key_slot(const char *key, size_t len) {

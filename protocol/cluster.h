@@ -34,6 +34,9 @@ unsigned cluster_key_slot(const char *key, size_t len);
  * slot, and where its target ("host:port" as Redis wrote it) lies in data.
  * Returns 0, or -1 for another shape. */
 int cluster_moved(const char *data, size_t len, long long *slot, const char **to, size_t *tolen);
+/* An ASK error frame ("-ASK <slot> <host>:<port>\r\n", whole): its slot.
+ * Returns 0, or -1 for another shape. */
+int cluster_ask(const char *data, size_t len, long long *slot);
 
 /* The slot of every key that begins with prefix, or -1 when keys with
  * this prefix may fall in any slot (no complete, non-empty hash tag). */

@@ -69,6 +69,11 @@ struct px_caching {
     uint64_t read_ok[66][4];
     /* flushes by cause */
     uint64_t flush_tracking, flush_null, flush_write, flush_failover, flush_unknown_user, flush_acl, flush_caching;
+    /* the volume's cluster slot migrating (slotwatch.h): no hit, no fill */
+    int slot_unstable;
+    uint64_t slot_events;     /* ASKs and TRYAGAINs of it seen */
+    int64_t slot_event_ms;    /* ... the last one's time */
+    uint64_t flush_slot;
     uint64_t hits_served, fills_begun;
     uint64_t purges_skipped; /* write replies whose purge was skipped (purge_again) */
     uint64_t bypassed;       /* cacheable reads sent to Redis because the client
@@ -571,6 +576,49 @@ int px_caching_active(const px_server *srv) {
     return srv->caching != NULL && srv->caching->active && srv->caching->cmdt != NULL;
 }
 
+/* May the cache answer or take a read now? */
+static int serving(const px_server *srv) {
+    return px_caching_active(srv) && !srv->caching->slot_unstable;
+}
+
+int px_caching_slot_migrating(const px_server *srv) {
+    return srv->caching != NULL && srv->caching->slot_unstable;
+}
+
+uint64_t px_caching_slot_events(const px_server *srv) {
+    return srv->caching != NULL ? srv->caching->slot_events : 0;
+}
+
+void px_caching_slot_unstable(px_server *srv, const char *data, size_t len) {
+    struct px_caching *pc = srv->caching;
+    if (pc == NULL) return;
+    pc->slot_events++;
+    pc->slot_event_ms = px_now_ms();
+    if (pc->slot_unstable) return;
+    /* a nil cached before may be a key written on the target since */
+    pc->slot_unstable = 1;
+    flush_cache(pc);
+    pc->flush_slot++;
+    size_t n = len >= 2 ? len - 2 : len;
+    px_notice("cache flushed and off reason=\"the volume's cluster slot is migrating\" reply=\"%.*s\"",
+              (int)(n > 120 ? 120 : n), data);
+}
+
+static void slot_stable(struct px_caching *pc) {
+    pc->slot_unstable = 0;
+    px_notice("cache on again: the volume's cluster slot is not migrating");
+}
+
+void px_caching_slot_stable(px_server *srv, uint64_t events_before) {
+    struct px_caching *pc = srv->caching;
+    if (pc != NULL && pc->slot_unstable && pc->slot_events == events_before) slot_stable(pc);
+}
+
+void px_caching_slot_stable_after(px_server *srv, int64_t ms) {
+    struct px_caching *pc = srv->caching;
+    if (pc != NULL && pc->slot_unstable && px_now_ms() - pc->slot_event_ms >= ms) slot_stable(pc);
+}
+
 /* ------------------------------------------------------------------------ */
 /* helpers */
 
@@ -823,7 +871,7 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
     int was_held = c->ping_held;
     c->ping_held = 0;
     *cacheable = PX_READ_NONE;
-    if (pc == NULL || !px_caching_active(c->srv)) return 0;
+    if (pc == NULL || !serving(c->srv)) return 0;
     /* A client that has not authenticated, where Redis wants a password,
      * must get Redis's NOAUTH: never a cached value, never a fill. */
     if (c->pass == NULL && c->srv->open_access != 1) return 0;
@@ -1143,7 +1191,7 @@ int px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, i
     int argc = c->rq.argc;
 
     if (cacheable && r != NULL && !in_multi) {
-        int may_fill = px_caching_active(c->srv) && conn_tracked(pc, u);
+        int may_fill = serving(c->srv) && conn_tracked(pc, u);
         if (u != NULL && u->owner == NULL) r->aux_flags |= PX_AUX_READ;
         r->learn = partition_of(pc, c->user) << 3 | (uint32_t)cacheable;
         r->learn_mark = px_acl_mark(c->srv);
@@ -1467,8 +1515,19 @@ static int moved_elsewhere(const px_server *srv, const char *data, size_t len) {
     return ours >= 0 && cluster_moved(data, len, &slot, &to, &tolen) == 0 && slot != ours;
 }
 
+/* An ASK of the volume's slot, or a TRYAGAIN (a multi-key command during
+ * a migration): the slot migrates (slotwatch.h). */
+static int slot_migrating(const px_server *srv, const char *data, size_t len) {
+    const char *prefix = srv->cfg->key_prefix;
+    int ours = cluster_prefix_slot(prefix, strlen(prefix));
+    long long slot;
+    return ours >= 0 && ((cluster_ask(data, len, &slot) == 0 && slot == ours) ||
+                         starts_with(data, len, "-TRYAGAIN"));
+}
+
 void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
     struct px_caching *pc = srv->caching;
+    if (pc != NULL && len > 0 && data[0] == '-' && slot_migrating(srv, data, len)) px_caching_slot_unstable(srv, data, len);
     if (pc != NULL && len > 0 && data[0] == '-' &&
         (starts_with(data, len, "-LOADING") || starts_with(data, len, "-READONLY") ||
          starts_with(data, len, "-MASTERDOWN") ||
@@ -1642,6 +1701,8 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_flushes_failover = pc->flush_failover;
     s->cache_flushes_acl_changed = pc->flush_acl;
     s->cache_flushes_caching_refused = pc->flush_caching;
+    s->cache_flushes_slot_migrating = pc->flush_slot;
+    s->cluster_slot_migrating = (uint64_t)pc->slot_unstable;
     s->cache_entries = st->entries;
     s->cache_pending_fills = st->pending;
     s->cache_reclaiming = st->reclaiming;

@@ -183,6 +183,17 @@ void px_caching_before_read(struct px_client *c, struct px_upstream *u, int cach
  * read behind it, whose fill has begun, nor u's next reads. */
 void px_caching_caching_refused(px_server *srv, struct px_upstream *u, const char *err, size_t len);
 
+/* The volume's cluster slot (proxy/slotwatch.h): an ASK or TRYAGAIN of it
+ * (data, the error frame) makes it unstable, which empties the cache, and
+ * keeps it off; a probe sent when px_caching_slot_events was events_before
+ * and answered by a master that holds it, not migrating, makes it stable
+ * unless another ASK came since; without probes, ms after the last ASK. */
+int px_caching_slot_migrating(const px_server *srv);
+uint64_t px_caching_slot_events(const px_server *srv);
+void px_caching_slot_unstable(px_server *srv, const char *data, size_t len);
+void px_caching_slot_stable(px_server *srv, uint64_t events_before);
+void px_caching_slot_stable_after(px_server *srv, int64_t ms);
+
 /* The upstream is another Redis now (a failover): empties the cache and
  * moves the invalidation connection there. */
 void px_caching_upstream_moved(px_server *srv);

@@ -18,6 +18,7 @@
 #include <event2/event.h>
 
 #include "proxy/aclwatch.h"
+#include "proxy/slotwatch.h"
 #include "proxy/caching.h"
 #include "proxy/client.h"
 #include "proxy/fdlimit.h"
@@ -333,6 +334,11 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
         srv.exit_code = 1;
         goto out;
     }
+    if (px_slotwatch_init(&srv) != 0) {
+        px_error("cannot start the probes of the cluster slot: out of memory");
+        srv.exit_code = 1;
+        goto out;
+    }
     if (px_follow_init(&srv) != 0) {
         px_warning("cannot start following the cluster slot");
         srv.exit_code = 1;
@@ -399,6 +405,7 @@ out:
     if (srv.sentinel_soon_ev != NULL) event_free(srv.sentinel_soon_ev);
     px_follow_free(&srv);
     px_aclwatch_free(&srv);
+    px_slotwatch_free(&srv);
     event_free(srv.reap_ev);
     event_free(srv.output_wake_ev);
     event_free(srv.cron_ev);

@@ -68,6 +68,7 @@ typedef struct px_server {
     struct px_pool *pools;     /* singly linked */
     struct px_caching *caching; /* the cache, NULL when off (proxy/caching.c) */
     struct px_aclwatch *aclwatch; /* acl-check-ms, NULL when off (proxy/aclwatch.c) */
+    struct px_slotwatch *slotwatch; /* the volume's cluster slot, NULL when off (proxy/slotwatch.c) */
 
     struct px_req *free_reqs;  /* recycled request records */
     int nfree_reqs;

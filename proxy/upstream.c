@@ -29,6 +29,7 @@
 #include <openssl/rand.h>
 
 #include "proxy/aclwatch.h"
+#include "proxy/slotwatch.h"
 #include "proxy/caching.h"
 #include "proxy/client.h"
 #include "proxy/follow.h"
@@ -763,9 +764,11 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, cons
         r->next_up = NULL;
         r->lost = 1;
         if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING || r->kind == PX_REQ_CACHING || r->kind == PX_REQ_TXN_CTL ||
-            r->kind == PX_REQ_PROBE || r->kind == PX_REQ_TTL || r->kind == PX_REQ_ACL_LIST) {
+            r->kind == PX_REQ_PROBE || r->kind == PX_REQ_TTL || r->kind == PX_REQ_ACL_LIST ||
+            r->kind == PX_REQ_SLOT_PROBE) {
             if (r->kind == PX_REQ_TTL) px_caching_on_ttl_reply(u->srv, r, err, errlen);
             if (r->kind == PX_REQ_ACL_LIST) px_aclwatch_on_reply(u->srv, r, err, errlen, 1);
+            if (r->kind == PX_REQ_SLOT_PROBE) px_slotwatch_on_reply(u->srv, err, errlen, 1);
             px_req_release(u->srv, r);
             continue;
         }
@@ -1145,6 +1148,13 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     } else if (r->kind == PX_REQ_ACL_LIST) {
         px_aclwatch_on_reply(u->srv, r, data, len, 0);
         px_req_release(u->srv, r);
+    } else if (r->kind == PX_REQ_SLOT_PROBE) {
+        if (type == '-') {
+            note_role(u, r, data, len); /* a MOVED is followed */
+            px_caching_on_error_reply(u->srv, data, len);
+        }
+        px_req_release(u->srv, r);
+        px_slotwatch_on_reply(u->srv, data, len, 0);
     } else if (r->kind == PX_REQ_PROBE) {
         px_req_release(u->srv, r);
         u->probe_access = 0;

@@ -71,6 +71,7 @@ enum px_req_kind {
                            fills; the fill waits in its aux (caching.c) */
     PX_REQ_ACL_LIST,    /* internal: ACL LIST, the periodic check of
                            proxy/aclwatch.h */
+    PX_REQ_SLOT_PROBE,  /* internal: EXISTS, the probe of proxy/slotwatch.h */
 };
 
 /*

@@ -942,3 +942,114 @@ def test_asking_sets_the_flag_of_its_own_client_only(proxy_factory, two_masters)
         assert y.cmd("GET", "{2}k").raw == want[2], "ASKING reached another client's command"
         assert x.cmd("GET", "{2}k").raw == want[1]
         assert x.cmd("GET", "{2}k").raw == want[2]
+
+
+# --- A migration of the volume's slot (proxy/slotwatch.h) -------------------
+# B holds {1} (slot 9842) and starts moving it to A as redis-cli --cluster
+# reshard does: IMPORTING on A, MIGRATING on B. A key B does not hold is then
+# written on A (the writer follows B's ASK), where no invalidation connection
+# of sidecache's hears it.
+
+def info_int(c, field):
+    return int(c.call("INFO", "sidecache").decode().split(field + ":")[1].split("\r\n")[0])
+
+
+def start_migration(a, b, id_a, id_b):
+    with a.raw(auth=True) as ca, b.raw(auth=True) as cb:
+        assert ca.call("CLUSTER", "SETSLOT", "9842", "IMPORTING", id_b) == b"OK"
+        assert cb.call("CLUSTER", "SETSLOT", "9842", "MIGRATING", id_a) == b"OK"
+
+
+def finish_migration(a, b, id_a):
+    with a.raw(auth=True) as ca, b.raw(auth=True) as cb:
+        for n in (ca, cb):
+            assert n.call("CLUSTER", "SETSLOT", "9842", "NODE", id_a) == b"OK"
+
+
+def write_after_ask(a, *cmd):
+    """Another mount's write that followed B's ASK: ASKING, then it, on A."""
+    with a.raw(auth=True) as ca:
+        assert ca.call("ASKING") == b"OK"
+        return ca.cmd(*cmd).raw
+
+
+def slot_migrating(c):
+    return info_int(c, "cluster_slot_migrating") == 1
+
+
+@pytest.mark.parametrize("read", ["get", "hget"])
+def test_a_cached_nil_is_not_served_once_a_probe_saw_the_slot_migrate(proxy_factory, two_masters, read):
+    """A nil cached before the migration (no such inode, no such name) must
+    not answer once the key was written on the target: from the probe that
+    finds the slot migrating on, the cache is off, and reads get what Redis
+    answers them (B's ASK); so do an MGET (TRYAGAIN) and a WATCH (ASK, not a
+    +OK ahead and a closed connection). Once the migration ended the proxy
+    follows the slot to A, and the cache is on again."""
+    a, b, id_a, id_b = two_masters
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}", "--tracking-keepalive-ms", "100"))
+    rd = ("GET", "{1}i7") if read == "get" else ("HGET", "{1}d7", "name")
+    wr = ("SET", "{1}i7", "attr") if read == "get" else ("HSET", "{1}d7", "name", "ino")
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert c.call("SET", "{1}i2", "v2") == b"OK"
+        assert [c.cmd(*rd).raw for _ in range(2)] == [b"$-1\r\n"] * 2
+        h = cache_hits(c)
+        assert c.cmd(*rd).raw == b"$-1\r\n" and cache_hits(c) == h + 1, "the nil is cached"
+        flushes = info_int(c, "cache_flushes_slot_migrating")
+        start_migration(a, b, id_a, id_b)
+        assert write_after_ask(a, *wr) in (b"+OK\r\n", b":1\r\n")
+        wait_for("a probe to see the slot migrate", lambda: slot_migrating(c), timeout=5)
+        assert info_int(c, "cache_flushes_slot_migrating") == flushes + 1
+        with b.raw(auth=True) as cb:
+            for cmd in (rd, ("MGET", "{1}i2", "{1}i7"), ("WATCH", "{1}d7")):
+                want = cb.cmd(*cmd).raw
+                assert c.cmd(*cmd).raw == want, cmd
+            assert want.startswith(b"-ASK 9842 "), want
+            assert c.cmd("UNWATCH").raw == cb.cmd("UNWATCH").raw == b"+OK\r\n"
+            # B gives up the slot only once its keys moved
+            assert cb.call("MIGRATE", "127.0.0.1", str(a.port), "", "0", "5000", "KEYS", "{1}i2") == b"OK"
+        finish_migration(a, b, id_a)
+        want = b"$4\r\nattr\r\n" if read == "get" else b"$3\r\nino\r\n"
+        wait_for("the proxy to follow the slot", lambda: c.cmd(*rd).raw == want, timeout=10,
+                 status=lambda: c.cmd(*rd).raw)
+        wait_for("the cache on again", lambda: not slot_migrating(c), timeout=5)
+        wait_tracking_active(c)
+        h = cache_hits(c)
+        wait_for("a hit", lambda: c.cmd(*rd).raw == want and cache_hits(c) > h, timeout=5)
+
+
+def test_a_clients_ask_turns_the_cache_off_before_any_probe(proxy_factory, two_masters):
+    """Probes every 60 s: the first ASK a client of the proxy meets is
+    enough to turn the cache off (a cached nil of another key could be one
+    written on the target already)."""
+    a, b, id_a, id_b = two_masters
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}", "--tracking-keepalive-ms", "60000"))
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert [c.cmd("GET", "{1}i7").raw for _ in range(2)] == [b"$-1\r\n"] * 2
+        start_migration(a, b, id_a, id_b)
+        assert write_after_ask(a, "SET", "{1}i7", "attr") == b"+OK\r\n"
+        assert c.cmd("GET", "{1}i8").raw == b"-ASK 9842 127.0.0.1:%d\r\n" % a.port
+        assert c.cmd("GET", "{1}i7").raw == b"-ASK 9842 127.0.0.1:%d\r\n" % a.port
+        assert slot_migrating(c)
+
+
+def test_keys_a_node_dropped_for_a_forced_slot_owner_are_not_served(proxy_factory, two_masters):
+    """A slot given to A by force (SETSLOT NODE without MIGRATE): B drops
+    its keys without an invalidation (Redis 7.0). The probe meets B's MOVED,
+    which empties the cache and moves the upstream to A."""
+    a, b, id_a, id_b = two_masters
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}", "--tracking-keepalive-ms", "100"))
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert c.call("SET", "{1}i2", "v1") == b"OK"
+        assert [c.call("GET", "{1}i2") for _ in range(2)] == [b"v1"] * 2
+        with a.raw(auth=True) as ca:
+            assert ca.call("CLUSTER", "SETSLOT", "9842", "IMPORTING", id_b) == b"OK"
+            assert ca.call("CLUSTER", "SETSLOT", "9842", "NODE", id_a) == b"OK"
+        with b.raw(auth=True) as cb:
+            wait_for("B to drop the slot", lambda: cb.call("DBSIZE") == 0, timeout=10)
+        with a.raw(auth=True) as ca:
+            assert ca.call("SET", "{1}i2", "v2") == b"OK"
+        wait_for("the proxy to serve A's value", lambda: c.call("GET", "{1}i2") == b"v2", timeout=5,
+                 status=lambda: c.cmd("GET", "{1}i2").raw)

@@ -234,6 +234,18 @@ static void test_moved_frames(void) {
         CHECK_EQ_INT(cluster_moved(not_moved[i], strlen(not_moved[i]), &slot, &to, &n), -1);
 }
 
+/* an ASK error frame: its slot; a MOVED or a cut frame is not one */
+static void test_ask_frames(void) {
+    long long slot = 0;
+    const char *f = "-ASK 9842 127.0.0.1:7001\r\n";
+    CHECK_EQ_INT(cluster_ask(f, strlen(f), &slot), 0);
+    CHECK_EQ_INT(slot, 9842);
+    const char *not_ask[] = {"-MOVED 9842 127.0.0.1:7001\r\n", "-ASK 9842\r\n", "-ASK x 1.2.3.4:5\r\n",
+                             "-ASK 9842 127.0.0.1:7001", "-ASKING\r\n", "-TRYAGAIN Multiple keys\r\n"};
+    for (size_t i = 0; i < sizeof not_ask / sizeof not_ask[0]; i++)
+        CHECK_EQ_INT(cluster_ask(not_ask[i], strlen(not_ask[i]), &slot), -1);
+}
+
 int main(void) {
     RUN(test_key_slots_are_redis_slots);
     RUN(test_prefix_slot_needs_a_whole_tag);
@@ -243,5 +255,6 @@ int main(void) {
     RUN(test_another_master_is_left_alone);
     RUN(test_nodes_and_the_master_of_a_slot);
     RUN(test_moved_frames);
+    RUN(test_ask_frames);
     return unit_report();
 }

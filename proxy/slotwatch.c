@@ -1,0 +1,107 @@
+/* proxy/slotwatch.c — see slotwatch.h. */
+#include "proxy/slotwatch.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "protocol/cluster.h"
+#include "protocol/resp.h"
+#include "proxy/caching.h"
+#include "proxy/log.h"
+#include "proxy/upstream.h"
+
+/* Without probes, how long after the last ASK or TRYAGAIN the slot counts
+ * as stable again. */
+#define PROBE_REFUSED_HOLD_MS 10000
+
+struct px_slotwatch {
+    px_server *srv;
+    struct event *tick;
+    int asking;           /* a probe is on its way */
+    int refused;          /* Redis refused the probe: no more are sent */
+    uint64_t sent_events; /* px_caching_slot_events() when it was sent */
+    char *cmd;            /* the probe's bytes */
+    size_t cmd_len;
+};
+
+static void ask(evutil_socket_t fd, short what, void *arg) {
+    struct px_slotwatch *w = arg;
+    px_server *srv = w->srv;
+    if (w->refused) {
+        px_caching_slot_stable_after(srv, PROBE_REFUSED_HOLD_MS);
+        return;
+    }
+    if (w->asking || srv->stopping || !px_caching_active(srv)) return;
+    const px_upstream_addr *up = &srv->cfg->up;
+    px_pool *p = px_pool_ref(srv, up->has_user ? up->user : NULL, up->has_pass ? up->pass : NULL, up->db, 2);
+    if (p == NULL) return;
+    px_upstream *u = px_pool_shared(p, 0);
+    px_req *r = u != NULL ? px_req_new(srv, NULL, PX_REQ_SLOT_PROBE) : NULL;
+    if (r != NULL) {
+        w->asking = 1;
+        w->sent_events = px_caching_slot_events(srv);
+        px_upstream_send(u, r, w->cmd, w->cmd_len);
+    }
+    px_pool_unref(p);
+}
+
+void px_slotwatch_on_reply(px_server *srv, const char *data, size_t len, int lost) {
+    struct px_slotwatch *w = srv->slotwatch;
+    if (w == NULL) return;
+    w->asking = 0;
+    if (lost || len == 0) return;
+    /* (an ASK made the slot unstable on its way: px_caching_on_error_reply) */
+    if (data[0] == ':') {
+        /* the master holds the slot, not migrating, as it ran the probe:
+         * unless an ASK came meanwhile, from a command run after it */
+        px_caching_slot_stable(srv, w->sent_events);
+    } else if (resp_frame_starts_with(data, len, "-NOPERM") || resp_frame_starts_with(data, len, "-NOAUTH") ||
+               resp_frame_starts_with(data, len, "-WRONGPASS")) {
+        size_t n = len >= 2 ? len - 2 : len;
+        px_notice("Redis refused the probe of the volume's cluster slot (%.*s): a migration of it is seen only "
+                  "by the ASK replies of clients; let the upstream user run EXISTS on the key-prefix's keys",
+                  (int)(n > 120 ? 120 : n), data);
+        w->refused = 1;
+    }
+    /* MOVED: flushed and followed as every MOVED (upstream.c); LOADING,
+     * CLUSTERDOWN...: asked again at the next tick */
+}
+
+int px_slotwatch_init(px_server *srv) {
+    const char *prefix = srv->cfg->key_prefix;
+    if (srv->caching == NULL || cluster_prefix_slot(prefix, strlen(prefix)) < 0) return 0;
+    struct px_slotwatch *w = calloc(1, sizeof *w);
+    if (w == NULL) return -1;
+    w->srv = srv;
+    static const char probe[] = "sidecache:slot-probe";
+    size_t plen = strlen(prefix), klen = plen + sizeof probe - 1;
+    w->cmd = malloc(64 + klen);
+    w->tick = event_new(srv->base, -1, EV_PERSIST, ask, w);
+    struct timeval tv = px_ms_timeval(srv->cfg->tracking_keepalive_ms > 0 ? srv->cfg->tracking_keepalive_ms : 1000);
+    if (w->cmd == NULL || w->tick == NULL || event_add(w->tick, &tv) != 0) {
+        if (w->tick != NULL) event_free(w->tick);
+        free(w->cmd);
+        free(w);
+        return -1;
+    }
+    int n = snprintf(w->cmd, 64, "*2\r\n$6\r\nEXISTS\r\n$%zu\r\n", klen);
+    memcpy(w->cmd + n, prefix, plen);
+    memcpy(w->cmd + n + plen, probe, sizeof probe - 1);
+    memcpy(w->cmd + n + klen, "\r\n", 2);
+    w->cmd_len = (size_t)n + klen + 2;
+    srv->slotwatch = w;
+    return 0;
+}
+
+void px_slotwatch_free(px_server *srv) {
+    struct px_slotwatch *w = srv->slotwatch;
+    if (w == NULL) return;
+    event_free(w->tick);
+    free(w->cmd);
+    free(w);
+    srv->slotwatch = NULL;
+}
