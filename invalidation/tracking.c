@@ -36,7 +36,7 @@
 #define INV_CLIENT_NAME "sidecache-invalidation"
 
 /* What the next reply answers, during SETUP. */
-enum inv_expect { EXP_AUTH, EXP_SETNAME, EXP_COMMAND, EXP_CLIENT_ID, EXP_TRACKING, EXP_SUBSCRIBE };
+enum inv_expect { EXP_AUTH, EXP_SETNAME, EXP_NOEVICT, EXP_COMMAND, EXP_CLIENT_ID, EXP_TRACKING, EXP_SUBSCRIBE };
 
 struct inv_conn {
     struct event_base *base;
@@ -317,8 +317,10 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
     memmove(t->expect, t->expect + 1, (size_t)(--t->nexpect) * sizeof t->expect[0]);
     char type = t->rp.type;
     /* the name only tells operators whose connection this is (CLIENT
-     * LIST): an ACL that refuses it is no reason to go without a cache */
-    if (e == EXP_SETNAME) return;
+     * LIST), and NO-EVICT only spares it maxmemory-clients' evictions (each
+     * a flush; Redis 7): an ACL or a Redis that refuses either is no reason
+     * to go without a cache */
+    if (e == EXP_SETNAME || e == EXP_NOEVICT) return;
     if (type == '-' || type == '!') {
         const char *msg = buf + t->rp.payload_off;
         int refused = !transient_error(msg, t->rp.payload_len);
@@ -335,6 +337,7 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
     switch (e) {
     case EXP_AUTH:
     case EXP_SETNAME:
+    case EXP_NOEVICT:
     case EXP_TRACKING:
         break;
     case EXP_COMMAND:
@@ -371,6 +374,9 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
  * well as a PONG. */
 static void ping_refused(inv_conn *t, const char *buf, size_t len) {
     ping_answered(t);
+    /* (a BUSY during a long script says nothing of the ACL: the one
+     * warning is kept for a refusal) */
+    if (len > 3 && transient_error(buf + 1, len - 3)) return;
     if (!t->ping_refused_logged)
         px_warning("tracking keep-alive PING refused by Redis (the link counts as alive): %.*s",
                    (int)(len > 200 ? 200 : len - 2), buf + 1);
@@ -426,6 +432,8 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
         }
         send_cmd(t, "CLIENT", "SETNAME", INV_CLIENT_NAME, NULL);
         expect(t, EXP_SETNAME);
+        send_cmd(t, "CLIENT", "NO-EVICT", "on", NULL);
+        expect(t, EXP_NOEVICT);
         send_cmd(t, "COMMAND", NULL);
         expect(t, EXP_COMMAND);
         send_cmd(t, "CLIENT", "ID", NULL);

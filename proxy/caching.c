@@ -71,6 +71,7 @@ struct px_caching {
     uint64_t flush_tracking, flush_null, flush_write, flush_failover, flush_unknown_user, flush_acl, flush_caching;
     /* the volume's cluster slot migrating (slotwatch.h): no hit, no fill */
     int slot_unstable;
+    int moving;               /* px_caching_upstream_moved restarts tracking */
     uint64_t slot_events;     /* ASKs and TRYAGAINs of it seen */
     int64_t slot_event_ms;    /* ... the last one's time */
     uint64_t flush_slot;
@@ -140,6 +141,7 @@ static void on_flush(void *arg, const char *why) {
     px_server *srv = arg;
     struct px_caching *pc = srv->caching;
     flush_cache(pc);
+    if (pc->moving) return;
     if (strncmp(why, "null", 4) == 0)
         pc->flush_null++;
     else
@@ -215,7 +217,10 @@ void px_caching_upstream_moved(px_server *srv) {
     if (pc == NULL) return;
     flush_cache(pc);
     pc->flush_failover++;
+    /* (its restart leaves ACTIVE, which flushes again: counted here) */
+    pc->moving = 1;
     inv_restart(pc->inv, "upstream master moved (failover)");
+    pc->moving = 0;
 }
 
 void px_caching_acl_changed(px_server *srv, int first) {
@@ -332,9 +337,9 @@ static int on_resolve(void *arg, struct sockaddr_storage *addr, socklen_t *addrl
 static struct ssl_st *on_new_ssl(void *arg, int *failed) {
     px_server *srv = arg;
     const px_config *cfg = srv->cfg;
-    int tls = cfg->tracking_upstream[0] != '\0' ? cfg->tracking_up.tls : cfg->up.tls;
-    if (!tls || srv->tls_client_ctx == NULL) return NULL;
-    SSL *ssl = px_tls_new_client(srv);
+    const px_upstream_addr *to = cfg->tracking_upstream[0] != '\0' ? &cfg->tracking_up : &cfg->up;
+    if (!to->tls || srv->tls_client_ctx == NULL) return NULL;
+    SSL *ssl = px_tls_new_client(srv, to->host);
     *failed = ssl == NULL;
     return ssl;
 }

@@ -99,8 +99,7 @@ SSL *px_tls_new_server(px_server *srv) {
     return ssl;
 }
 
-SSL *px_tls_new_client(px_server *srv) {
-    const char *host = srv->cfg->up.host;
+SSL *px_tls_new_client(px_server *srv, const char *host) {
     SSL *ssl = SSL_new(srv->tls_client_ctx);
     if (ssl == NULL) return NULL;
     SSL_set_connect_state(ssl);

@@ -33,8 +33,9 @@ void px_tls_deinit(px_server *srv);
 
 /* A new TLS session for an accepted client (NULL on error). */
 SSL *px_tls_new_server(px_server *srv);
-/* A new TLS session towards the upstream host (NULL on error). */
-SSL *px_tls_new_client(px_server *srv);
+/* A new TLS session towards a Redis named host in its URL (upstream,
+ * tracking-upstream): its certificate must name that host (NULL on error). */
+SSL *px_tls_new_client(px_server *srv, const char *host);
 
 /* The latest OpenSSL error as text (for logs), or what errno says. */
 const char *px_tls_error(char *buf, size_t n);

@@ -620,7 +620,7 @@ static px_upstream *up_connect(px_pool *p) {
         up_connect_failed(srv, &u->sa, u->salen);
         goto fail;
     }
-    if (srv->cfg->up.tls && px_io_start_tls(&u->io, px_tls_new_client(srv)) != 0) {
+    if (srv->cfg->up.tls && px_io_start_tls(&u->io, px_tls_new_client(srv, srv->cfg->up.host)) != 0) {
         px_tls_error(cause, sizeof cause);
         goto fail;
     }

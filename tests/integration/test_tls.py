@@ -46,6 +46,7 @@ def certs(tmp_path_factory):
     make_cert(d, "ca", "server", "IP:127.0.0.1,DNS:localhost")
     make_cert(d, "ca", "client", "DNS:client")
     make_cert(d, "ca", "wrongname", "DNS:elsewhere.example")
+    make_cert(d, "ca", "localname", "DNS:localhost")
     return lambda n: os.path.join(d, n)
 
 
@@ -77,6 +78,17 @@ def test_rediss_upstream_and_tracking_over_tls(redis_factory, proxy_factory, cer
     # Redis sees the proxy's connections as TLS ones
     assert any("laddr=127.0.0.1:%d" % up.tls_port in line
                for line in up.client().execute_command("CLIENT", "LIST").decode().splitlines())
+
+
+def test_tracking_upstream_certificate_names_its_own_host(redis_factory, proxy_factory, certs):
+    """tracking-upstream over TLS is checked against its own host: a
+    certificate for localhost only (not 127.0.0.1, the upstream's host)."""
+    up = tls_redis(redis_factory, certs)
+    track = tls_redis(redis_factory, certs, cert="localname")
+    p = proxy_factory(upstream_url="rediss://%s:%d" % (HOST, up.tls_port),
+                      args=("--tls-upstream-ca-cert-file", certs("ca.crt"),
+                            "--tracking-upstream", "rediss://localhost:%d" % track.tls_port))
+    wait_tracking_active(p, stats=Stats(p))
 
 
 def test_rediss_client_certificate(redis_factory, proxy_factory, certs):

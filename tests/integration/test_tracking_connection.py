@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cachehelpers import Stats, start_cached
-from helpers import HOST, acl_without, wait_until
+from helpers import HOST, REDIS_VERSION, acl_without, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -66,6 +66,17 @@ def test_invalidation_connection_is_named_in_client_list(proxy_factory, upstream
     lines = invalidation_clients(upstream)
     assert len(lines) == 1, lines
     assert " flags=P" in lines[0], lines
+
+
+@pytest.mark.skipif(REDIS_VERSION < (7, 0), reason="CLIENT NO-EVICT is Redis 7's")
+def test_invalidation_connection_is_not_evicted_by_maxmemory_clients(proxy_factory, upstream):
+    """Redis 7's maxmemory-clients evicts the client using the most memory,
+    and losing the invalidation connection empties the cache: it asks for
+    CLIENT NO-EVICT (flag e)."""
+    start_cached(proxy_factory)
+    lines = invalidation_clients(upstream)
+    flags = lines[0].split(" flags=")[1].split(" ")[0]
+    assert "e" in flags, lines
 
 
 def test_tracking_stays_active_when_setname_is_denied(proxy_factory, upstream):
