@@ -11,18 +11,27 @@
 #include "protocol/cluster.h"
 #include "protocol/resp.h"
 #include "proxy/caching.h"
+#include "proxy/follow.h"
 #include "proxy/log.h"
 #include "proxy/upstream.h"
 
 /* Without probes, how long after the last ASK or TRYAGAIN the slot counts
  * as stable again. */
 #define PROBE_REFUSED_HOLD_MS 10000
+/* CLUSTER SLOTS with every this many probes (and with each until a reply
+ * named the nodes): the nodes to ask when the master dies (follow.h), also
+ * when no client of sidecache's reads the topology. */
+#define NODES_EVERY 30
+
+static const char cluster_slots[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
 
 struct px_slotwatch {
     px_server *srv;
     struct event *tick;
     int asking;           /* a probe is on its way */
     int refused;          /* Redis refused the probe: no more are sent */
+    int no_nodes;         /* ... or CLUSTER SLOTS (no cluster, an ACL) */
+    unsigned probes;      /* probes sent */
     uint64_t sent_events; /* px_caching_slot_events() when it was sent */
     char *cmd;            /* the probe's bytes */
     size_t cmd_len;
@@ -45,13 +54,26 @@ static void ask(evutil_socket_t fd, short what, void *arg) {
         w->asking = 1;
         w->sent_events = px_caching_slot_events(srv);
         px_upstream_send(u, r, w->cmd, w->cmd_len);
+        if (!w->no_nodes && (srv->ncluster_nodes == 0 || w->probes % NODES_EVERY == 0) &&
+            (r = px_req_new(srv, NULL, PX_REQ_SLOT_PROBE)) != NULL) {
+            r->fill_token = PX_SLOTWATCH_NODES;
+            px_upstream_send(u, r, cluster_slots, sizeof cluster_slots - 1);
+        }
+        w->probes++;
     }
     px_pool_unref(p);
 }
 
-void px_slotwatch_on_reply(px_server *srv, const char *data, size_t len, int lost) {
+void px_slotwatch_on_reply(px_server *srv, int what, const char *data, size_t len, int lost) {
     struct px_slotwatch *w = srv->slotwatch;
     if (w == NULL) return;
+    if (what == PX_SLOTWATCH_NODES) {
+        if (!lost && len > 0 && data[0] == '*')
+            px_follow_learn_nodes(srv, data, len);
+        else if (!lost && len > 0 && (data[0] == '-' || data[0] == '!'))
+            w->no_nodes = 1; /* not a cluster, or not allowed: the clients' replies teach them */
+        return;
+    }
     w->asking = 0;
     if (lost || len == 0) return;
     /* (an ASK made the slot unstable on its way: px_caching_on_error_reply) */

@@ -21,6 +21,9 @@
  * master holds the slot and it is not migrating (or Redis is no cluster).
  * A migration that begins between two probes is seen at the next one, or at
  * a client's first ASK: the window that remains is in docs/CONSISTENCY.md.
+ * With a probe now and then, and until the nodes are known, CLUSTER SLOTS:
+ * the nodes sidecache asks where the slot went when its master dies
+ * (follow.h), also when no client reads the topology through sidecache.
  * When Redis refuses the probe (an ACL without EXISTS on the slot's keys),
  * a notice says so and the probes stop; a client's ASK still stops the
  * cache, which then waits for a stable probe no longer asked: it comes
@@ -38,8 +41,12 @@
 int px_slotwatch_init(px_server *srv);
 void px_slotwatch_free(px_server *srv);
 
-/* The reply to a probe (a PX_REQ_SLOT_PROBE request), or the error frame
- * its lost connection gave it (lost). */
-void px_slotwatch_on_reply(px_server *srv, const char *data, size_t len, int lost);
+/* What a PX_REQ_SLOT_PROBE request asked (its fill_token): the probe, or
+ * CLUSTER SLOTS for the nodes to ask when the master dies (follow.h). */
+enum { PX_SLOTWATCH_PROBE = 0, PX_SLOTWATCH_NODES = 1 };
+
+/* The reply to a request of what, or the error frame its lost connection
+ * gave it (lost). */
+void px_slotwatch_on_reply(px_server *srv, int what, const char *data, size_t len, int lost);
 
 #endif

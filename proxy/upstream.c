@@ -768,7 +768,7 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, cons
             r->kind == PX_REQ_SLOT_PROBE) {
             if (r->kind == PX_REQ_TTL) px_caching_on_ttl_reply(u->srv, r, err, errlen);
             if (r->kind == PX_REQ_ACL_LIST) px_aclwatch_on_reply(u->srv, r, err, errlen, 1);
-            if (r->kind == PX_REQ_SLOT_PROBE) px_slotwatch_on_reply(u->srv, err, errlen, 1);
+            if (r->kind == PX_REQ_SLOT_PROBE) px_slotwatch_on_reply(u->srv, (int)r->fill_token, err, errlen, 1);
             px_req_release(u->srv, r);
             continue;
         }
@@ -941,16 +941,20 @@ static int block_exec_refused(const char *data, size_t len) {
 
 /* The errors of Redis's state that it gives a queued command and refuses
  * EXEC for as well (processCommand: rejectCommand), in the order it checks
- * them: EXEC is refused for the first that holds. */
+ * them: EXEC is refused for the first that holds. A cluster's refusal of a
+ * key (the slot moved, or migrates) comes first: Redis checks the keys of
+ * every queued command at EXEC, and answers EXEC with it. */
 static const char *const exec_state_errors[] = {"-OOM ",       "-MISCONF ",    "-NOREPLICAS ",
                                                 "-READONLY ",  "-MASTERDOWN ", "-LOADING ", NULL};
 
-#define EXEC_STATE_OOM 0 /* exec_state_errors[0] */
+#define EXEC_STATE_CLUSTER 0 /* a cluster's refusal */
+#define EXEC_STATE_OOM 1     /* exec_state_errors[0] */
 
-/* Its rank in exec_state_errors, or -1 for another error. */
+/* Its rank, or -1 for another error. */
 static int exec_state_rank(const char *data, size_t len) {
+    if (resp_frame_is_cluster_refusal(data, len)) return EXEC_STATE_CLUSTER;
     for (int i = 0; exec_state_errors[i] != NULL; i++)
-        if (resp_frame_starts_with(data, len, exec_state_errors[i])) return i;
+        if (resp_frame_starts_with(data, len, exec_state_errors[i])) return i + 1;
     return -1;
 }
 
@@ -964,7 +968,9 @@ static int exec_state_rank(const char *data, size_t len) {
  * one it checks first (block_err). Out of memory refuses EXEC only when a
  * queued command may use memory (denyoom); a dirty transaction without
  * one is aborted for the previous errors, as the block was. (A clean one
- * would run on Redis, which the block cannot: the error is named.)
+ * would run on Redis, which the block cannot: the error is named.) A
+ * cluster's refusal is EXEC's answer as it is (MOVED: sidecache's TRYAGAIN,
+ * px_follow_tryagain).
  * Returns 1 when that reply went to the client, 0 to relay Redis's own.
  */
 static int block_exec_reworded(const px_upstream *u, px_req *r, const char *data, size_t len) {
@@ -972,8 +978,12 @@ static int block_exec_reworded(const px_upstream *u, px_req *r, const char *data
                       because[] = "-EXECABORT Transaction discarded because of: ";
     const resp_buf *e = &u->block_err;
     if (len != sizeof previous - 1 || memcmp(data, previous, len) != 0 || e->len < 3) return 0;
-    if (!(r->aux_flags & (PX_AUX_BLOCK_CLEAN | PX_AUX_BLOCK_DENYOOM)) && exec_state_rank(e->data, e->len) == EXEC_STATE_OOM)
-        return 0;
+    int rank = exec_state_rank(e->data, e->len);
+    if (!(r->aux_flags & (PX_AUX_BLOCK_CLEAN | PX_AUX_BLOCK_DENYOOM)) && rank == EXEC_STATE_OOM) return 0;
+    if (rank == EXEC_STATE_CLUSTER) {
+        px_client_on_reply(r->client, r, e->data, e->len);
+        return 1;
+    }
     resp_buf out;
     resp_buf_init(&out);
     /* the error's text, without its '-' and CRLF */
@@ -1149,12 +1159,13 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_aclwatch_on_reply(u->srv, r, data, len, 0);
         px_req_release(u->srv, r);
     } else if (r->kind == PX_REQ_SLOT_PROBE) {
-        if (type == '-') {
+        int what = (int)r->fill_token;
+        if (type == '-' && what == PX_SLOTWATCH_PROBE) {
             note_role(u, r, data, len); /* a MOVED is followed */
             px_caching_on_error_reply(u->srv, data, len);
         }
         px_req_release(u->srv, r);
-        px_slotwatch_on_reply(u->srv, data, len, 0);
+        px_slotwatch_on_reply(u->srv, what, data, len, 0);
     } else if (r->kind == PX_REQ_PROBE) {
         px_req_release(u->srv, r);
         u->probe_access = 0;

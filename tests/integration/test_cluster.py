@@ -402,10 +402,12 @@ def test_failover_in_the_cluster_moves_the_upstream_gently(proxy_factory, replic
         assert w.call("GET", "{1}i2") == b"v3"
 
 
-def test_master_dies_and_the_upstream_follows_the_promoted_replica(proxy_factory, redis_factory):
+@pytest.mark.parametrize("topology", ["read by a client", "never read by a client"])
+def test_master_dies_and_the_upstream_follows_the_promoted_replica(proxy_factory, redis_factory, topology):
     """B, the upstream, is killed; the cluster promotes R. No MOVED can say
     so (B is gone), so the proxy asks the nodes the last CLUSTER SLOTS
-    through it named where the slot is now, and moves there: the volume's
+    named where the slot is now (a client's through it, or its own: it asks
+    with its probes of the slot, slotwatch.h), and moves there: the volume's
     commands work again through the proxy, and its reads hit the cache.
     Until then commands get CLUSTERDOWN (they did not run)."""
     fast = ("--cluster-node-timeout", "1000")
@@ -417,7 +419,10 @@ def test_master_dies_and_the_upstream_follows_the_promoted_replica(proxy_factory
         with r.raw(auth=True) as cr:                       # R has it (replication is async)
             assert cr.call("READONLY") == b"OK"
             wait_for("R did not get v1", lambda: cr.call("GET", "{1}i2") == b"v1")
-        c.cmd("CLUSTER", "SLOTS")                           # as a cluster client reads it
+        if topology == "read by a client":
+            c.cmd("CLUSTER", "SLOTS")                       # as a cluster client reads it
+        else:
+            time.sleep(1.5)                                 # the proxy's first probe asked it
     b.kill()
     with r.raw(auth=True) as cr:
         wait_for("R was not promoted", lambda: b"role:master" in cr.call("INFO", "replication"))
@@ -1053,3 +1058,20 @@ def test_keys_a_node_dropped_for_a_forced_slot_owner_are_not_served(proxy_factor
             assert ca.call("SET", "{1}i2", "v2") == b"OK"
         wait_for("the proxy to serve A's value", lambda: c.call("GET", "{1}i2") == b"v2", timeout=5,
                  status=lambda: c.cmd("GET", "{1}i2").raw)
+
+
+def test_a_local_transaction_whose_slot_moved_before_exec_gets_what_redis_answers(proxy_factory, two_masters):
+    """MULTI and a command queued while B holds the volume's slot, then the
+    slot moves to A, then EXEC: Redis checks the queued commands' keys at
+    EXEC and answers it MOVED (nothing ran); through sidecache, whose block
+    met MOVED for the queued command, EXEC gets that answer too (as
+    sidecache's TRYAGAIN), not EXECABORT for previous errors."""
+    a, b, id_a, id_b = two_masters
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert [c.cmd("MULTI").raw, c.cmd("SET", "{1}k", "v").raw] == [b"+OK\r\n", b"+QUEUED\r\n"]
+        finish_migration(a, b, id_a)
+        assert c.cmd("EXEC").raw == tryagain(a)
+    with a.raw(auth=True) as ca:
+        assert ca.call("EXISTS", "{1}k") == 0
