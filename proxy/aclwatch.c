@@ -67,23 +67,58 @@ static int refusal_is_final(const char *data, size_t len) {
 
 /* The SHA-1 of the list's "user default ..." line (of nothing when there
  * is none: an ACL file may delete the user). */
-static void default_user_digest(const char *data, size_t len, unsigned char *md) {
-    static const char prefix[] = "user default ";
+/* The line of user name in an ACL LIST reply ("user <name> ..."), or an
+ * empty one. */
+static void user_line(const char *data, size_t len, const char *name, const char **line, size_t *llen) {
+    size_t nlen = strlen(name);
     long long n;
     size_t at = resp_read_int_line(data, len, 0, '*', &n);
-    const char *line = "";
-    size_t llen = 0;
+    *line = "";
+    *llen = 0;
     for (long long i = 0; at != 0 && i < n; i++) {
         const char *v;
         size_t vlen;
         if (resp_read_bulk(data, len, at, &v, &vlen, &at) != 1) break;
-        if (vlen >= sizeof prefix - 1 && memcmp(v, prefix, sizeof prefix - 1) == 0) {
-            line = v;
-            llen = vlen;
-            break;
+        if (vlen > 5 + nlen && memcmp(v, "user ", 5) == 0 && memcmp(v + 5, name, nlen) == 0 && v[5 + nlen] == ' ') {
+            *line = v;
+            *llen = vlen;
+            return;
         }
     }
+}
+
+static void default_user_digest(const char *data, size_t len, unsigned char *md) {
+    const char *line;
+    size_t llen;
+    user_line(data, len, "default", &line, &llen);
     SHA1((const unsigned char *)line, llen, md);
+}
+
+/* May the line's user read every key ("~*", "%R~*", "%RW~*")? */
+static int reads_every_key(const char *line, size_t llen) {
+    static const char *const all[] = {" ~*", " %R~*", " %RW~*"};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        size_t k = strlen(all[i]);
+        for (size_t at = 0; at + k <= llen; at++)
+            if (memcmp(line + at, all[i], k) == 0 && (at + k == llen || line[at + k] == ' ')) return 1;
+    }
+    return 0;
+}
+
+/* The invalidation connection's user should read every key: Redis versions
+ * that filter BCAST invalidations by key permission (redis/redis#15371)
+ * send it only those it may read (docs/DEPLOY.md). Said once per list. */
+static void check_upstream_user(px_server *srv, const char *data, size_t len) {
+    const px_upstream_addr *up = &srv->cfg->up;
+    const char *name = up->has_user ? up->user : "default", *line;
+    size_t llen;
+    if (srv->cfg->tracking_upstream[0] != '\0') return; /* its users are another Redis's */
+    user_line(data, len, name, &line, &llen);
+    if (llen > 0 && !reads_every_key(line, llen))
+        px_warning("the upstream user %s may not read every key (ACL LIST: no ~*): Redis versions that filter "
+                   "invalidations by key permission would not invalidate cached keys it may not read "
+                   "(docs/DEPLOY.md)",
+                   name);
 }
 
 void px_aclwatch_on_reply(px_server *srv, px_req *r, const char *data, size_t len, int lost) {
@@ -107,7 +142,10 @@ void px_aclwatch_on_reply(px_server *srv, px_req *r, const char *data, size_t le
     if (w->known && memcmp(dmd, w->default_user, sizeof dmd) != 0) px_pools_default_user_changed(srv);
     /* The first answer too: what the cache took before it, the list it
      * shows may already refuse. Later ones, when the list is another. */
-    if (!w->known || memcmp(md, w->digest, sizeof md) != 0) px_caching_acl_changed(srv, !w->known);
+    if (!w->known || memcmp(md, w->digest, sizeof md) != 0) {
+        px_caching_acl_changed(srv, !w->known);
+        check_upstream_user(srv, data, len);
+    }
     memcpy(w->digest, md, sizeof md);
     memcpy(w->default_user, dmd, sizeof dmd);
     w->known = 1;

@@ -182,3 +182,16 @@ def test_a_reconnect_at_maxclients_with_a_password_retries_soon(redis_factory, p
         d.config_set("maxclients", 10000)
     wait_until(lambda: st.get()["tracking_state"] == "active", timeout=5,
                what="tracking back once a slot is free (last error %r)" % st.get().get("tracking_last_error"))
+
+
+@pytest.mark.parametrize("keys", ["~*", "~i* ~d*"])
+def test_an_upstream_user_that_may_not_read_every_key_is_warned_of(proxy_factory, upstream, keys):
+    """Redis versions that filter BCAST invalidations by the subscriber's
+    key permissions (redis/redis#15371) would not send the invalidation
+    connection the keys its user may not read: sidecache reads the user's
+    ACL line and warns when it lacks ~*."""
+    upstream.client().execute_command("ACL", "SETUSER", "trk3", "reset", "on", ">pw", *keys.split(), "&*", "+@all")
+    p, st = start_cached(proxy_factory, upstream_url="redis://trk3:pw@127.0.0.1:%d" % upstream.port)
+    wait_until(lambda: st.get()["acl_checks"] >= 1, timeout=3, what="the first ACL LIST")
+    warned = "the upstream user trk3 may not read every key" in open(p.logpath).read()
+    assert warned == (keys != "~*"), open(p.logpath).read()[-2000:]
