@@ -65,8 +65,6 @@ static int refusal_is_final(const char *data, size_t len) {
     return 0;
 }
 
-/* The SHA-1 of the list's "user default ..." line (of nothing when there
- * is none: an ACL file may delete the user). */
 /* The line of user name in an ACL LIST reply ("user <name> ..."), or an
  * empty one. */
 static void user_line(const char *data, size_t len, const char *name, const char **line, size_t *llen) {
@@ -87,6 +85,8 @@ static void user_line(const char *data, size_t len, const char *name, const char
     }
 }
 
+/* The SHA-1 of the list's "user default ..." line (of nothing when there
+ * is none: an ACL file may delete the user). */
 static void default_user_digest(const char *data, size_t len, unsigned char *md) {
     const char *line;
     size_t llen;

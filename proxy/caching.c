@@ -1532,7 +1532,8 @@ static int slot_migrating(const px_server *srv, const char *data, size_t len) {
 
 void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
     struct px_caching *pc = srv->caching;
-    if (pc != NULL && len > 0 && data[0] == '-' && slot_migrating(srv, data, len)) px_caching_slot_unstable(srv, data, len);
+    if (pc != NULL && len > 0 && data[0] == '-' && slot_migrating(srv, data, len))
+        px_caching_slot_unstable(srv, data, len);
     if (pc != NULL && len > 0 && data[0] == '-' &&
         (starts_with(data, len, "-LOADING") || starts_with(data, len, "-READONLY") ||
          starts_with(data, len, "-MASTERDOWN") ||

@@ -763,9 +763,9 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, cons
         u->npending--;
         r->next_up = NULL;
         r->lost = 1;
-        if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING || r->kind == PX_REQ_CACHING || r->kind == PX_REQ_TXN_CTL ||
-            r->kind == PX_REQ_PROBE || r->kind == PX_REQ_TTL || r->kind == PX_REQ_ACL_LIST ||
-            r->kind == PX_REQ_SLOT_PROBE) {
+        if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING || r->kind == PX_REQ_CACHING ||
+            r->kind == PX_REQ_TXN_CTL || r->kind == PX_REQ_PROBE || r->kind == PX_REQ_TTL ||
+            r->kind == PX_REQ_ACL_LIST || r->kind == PX_REQ_SLOT_PROBE) {
             if (r->kind == PX_REQ_TTL) px_caching_on_ttl_reply(u->srv, r, err, errlen);
             if (r->kind == PX_REQ_ACL_LIST) px_aclwatch_on_reply(u->srv, r, err, errlen, 1);
             if (r->kind == PX_REQ_SLOT_PROBE) px_slotwatch_on_reply(u->srv, (int)r->fill_token, err, errlen, 1);
