@@ -2052,9 +2052,17 @@ static int client_dispatch(px_client *c, const char *frame) {
 static int client_process_input(px_client *c);
 static void client_process(px_client *c) {
     int waits = client_process_input(c);
+    /* the client is gone and a blocking command it sent before it went is
+     * on its way: Redis runs it, and frees a client blocked there when it
+     * reads the end behind it (which the close of its connection is), as
+     * it would have freed the client itself. Waiting for its reply would
+     * let it take an element nobody gets, or block for ever. */
+    if (c->peer_closed && c->blocking && c->state == PX_CLIENT_ACTIVE)
+        client_close(c, "client closed connection");
     /* the client is gone and what it sent has all been dispatched (a
      * partial command left is dropped, as Redis drops it) */
-    if (c->peer_closed && !waits && c->state == PX_CLIENT_ACTIVE) close_after_replies(c);
+    else if (c->peer_closed && !waits && c->state == PX_CLIENT_ACTIVE)
+        close_after_replies(c);
     /* what run_extend appended by reference leaves the input now */
     px_io_settle(c->srv);
     px_batch_flush(c);

@@ -2,6 +2,7 @@
 the proxy or directly), timeouts look like Redis's, and one blocked client
 never stalls the others."""
 import signal
+import socket
 import time
 
 import pytest
@@ -143,6 +144,29 @@ def test_blocked_client_disconnect_does_not_consume_items(proxy, upstream):
     r.rpush("gone", "keep")
     time.sleep(0.2)
     assert upstream.client().lrange("gone", 0, -1) == [b"keep"]
+
+
+@pytest.mark.parametrize("close", ["close", "shutdown"])
+def test_a_client_gone_before_its_blocking_command_went_consumes_nothing(proxy, upstream, close):
+    """A pipeline of a GET and BLPOP 0, then the client goes (close, or a
+    half-close) before the GET's reply came: Redis runs the BLPOP, blocks,
+    and frees the client at the end of its input. Nothing stays blocked on
+    Redis, and an element pushed afterwards stays in the list."""
+    n = 10
+    for i in range(n):
+        c = proxy.raw()
+        c.send(encode("GET", "str") + encode("BLPOP", "ghost%d" % i, 0))
+        if close == "shutdown":
+            c.sock.shutdown(socket.SHUT_WR)
+        else:
+            c.close()
+    d = upstream.client()
+    wait_until(lambda: d.info("clients")["blocked_clients"] == 0, timeout=5,
+               what="no client left blocked on Redis")
+    for i in range(n):
+        d.rpush("ghost%d" % i, "keep")
+    time.sleep(0.2)
+    assert [d.llen("ghost%d" % i) for i in range(n)] == [1] * n
 
 
 @pytest.mark.proxy_only
