@@ -32,19 +32,10 @@ static void ask(evutil_socket_t fd, short what, void *arg) {
     struct px_aclwatch *w = arg;
     px_server *srv = w->srv;
     if (w->asking || srv->stopping) return;
-    /* sidecache's own identity (the upstream URL's credentials, as the
-     * invalidation connection's); a client that logs in with them, or
-     * without any when there are none, shares its connections */
-    const px_upstream_addr *up = &srv->cfg->up;
-    px_pool *p = px_pool_ref(srv, up->has_user ? up->user : NULL, up->has_pass ? up->pass : NULL, up->db, 2);
-    if (p == NULL) return;
-    px_upstream *u = px_pool_shared(p, 0);
-    px_req *r = u != NULL ? px_req_new(srv, NULL, PX_REQ_ACL_LIST) : NULL;
-    if (r != NULL) {
-        w->asking = 1;
-        px_upstream_send(u, r, acl_list, sizeof acl_list - 1);
-    }
-    px_pool_unref(p);
+    /* sidecache's own identity; a client that logs in with its
+     * credentials, or without any when there are none, shares its
+     * connections */
+    if (px_upstream_send_own(srv, PX_REQ_ACL_LIST, 0, acl_list, sizeof acl_list - 1) == 0) w->asking = 1;
 }
 
 /* Redis will not tell: a notice, and no more checks. */

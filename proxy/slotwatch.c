@@ -45,23 +45,13 @@ static void ask(evutil_socket_t fd, short what, void *arg) {
         return;
     }
     if (w->asking || srv->stopping || !px_caching_active(srv)) return;
-    const px_upstream_addr *up = &srv->cfg->up;
-    px_pool *p = px_pool_ref(srv, up->has_user ? up->user : NULL, up->has_pass ? up->pass : NULL, up->db, 2);
-    if (p == NULL) return;
-    px_upstream *u = px_pool_shared(p, 0);
-    px_req *r = u != NULL ? px_req_new(srv, NULL, PX_REQ_SLOT_PROBE) : NULL;
-    if (r != NULL) {
-        w->asking = 1;
-        w->sent_events = px_caching_slot_events(srv);
-        px_upstream_send(u, r, w->cmd, w->cmd_len);
-        if (!w->no_nodes && (srv->ncluster_nodes == 0 || w->probes % NODES_EVERY == 0) &&
-            (r = px_req_new(srv, NULL, PX_REQ_SLOT_PROBE)) != NULL) {
-            r->fill_token = PX_SLOTWATCH_NODES;
-            px_upstream_send(u, r, cluster_slots, sizeof cluster_slots - 1);
-        }
-        w->probes++;
-    }
-    px_pool_unref(p);
+    uint64_t events = px_caching_slot_events(srv);
+    if (px_upstream_send_own(srv, PX_REQ_SLOT_PROBE, PX_SLOTWATCH_PROBE, w->cmd, w->cmd_len) != 0) return;
+    w->asking = 1;
+    w->sent_events = events;
+    if (!w->no_nodes && (srv->ncluster_nodes == 0 || w->probes % NODES_EVERY == 0))
+        px_upstream_send_own(srv, PX_REQ_SLOT_PROBE, PX_SLOTWATCH_NODES, cluster_slots, sizeof cluster_slots - 1);
+    w->probes++;
 }
 
 void px_slotwatch_on_reply(px_server *srv, int what, const char *data, size_t len, int lost) {

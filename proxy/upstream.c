@@ -651,6 +651,20 @@ fail:
     return NULL;
 }
 
+int px_upstream_send_own(px_server *srv, int kind, uint64_t token, const char *data, size_t len) {
+    const px_upstream_addr *up = &srv->cfg->up;
+    px_pool *p = px_pool_ref(srv, up->has_user ? up->user : NULL, up->has_pass ? up->pass : NULL, up->db, 2);
+    if (p == NULL) return -1;
+    px_upstream *u = px_pool_shared(p, 0);
+    px_req *r = u != NULL ? px_req_new(srv, NULL, kind) : NULL;
+    if (r != NULL) {
+        r->fill_token = token;
+        px_upstream_send(u, r, data, len);
+    }
+    px_pool_unref(p);
+    return r != NULL ? 0 : -1;
+}
+
 px_upstream *px_pool_shared(px_pool *p, uint64_t client_id) {
     int i = (int)(client_id % (uint64_t)p->nshared);
     px_upstream *u = p->shared[i];

@@ -297,6 +297,13 @@ void px_pool_unref(px_pool *p);
  */
 px_upstream *px_pool_shared(px_pool *p, uint64_t client_id);
 
+/* Sends sidecache's own request of kind (data, len: the command, copied;
+ * token: its fill_token, for its reply) on a shared connection of its
+ * configured identity (the upstream URL's credentials, as the invalidation
+ * connection's): the ACL checks, the slot's probes. Returns 0, or -1 when
+ * it could not be sent. */
+int px_upstream_send_own(px_server *srv, int kind, uint64_t token, const char *data, size_t len);
+
 /* A connection for one client alone: an idle clean one, or a new one.
  * Returns NULL as px_pool_shared does. */
 px_upstream *px_pool_pin(px_pool *p, struct px_client *owner, int tunnel);
