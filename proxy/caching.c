@@ -266,13 +266,17 @@ void px_caching_before_read(px_client *c, px_upstream *u, int cacheable) {
 void px_caching_caching_refused(px_server *srv, px_upstream *u, const char *err, size_t len) {
     struct px_caching *pc = srv->caching;
     if (pc == NULL) return;
-    int first = u->caching_refused == 0;
-    u->caching_refused = px_acl_mark(srv);
     /* The read behind it began a fill (of a GET, an MGET's keys, a lookup)
      * that no invalidation would ever end: the flush refuses it, whatever
-     * its kind. Once per connection and ACL change. */
+     * its kind. */
     flush_cache(pc);
     pc->flush_caching++;
+    /* Redis busy with a script, or loading, says nothing of what it allows:
+     * the next read asks again. A refusal (an ACL) holds until the ACL
+     * changes: the connection fills nothing, and is warned of once. */
+    if (resp_frame_starts_with(err, len, "-BUSY") || resp_frame_starts_with(err, len, "-LOADING")) return;
+    int first = u->caching_refused != px_acl_mark(srv);
+    u->caching_refused = px_acl_mark(srv);
     if (first) {
         size_t n = len >= 3 ? len - 3 : 0; /* "-" ... "\r\n" */
         px_warning("CLIENT CACHING YES refused by Redis (%.*s): reads on upstream connection %llu are not cached",
@@ -1520,14 +1524,14 @@ static int moved_elsewhere(const px_server *srv, const char *data, size_t len) {
     return ours >= 0 && cluster_moved(data, len, &slot, &to, &tolen) == 0 && slot != ours;
 }
 
-/* An ASK of the volume's slot, or a TRYAGAIN (a multi-key command during
- * a migration): the slot migrates (slotwatch.h). */
+/* An ASK of the volume's slot: the slot migrates (slotwatch.h). (A
+ * TRYAGAIN names no slot: it may be another's, and the probe sees this
+ * one's migration within tracking-keepalive-ms.) */
 static int slot_migrating(const px_server *srv, const char *data, size_t len) {
     const char *prefix = srv->cfg->key_prefix;
     int ours = cluster_prefix_slot(prefix, strlen(prefix));
     long long slot;
-    return ours >= 0 && ((cluster_ask(data, len, &slot) == 0 && slot == ours) ||
-                         starts_with(data, len, "-TRYAGAIN"));
+    return ours >= 0 && cluster_ask(data, len, &slot) == 0 && slot == ours;
 }
 
 void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
@@ -1587,7 +1591,12 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
     if (pc == NULL) return 0;
     /* (a script's error, or one sidecache made for a lost request, says
      * nothing of Redis's role) */
-    if (!(r->aux_flags & PX_AUX_SCRIPT) && !r->lost) px_caching_on_error_reply(c->srv, data, len);
+    if (!(r->aux_flags & PX_AUX_SCRIPT) && !r->lost) {
+        px_caching_on_error_reply(c->srv, data, len);
+    } else if (!r->lost && len > 0 && data[0] == '-' && slot_migrating(c->srv, data, len)) {
+        /* a script's ASK may be its own text: only the cache stops a while */
+        px_caching_slot_unstable(c->srv, data, len);
+    }
     if (r->learn) learn_read(pc, c->srv, r, data, len);
     if (r->aux_flags & PX_AUX_FILL) {
         uint32_t hdr[4];

@@ -183,8 +183,8 @@ void px_caching_before_read(struct px_client *c, struct px_upstream *u, int cach
  * read behind it, whose fill has begun, nor u's next reads. */
 void px_caching_caching_refused(px_server *srv, struct px_upstream *u, const char *err, size_t len);
 
-/* The volume's cluster slot (proxy/slotwatch.h): an ASK or TRYAGAIN of it
- * (data, the error frame) makes it unstable, which empties the cache, and
+/* The volume's cluster slot (proxy/slotwatch.h): an ASK of it (data, the
+ * error frame) makes it unstable, which empties the cache, and
  * keeps it off; a probe sent when px_caching_slot_events was events_before
  * and answered by a master that holds it, not migrating, makes it stable
  * unless another ASK came since; without probes, ms after the last ASK. */

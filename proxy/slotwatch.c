@@ -18,10 +18,12 @@
 /* Without probes, how long after the last ASK or TRYAGAIN the slot counts
  * as stable again. */
 #define PROBE_REFUSED_HOLD_MS 10000
-/* CLUSTER SLOTS with every this many probes (and with each until a reply
- * named the nodes): the nodes to ask when the master dies (follow.h), also
- * when no client of sidecache's reads the topology. */
+/* CLUSTER SLOTS with every this many probes (every NODES_UNKNOWN_EVERY
+ * while no reply named nodes): the nodes to ask when the master dies
+ * (follow.h), also when no client of sidecache's reads the topology. And a
+ * refused probe is tried again with every NODES_EVERY ticks. */
 #define NODES_EVERY 30
+#define NODES_UNKNOWN_EVERY 5
 
 static const char cluster_slots[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
 
@@ -29,7 +31,8 @@ struct px_slotwatch {
     px_server *srv;
     struct event *tick;
     int asking;           /* a probe is on its way */
-    int refused;          /* Redis refused the probe: no more are sent */
+    int refused;          /* Redis refused the probe: tried again now and then */
+    unsigned ticks;
     int no_nodes;         /* ... or CLUSTER SLOTS (no cluster, an ACL) */
     unsigned probes;      /* probes sent */
     uint64_t sent_events; /* px_caching_slot_events() when it was sent */
@@ -40,7 +43,7 @@ struct px_slotwatch {
 static void ask(evutil_socket_t fd, short what, void *arg) {
     struct px_slotwatch *w = arg;
     px_server *srv = w->srv;
-    if (w->refused) {
+    if (w->refused && ++w->ticks % NODES_EVERY != 0) {
         px_caching_slot_stable_after(srv, PROBE_REFUSED_HOLD_MS);
         return;
     }
@@ -49,7 +52,7 @@ static void ask(evutil_socket_t fd, short what, void *arg) {
     if (px_upstream_send_own(srv, PX_REQ_SLOT_PROBE, PX_SLOTWATCH_PROBE, w->cmd, w->cmd_len) != 0) return;
     w->asking = 1;
     w->sent_events = events;
-    if (!w->no_nodes && (srv->ncluster_nodes == 0 || w->probes % NODES_EVERY == 0))
+    if (!w->no_nodes && w->probes % (srv->ncluster_nodes == 0 ? NODES_UNKNOWN_EVERY : NODES_EVERY) == 0)
         px_upstream_send_own(srv, PX_REQ_SLOT_PROBE, PX_SLOTWATCH_NODES, cluster_slots, sizeof cluster_slots - 1);
     w->probes++;
 }
@@ -67,16 +70,21 @@ void px_slotwatch_on_reply(px_server *srv, int what, const char *data, size_t le
     w->asking = 0;
     if (lost || len == 0) return;
     /* (an ASK made the slot unstable on its way: px_caching_on_error_reply) */
-    if (data[0] == ':') {
+    if (len == 4 && memcmp(data, ":0\r\n", 4) == 0) {
         /* the master holds the slot, not migrating, as it ran the probe:
          * unless an ASK came meanwhile, from a command run after it */
+        w->refused = 0;
         px_caching_slot_stable(srv, w->sent_events);
-    } else if (resp_frame_starts_with(data, len, "-NOPERM") || resp_frame_starts_with(data, len, "-NOAUTH") ||
-               resp_frame_starts_with(data, len, "-WRONGPASS")) {
+    } else if (data[0] == ':' || resp_frame_starts_with(data, len, "-NOPERM") ||
+               resp_frame_starts_with(data, len, "-NOAUTH") || resp_frame_starts_with(data, len, "-WRONGPASS")) {
+        /* refused, or the key exists (a source holding it answers, and
+         * would while migrating): the probe tells nothing */
         size_t n = len >= 2 ? len - 2 : len;
-        px_notice("Redis refused the probe of the volume's cluster slot (%.*s): a migration of it is seen only "
-                  "by the ASK replies of clients; let the upstream user run EXISTS on the key-prefix's keys",
-                  (int)(n > 120 ? 120 : n), data);
+        if (!w->refused)
+            px_notice("the probe of the volume's cluster slot tells nothing (%.*s): a migration of it is seen "
+                      "only by the ASK replies of clients; let the upstream user run EXISTS on the key-prefix's "
+                      "keys, and write no key named <key-prefix>sidecache:slot-probe",
+                      (int)(n > 120 ? 120 : n), data);
         w->refused = 1;
     }
     /* MOVED: flushed and followed as every MOVED (upstream.c); LOADING,

@@ -8,9 +8,9 @@
  * sidecache's hears that write: a cached nil of that key (a name not found,
  * an inode not there) would stay, after the migration too. So while the slot
  * is unstable the cache serves and fills nothing, and WATCH is not answered
- * ahead: from the first ASK or TRYAGAIN of it (a client's reply, or this
- * probe's), which empties the cache, until a probe finds the slot stable
- * again (px_caching_slot_unstable, px_caching_slot_stable).
+ * ahead: from the first ASK of it (a client's reply, or this probe's),
+ * which empties the cache, until a probe finds the slot stable again
+ * (px_caching_slot_unstable, px_caching_slot_stable).
  *
  * The probe: every tracking-keepalive-ms, while the cache is on and the
  * key-prefix has a hash tag, EXISTS of a key of the slot that nobody writes
@@ -18,16 +18,17 @@
  * own identity (the upstream URL's, as for the ACL checks). Redis answers it
  * ASK while the slot migrates (the key is not on the source), MOVED once
  * the slot is elsewhere (followed as any MOVED: follow.h), a number when the
- * master holds the slot and it is not migrating (or Redis is no cluster).
+ * master holds the slot and it is not migrating (or Redis is no cluster):
+ * :0, the key being one nobody writes.
  * A migration that begins between two probes is seen at the next one, or at
  * a client's first ASK: the window that remains is in docs/CONSISTENCY.md.
  * With a probe now and then, and until the nodes are known, CLUSTER SLOTS:
  * the nodes sidecache asks where the slot went when its master dies
  * (follow.h), also when no client reads the topology through sidecache.
  * When Redis refuses the probe (an ACL without EXISTS on the slot's keys),
- * a notice says so and the probes stop; a client's ASK still stops the
- * cache, which then waits for a stable probe no longer asked: it comes
- * back after a move, or PROBE_REFUSED_HOLD_MS after the last ASK.
+ * or the probe's key exists, a notice says so and the probes are sent only
+ * now and then; a client's ASK still stops the cache, which comes back
+ * PROBE_REFUSED_HOLD_MS (10 s) after the last ASK.
  */
 #ifndef SIDECACHE_PROXY_SLOTWATCH_H
 #define SIDECACHE_PROXY_SLOTWATCH_H

@@ -1075,3 +1075,21 @@ def test_a_local_transaction_whose_slot_moved_before_exec_gets_what_redis_answer
         assert c.cmd("EXEC").raw == tryagain(a)
     with a.raw(auth=True) as ca:
         assert ca.call("EXISTS", "{1}k") == 0
+
+
+def test_a_probe_key_someone_wrote_is_no_proof_of_a_stable_slot(proxy_factory, two_masters):
+    """The probe reads a key nobody writes: a source holding it would answer
+    it during a migration too. If it exists, the probe says so in the log
+    and proves nothing; a client's ASK still turns the cache off, and it
+    stays off while the probe cannot tell."""
+    a, b, id_a, id_b = two_masters
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}", "--tracking-keepalive-ms", "100"))
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert c.call("SET", "{1}sidecache:slot-probe", "x") == b"OK"
+        wait_log(p, "the probe of the volume's cluster slot tells nothing")
+        start_migration(a, b, id_a, id_b)
+        assert c.cmd("GET", "{1}i8").raw == b"-ASK 9842 127.0.0.1:%d\r\n" % a.port
+        assert slot_migrating(c)
+        time.sleep(0.5)  # probes answered :1 meanwhile
+        assert slot_migrating(c)
