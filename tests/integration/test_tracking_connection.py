@@ -128,7 +128,7 @@ def test_optin_reads_that_redis_refuses_to_track_fill_nothing(redis_factory, pro
     write made directly on Redis must be seen by the next read."""
     up = redis_factory()
     d = up.client()
-    d.execute_command("ACL", "SETUSER", "u", "on", ">pw", "~*", "&*", "+@all", "-client|caching")
+    d.execute_command("ACL", "SETUSER", "u", "on", ">pw", "~*", "&*", "+@all", *acl_without("caching"))
     d.execute_command("ACL", "SETUSER", "default", "off")
     up.password, up.username = "pw", "u"
     d = up.client()
@@ -153,7 +153,7 @@ def test_a_reconnect_during_a_busy_script_retries_soon(redis_factory, proxy_fact
     1.5 s: its reconnect is answered BUSY. That is Redis busy, not Redis
     refusing tracking: tracking must come back soon after the script, not
     after the 30 s a refusal waits."""
-    up = redis_factory(args=("--busy-reply-threshold", "50"))
+    up = redis_factory(args=("--busy-reply-threshold" if REDIS_VERSION >= (7, 0) else "--lua-time-limit", "50"))
     p, st = start_cached(proxy_factory, up=up)
     d = up.client()
     assert d.execute_command("CLIENT", "KILL", "TYPE", "pubsub") == 1
