@@ -72,7 +72,7 @@ struct px_caching {
     /* the volume's cluster slot migrating (slotwatch.h): no hit, no fill */
     int slot_unstable;
     int moving;               /* px_caching_upstream_moved restarts tracking */
-    uint64_t slot_events;     /* ASKs and TRYAGAINs of it seen */
+    uint64_t slot_events;     /* ASKs of it seen */
     int64_t slot_event_ms;    /* ... the last one's time */
     uint64_t flush_slot;
     uint64_t hits_served, fills_begun;
@@ -1512,13 +1512,19 @@ static void lookup_reply(struct px_caching *pc, px_req *r, const char *data, siz
     if (token) cache_fill_abort(pc->cache, token, id.part, (int)id.db, CACHE_KIND_LOOKUP, dkey, id.dklen, name, id.nlen);
 }
 
+/* The slot of every cached key (the key-prefix's hash tag), or -1 when
+ * any slot may hold one. */
+static int volume_slot(const px_server *srv) {
+    return cluster_prefix_slot(srv->cfg->key_prefix, strlen(srv->cfg->key_prefix));
+}
+
 /* A cluster node's MOVED for a slot the cache cannot hold a key of: with a
  * key-prefix hash tag every cached key is in that tag's slot, and a MOVED
  * for another (a client reading another master's key) tells nothing of
  * them. Without one, any slot may hold cached keys. */
 static int moved_elsewhere(const px_server *srv, const char *data, size_t len) {
-    const char *prefix = srv->cfg->key_prefix, *to;
-    int ours = cluster_prefix_slot(prefix, strlen(prefix));
+    int ours = volume_slot(srv);
+    const char *to;
     long long slot;
     size_t tolen;
     return ours >= 0 && cluster_moved(data, len, &slot, &to, &tolen) == 0 && slot != ours;
@@ -1528,8 +1534,7 @@ static int moved_elsewhere(const px_server *srv, const char *data, size_t len) {
  * TRYAGAIN names no slot: it may be another's, and the probe sees this
  * one's migration within tracking-keepalive-ms.) */
 static int slot_migrating(const px_server *srv, const char *data, size_t len) {
-    const char *prefix = srv->cfg->key_prefix;
-    int ours = cluster_prefix_slot(prefix, strlen(prefix));
+    int ours = volume_slot(srv);
     long long slot;
     return ours >= 0 && cluster_ask(data, len, &slot) == 0 && slot == ours;
 }
