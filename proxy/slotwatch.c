@@ -15,7 +15,7 @@
 #include "proxy/log.h"
 #include "proxy/upstream.h"
 
-/* Without probes, how long after the last ASK or TRYAGAIN the slot counts
+/* Without probes, how long after the last ASK the slot counts
  * as stable again. */
 #define PROBE_REFUSED_HOLD_MS 10000
 /* CLUSTER SLOTS with every this many probes (every NODES_UNKNOWN_EVERY
