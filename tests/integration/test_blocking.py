@@ -153,6 +153,11 @@ def test_a_client_gone_before_its_blocking_command_went_consumes_nothing(proxy, 
     and frees the client at the end of its input. Nothing stays blocked on
     Redis, and an element pushed afterwards stays in the list."""
     n = 10
+    d = upstream.client()
+    d.ping()
+    with proxy.raw() as c0:
+        c0.cmd("PING")  # the proxy's upstream connections are open
+    clients_before, redis_before = redis_clients(proxy), redis_clients(upstream)
     for i in range(n):
         c = proxy.raw()
         c.send(encode("GET", "str") + encode("BLPOP", "ghost%d" % i, 0))
@@ -160,9 +165,13 @@ def test_a_client_gone_before_its_blocking_command_went_consumes_nothing(proxy, 
             c.sock.shutdown(socket.SHUT_WR)
         else:
             c.close()
-    d = upstream.client()
-    wait_until(lambda: d.info("clients")["blocked_clients"] == 0, timeout=5,
-               what="no client left blocked on Redis")
+    # every BLPOP has run or been dropped once the clients are gone and so
+    # are the connections that carried them: a push before that is one a
+    # BLPOP still on its way may take, on Redis as well
+    wait_until(lambda: redis_clients(proxy) <= clients_before
+               and redis_clients(upstream) <= redis_before
+               and d.info("clients")["blocked_clients"] == 0, timeout=10,
+               what="the clients and the connections of their BLPOPs gone")
     for i in range(n):
         d.rpush("ghost%d" % i, "keep")
     time.sleep(0.2)
