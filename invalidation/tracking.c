@@ -297,20 +297,6 @@ bad:
     inv_fail(t, "unreadable invalidation message", 0);
 }
 
-/* An error a try moments later may not meet: Redis busy with a script,
- * loading, at its client limit, a cluster or replica not ready. Any other
- * (NOPERM, WRONGPASS, an unknown command) only an operator can change: the
- * long back-off. */
-static int transient_error(const char *msg, size_t n) {
-    static const char *const transient[] = {"BUSY ",       "LOADING ",     "TRYAGAIN ",
-                                            "MASTERDOWN ", "CLUSTERDOWN ", "ERR max number of clients"};
-    for (size_t i = 0; i < sizeof transient / sizeof *transient; i++) {
-        size_t k = strlen(transient[i]);
-        if (n >= k && memcmp(msg, transient[i], k) == 0) return 1;
-    }
-    return 0;
-}
-
 static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
     char why[400];
     enum inv_expect e = t->expect[0];
@@ -323,7 +309,10 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
     if (e == EXP_SETNAME || e == EXP_NOEVICT) return;
     if (type == '-' || type == '!') {
         const char *msg = buf + t->rp.payload_off;
-        int refused = !transient_error(msg, t->rp.payload_len);
+        /* a transient error (resp_frame_is_transient_error) gets the
+         * normal back-off; any other (NOPERM, WRONGPASS, an unknown
+         * command) only an operator can change: the long one */
+        int refused = !resp_frame_is_transient_error(buf, len);
         snprintf(why, sizeof why, "%s %s: %.*s",
                  e == EXP_AUTH          ? "AUTH"
                  : e == EXP_COMMAND     ? "COMMAND"
@@ -376,7 +365,7 @@ static void ping_refused(inv_conn *t, const char *buf, size_t len) {
     ping_answered(t);
     /* (a BUSY during a long script says nothing of the ACL: the one
      * warning is kept for a refusal) */
-    if (len > 3 && transient_error(buf + 1, len - 3)) return;
+    if (resp_frame_is_transient_error(buf, len)) return;
     if (!t->ping_refused_logged)
         px_warning("tracking keep-alive PING refused by Redis (the link counts as alive): %.*s",
                    (int)(len > 200 ? 200 : len - 2), buf + 1);

@@ -277,6 +277,26 @@ static inline int resp_frame_is_cluster_refusal(const char *data, size_t len) {
            resp_frame_starts_with(data, len, "-CLUSTERDOWN ");
 }
 
+/* An error a try moments later may not meet: Redis busy with a script,
+ * loading its data set, at its client limit, a cluster or a replica not
+ * ready. (BUSYKEY and BUSYGROUP are other errors: hence the spaces.) */
+static inline int resp_frame_is_transient_error(const char *data, size_t len) {
+    static const char *const transient[] = {"-BUSY ",       "-LOADING ",     "-TRYAGAIN ",
+                                            "-MASTERDOWN ", "-CLUSTERDOWN ", "-ERR max number of clients reached"};
+    for (size_t i = 0; i < sizeof transient / sizeof *transient; i++)
+        if (resp_frame_starts_with(data, len, transient[i])) return 1;
+    return 0;
+}
+/* A refusal only an operator can change: the user's ACL or password, or a
+ * command this Redis does not have (too old, or renamed away). */
+static inline int resp_frame_is_refusal(const char *data, size_t len) {
+    static const char *const refusal[] = {"-NOPERM ", "-NOAUTH ", "-WRONGPASS ", "-ERR unknown command",
+                                          "-ERR unknown subcommand"};
+    for (size_t i = 0; i < sizeof refusal / sizeof *refusal; i++)
+        if (resp_frame_starts_with(data, len, refusal[i])) return 1;
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Encoders. proto is 2 or 3; where RESP2 has no such type, the RESP2 form
  * Redis itself uses is written. Each returns 0 or -1 on out-of-memory.     */

@@ -48,14 +48,6 @@ static void stop_checking(struct px_aclwatch *w, const char *data, size_t len) {
     event_del(w->tick);
 }
 
-static int refusal_is_final(const char *data, size_t len) {
-    static const char *const final[] = {"-NOPERM", "-NOAUTH", "-WRONGPASS", "-ERR unknown command",
-                                        "-ERR unknown subcommand"};
-    for (size_t i = 0; i < sizeof final / sizeof final[0]; i++)
-        if (resp_frame_starts_with(data, len, final[i])) return 1;
-    return 0;
-}
-
 /* The line of user name in an ACL LIST reply ("user <name> ..."), or an
  * empty one. */
 static void user_line(const char *data, size_t len, const char *name, const char **line, size_t *llen) {
@@ -118,7 +110,7 @@ void px_aclwatch_on_reply(px_server *srv, px_req *r, const char *data, size_t le
     w->asking = 0;
     if (lost || len == 0) return;
     if (data[0] == '-' || data[0] == '!') {
-        if (refusal_is_final(data, len)) {
+        if (resp_frame_is_refusal(data, len)) {
             stop_checking(w, data, len);
             w->answers++;
         }

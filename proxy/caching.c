@@ -274,7 +274,7 @@ void px_caching_caching_refused(px_server *srv, px_upstream *u, const char *err,
     /* Redis busy with a script, or loading, says nothing of what it allows:
      * the next read asks again. A refusal (an ACL) holds until the ACL
      * changes: the connection fills nothing, and is warned of once. */
-    if (resp_frame_starts_with(err, len, "-BUSY") || resp_frame_starts_with(err, len, "-LOADING")) return;
+    if (resp_frame_is_transient_error(err, len)) return;
     int first = u->caching_refused != px_acl_mark(srv);
     u->caching_refused = px_acl_mark(srv);
     if (first) {

@@ -75,8 +75,7 @@ void px_slotwatch_on_reply(px_server *srv, int what, const char *data, size_t le
          * unless an ASK came meanwhile, from a command run after it */
         w->refused = 0;
         px_caching_slot_stable(srv, w->sent_events);
-    } else if (data[0] == ':' || resp_frame_starts_with(data, len, "-NOPERM") ||
-               resp_frame_starts_with(data, len, "-NOAUTH") || resp_frame_starts_with(data, len, "-WRONGPASS")) {
+    } else if (data[0] == ':' || resp_frame_is_refusal(data, len)) {
         /* refused, or the key exists (a source holding it answers, and
          * would while migrating): the probe tells nothing */
         size_t n = len >= 2 ? len - 2 : len;

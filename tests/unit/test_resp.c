@@ -1590,6 +1590,33 @@ static void test_enc_request_round_trip(void) {
     resp_buf_deinit(&b);
 }
 
+/* The errors a retry may not meet, and the refusals only an operator
+ * changes, told apart from each other and from look-alike codes. */
+static void test_error_classes(void) {
+#define FRAME(s) s, sizeof s - 1
+    CHECK(resp_frame_is_transient_error(FRAME("-BUSY Redis is busy running a script.\r\n")));
+    CHECK(resp_frame_is_transient_error(FRAME("-LOADING Redis is loading the dataset in memory\r\n")));
+    CHECK(resp_frame_is_transient_error(FRAME("-TRYAGAIN Multiple keys request during rehashing of slot\r\n")));
+    CHECK(resp_frame_is_transient_error(FRAME("-MASTERDOWN Link with MASTER is down\r\n")));
+    CHECK(resp_frame_is_transient_error(FRAME("-CLUSTERDOWN The cluster is down\r\n")));
+    CHECK(resp_frame_is_transient_error(FRAME("-ERR max number of clients reached\r\n")));
+    CHECK(!resp_frame_is_transient_error(FRAME("-BUSYKEY Target key name already exists.\r\n")));
+    CHECK(!resp_frame_is_transient_error(FRAME("-BUSYGROUP Consumer Group name already exists\r\n")));
+    CHECK(!resp_frame_is_transient_error(FRAME("-NOPERM User u has no permissions\r\n")));
+    CHECK(!resp_frame_is_transient_error(FRAME("+BUSY \r\n")));
+    CHECK(!resp_frame_is_transient_error(FRAME("-BUSY")));  /* no space: not the code */
+
+    CHECK(resp_frame_is_refusal(FRAME("-NOPERM User u has no permissions to run the 'acl|list' command\r\n")));
+    CHECK(resp_frame_is_refusal(FRAME("-NOAUTH Authentication required.\r\n")));
+    CHECK(resp_frame_is_refusal(FRAME("-WRONGPASS invalid username-password pair or user is disabled.\r\n")));
+    CHECK(resp_frame_is_refusal(FRAME("-ERR unknown command 'ACL', with args beginning with: \r\n")));
+    CHECK(resp_frame_is_refusal(FRAME("-ERR unknown subcommand 'caching'. Try CLIENT HELP.\r\n")));
+    CHECK(!resp_frame_is_refusal(FRAME("-ERR wrong number of arguments for 'get' command\r\n")));
+    CHECK(!resp_frame_is_refusal(FRAME("-LOADING Redis is loading the dataset in memory\r\n")));
+    CHECK(!resp_frame_is_refusal(FRAME("-NOPERMISSION\r\n")));
+#undef FRAME
+}
+
 static void test_limits_default(void) {
     resp_limits lim;
     resp_req_parser p;
@@ -1766,6 +1793,7 @@ int main(void) {
     RUN(test_enc_resp2_and_resp3);
     RUN(test_enc_round_trip);
     RUN(test_enc_request_round_trip);
+    RUN(test_error_classes);
     RUN(test_limits_default);
     return unit_report();
 }
