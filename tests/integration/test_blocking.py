@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from exacthelpers import sidecache_info
 from helpers import HOST, assert_same_runs, encode, wait_until
 
 # name -> (setup commands, blocking command, unblocking command, expected reply
@@ -41,6 +42,9 @@ def test_blocking_command_unblocked_by_another_client(proxy, upstream, name, via
         t0 = time.monotonic()
         blocked.send_cmd(*blocking)
         blocked.expect_silence(0.2)          # really blocked
+        # ... on Redis: an XADD before XREAD's `$` would go unseen
+        wait_until(lambda: upstream.client().info("clients")["blocked_clients"] >= 1, timeout=5,
+                   what="the blocking command on Redis")
         other = (proxy if via == "proxy" else upstream).client()
         other.execute_command(*unblock)
         f = blocked.read_frame(timeout=3)
@@ -135,11 +139,13 @@ def test_blocked_client_does_not_block_other_clients(proxy):
 def test_blocked_client_disconnect_does_not_consume_items(proxy, upstream):
     """A client that gives up while blocked (closes its connection) must not
     later swallow an element pushed for someone else."""
+    d = upstream.client()
+    own_before = proxy_clients(proxy)
     c = proxy.raw()
     c.send_cmd("BLPOP", "gone", 5)
-    time.sleep(0.2)
+    wait_until(lambda: d.info("clients")["blocked_clients"] == 1, timeout=5, what="the BLPOP on Redis")
     c.close()
-    time.sleep(0.3)
+    wait_until(lambda: blpops_gone(proxy, d, own_before), timeout=5, what="the blocked client gone")
     r = proxy.client()
     r.rpush("gone", "keep")
     time.sleep(0.2)
@@ -154,10 +160,7 @@ def test_a_client_gone_before_its_blocking_command_went_consumes_nothing(proxy, 
     Redis, and an element pushed afterwards stays in the list."""
     n = 10
     d = upstream.client()
-    d.ping()
-    with proxy.raw() as c0:
-        c0.cmd("PING")  # the proxy's upstream connections are open
-    clients_before, redis_before = redis_clients(proxy), redis_clients(upstream)
+    own_before = proxy_clients(proxy)
     for i in range(n):
         c = proxy.raw()
         c.send(encode("GET", "str") + encode("BLPOP", "ghost%d" % i, 0))
@@ -165,12 +168,9 @@ def test_a_client_gone_before_its_blocking_command_went_consumes_nothing(proxy, 
             c.sock.shutdown(socket.SHUT_WR)
         else:
             c.close()
-    # every BLPOP has run or been dropped once the clients are gone and so
-    # are the connections that carried them: a push before that is one a
-    # BLPOP still on its way may take, on Redis as well
-    wait_until(lambda: redis_clients(proxy) <= clients_before
-               and redis_clients(upstream) <= redis_before
-               and d.info("clients")["blocked_clients"] == 0, timeout=10,
+    # a push before every BLPOP has run or been dropped is one a BLPOP still
+    # on its way may take, on Redis as well
+    wait_until(lambda: blpops_gone(proxy, d, own_before), timeout=10,
                what="the clients and the connections of their BLPOPs gone")
     for i in range(n):
         d.rpush("ghost%d" % i, "keep")
@@ -239,6 +239,23 @@ def test_blocking_commands_beyond_redis_maxclients_get_redis_error(redis_factory
     refused = [g for g in got if g != b"*-1\r\n"]
     assert refused and len(refused) < len(got), got
     assert set(refused) == {b"-ERR max number of clients reached\r\n"}, got
+
+
+def proxy_clients(proxy):
+    """The proxy's own clients (its INFO's connected_clients is Redis's), or
+    None against Redis itself."""
+    return sidecache_info(proxy).get("connected_clients")
+
+
+def blpops_gone(proxy, d, own_before):
+    """The clients a test closed are gone from the proxy (it sends nothing
+    more of theirs), and no connection that ran a BLPOP is left on Redis (d:
+    a client of Redis itself): a BLPOP written before a connection closed is
+    read and run before its close, and before the CLIENT LIST sent after."""
+    if own_before is not None and proxy_clients(proxy) > own_before:
+        return False
+    return (all(cl.get("cmd") != "blpop" for cl in d.client_list())
+            and d.info("clients")["blocked_clients"] == 0)
 
 
 def redis_clients(server):

@@ -10,8 +10,8 @@ import pytest
 
 from cachehelpers import (MODES, SIDECACHE_FIELDS, Stats, make_tracked, parse_sidecache_section,
                           start_cached, wait_stat, wait_tracking_active, warm)
-from faulthelpers import toxiproxy, toxiproxy_bin  # noqa: F401 (fixtures)
-from helpers import HOST, acl_without, encode, wait_until
+from faulthelpers import Metrics, toxiproxy, toxiproxy_bin  # noqa: F401 (fixtures)
+from helpers import HOST, acl_without, encode, free_port, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -342,7 +342,9 @@ def test_mget_merge_sees_change_made_meanwhile(change, toxiproxy, proxy_factory,
     delays requests by 300 ms (toxiproxy); the invalidation connection goes
     to Redis directly, so the change's invalidation arrives first."""
     data = toxiproxy.create("data", upstream.port)
-    p = proxy_factory(upstream_url=data.url, args=("--tracking-upstream", "redis://%s:%d" % (HOST, upstream.port)))
+    mport = free_port()
+    p = proxy_factory(upstream_url=data.url, args=("--tracking-upstream", "redis://%s:%d" % (HOST, upstream.port),
+                                                   "--metrics-port", str(mport)))
     st = Stats(p)
     wait_tracking_active(p, stats=st)
     d = upstream.raw(auth=True)
@@ -355,7 +357,9 @@ def test_mget_merge_sees_change_made_meanwhile(change, toxiproxy, proxy_factory,
     data.toxic("latency", stream="upstream", latency=300)
     base = st.get()
     c.send_cmd("MGET", "i9401", "i9402")  # MGET i9402 on its way
-    time.sleep(0.1)
+    # (/metrics: an INFO would wait behind the toxic as long as the MGET)
+    Metrics(mport).wait(lambda m: m["cache_mget_partial"] > base["cache_mget_partial"], 5,
+                        "the MGET split: i9401 from the cache, i9402 on its way")
     if change == "write":
         d.raw_cmds([("MULTI",), ("SET", "i9401", "new"), ("SET", "i9402", "new"), ("EXEC",)])
         want = [b"new", b"new"]

@@ -19,8 +19,8 @@ import time
 import pytest
 
 from cachehelpers import MODES, Stats, make_tracked, start_cached, wait_tracking_active, warm
-from faulthelpers import toxiproxy, toxiproxy_bin  # noqa: F401 (fixtures)
-from helpers import HOST, wait_until
+from faulthelpers import Metrics, toxiproxy, toxiproxy_bin  # noqa: F401 (fixtures)
+from helpers import HOST, free_port, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -323,12 +323,15 @@ def _behind_toxiproxy(toxiproxy, proxy_factory, upstream):
     invalidation connection does not): the toxiproxy, stats, and a client
     whose connection fills."""
     data = toxiproxy.create("data", upstream.port)
+    mport = free_port()
     p = proxy_factory(upstream_url=data.url,
-                      args=RULES + ("--tracking-upstream", "redis://%s:%d" % (HOST, upstream.port)))
+                      args=RULES + ("--tracking-upstream", "redis://%s:%d" % (HOST, upstream.port),
+                                    "--metrics-port", str(mport)))
     st = Stats(p)
     wait_tracking_active(p, stats=st)
     c = p.raw(auth=True)
     make_tracked(c, st)
+    st.metrics = Metrics(mport)  # local counters: an INFO waits behind the toxic
     return data, st, c
 
 
@@ -362,8 +365,10 @@ def test_mget_sent_again_keeps_its_ttls(toxiproxy, proxy_factory, upstream):
     born = time.monotonic()
     data.toxic("latency", stream="upstream", latency=300)
     with st.delta() as dd:
+        before = st.metrics["cache_mget_partial"]
         c.send_cmd("MGET", "s1", "s2")
-        time.sleep(0.1)
+        st.metrics.wait(lambda m: m["cache_mget_partial"] > before, 5,
+                        "the MGET split: s1 from the cache, s2 on its way")
         d.set("s1", "new")
         assert c.read_frame(timeout=5).value == [b"new", b"v2"]
     assert dd["cache_mget_resent"] == 1, dict(dd)

@@ -52,6 +52,15 @@ def answer_after_pause(p, victim):
                     + "\n".join(l for l in open(p.logpath).read().splitlines() if "timeout" in l))
 
 
+def filler_read(m, limit):
+    """The filler's SETs read as far as the proxy will: with a limit, until
+    it pauses the filler; without, a moment."""
+    if limit != "0":
+        m.wait(lambda d: d["clients_paused_upstream_output"] >= 1, 10, "the filler paused")
+    else:
+        time.sleep(0.3)
+
+
 def cache_warm(p, m, key=b"i2", value=b"attr"):
     with p.raw(auth=True) as c:
         m.wait_active()
@@ -98,7 +107,10 @@ def test_idle_timeout_does_not_close_a_client_the_proxy_stopped_reading(proxy_fa
     filler, send = saturate(p)
     with stopped(upstream):
         send.t.start()
-        time.sleep(1.0)
+        filler_read(m, limit)
+        # active just before (answered by the proxy itself): idle from here
+        # on only for the proxy's own pause
+        assert victim.call("PING") == b"PONG"
         victim.send(encode("INCR", "counter"))
         if limit != "0":
             m.wait(lambda d: d["clients_paused_upstream_output"] >= 2, 10, "the victim paused")
@@ -109,19 +121,20 @@ def test_idle_timeout_does_not_close_a_client_the_proxy_stopped_reading(proxy_fa
 
 @pytest.mark.parametrize("limit", ["0", "4mb"], ids=["limit-off(control)", "limit-4mb"])
 def test_partial_command_timeout_does_not_count_the_proxys_own_pause(proxy_factory, upstream, limit):
-    """partial-command-timeout 1: a client sent the first part of a SET, then
-    the rest while upstream-output-limit held clients back: it is not closed
-    as a slowloris for the proxy's pause, and gets +OK once Redis reads."""
-    p, m, victim = limited_proxy(proxy_factory, limit, "--partial-command-timeout", "1", loglevel="verbose")
+    """partial-command-timeout 2: a client sent the first part of a SET, then
+    the rest (well within the 2 s) while upstream-output-limit held clients
+    back: it is not closed as a slowloris for the proxy's pause, and gets
+    +OK once Redis reads."""
+    p, m, victim = limited_proxy(proxy_factory, limit, "--partial-command-timeout", "2", loglevel="verbose")
     frame = encode("SET", "slow", b"x" * 1000)
     filler, send = saturate(p)
     with stopped(upstream):
         victim.send(frame[:50])
-        time.sleep(0.3)  # the proxy sees a partial frame
+        time.sleep(0.2)  # the proxy sees a partial frame
         send.t.start()
-        time.sleep(1.0)
+        filler_read(m, limit)
         victim.send(frame[50:])  # whole now; not parsed while paused
-        time.sleep(3.5)
+        time.sleep(4.0)  # > partial-command-timeout + a cron tick
     assert answer_after_pause(p, victim) == b"+OK\r\n"
     send.join()
 
