@@ -360,8 +360,10 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
 
 /* In ACTIVE only PINGs are sent: an error is a PING's answer
  * (the upstream user may not run PING), and it shows the link alive as
- * well as a PONG. */
+ * well as a PONG; a BUSY tells the owner more (on_busy). */
 static void ping_refused(inv_conn *t, const char *buf, size_t len) {
+    /* (before the hits held for the answer go on) */
+    if (resp_frame_starts_with(buf, len, "-BUSY ") && t->cb.on_busy) t->cb.on_busy(t->arg, buf, len);
     ping_answered(t);
     /* (a BUSY during a long script says nothing of the ACL: the one
      * warning is kept for a refusal) */

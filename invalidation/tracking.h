@@ -69,6 +69,12 @@ typedef struct inv_callbacks {
      * after this call, or in the next reads: act once they are handled
      * (the connection's events have the highest priority, 0). May be NULL. */
     void (*on_ping_answered)(void *arg);
+    /* A PING was answered BUSY (err: the whole error frame): Redis runs a
+     * script past busy-reply-threshold, answering clients meanwhile, while
+     * it keeps the BCAST invalidations of the writes it ran before the
+     * script in the same pass until the script ends. Called before
+     * on_ping_answered. May be NULL. */
+    void (*on_busy)(void *arg, const char *err, size_t len);
 } inv_callbacks;
 
 typedef struct inv_config {

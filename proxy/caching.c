@@ -75,6 +75,8 @@ struct px_caching {
     uint64_t slot_events;     /* ASKs of it seen */
     int64_t slot_event_ms;    /* ... the last one's time */
     uint64_t flush_slot;
+    uint64_t flush_busy;      /* Redis answered BUSY (px_caching_redis_busy) */
+    int64_t busy_ms;          /* ... the last time */
     uint64_t hits_served, fills_begun;
     uint64_t purges_skipped; /* write replies whose purge was skipped (purge_again) */
     uint64_t bypassed;       /* cacheable reads sent to Redis because the client
@@ -197,6 +199,34 @@ int px_caching_barrier_passed(const px_server *srv, uint64_t seq) {
 
 static void on_ping_answered(void *arg) {
     wake_ping_waiters(arg);
+}
+
+/* Redis runs a script (or a module command) past busy-reply-threshold: it
+ * answers clients meanwhile, the writer of a write it ran just before the
+ * script in the same pass too, but writes that write's BCAST invalidation
+ * only when the script ends. So a writer may hold a reply that a cached
+ * value is older than: the cache empties. Until the script ends Redis
+ * answers reads BUSY, and nothing fills. A keep-alive PING is outstanding
+ * when Redis begins to answer, and is answered in that pass, if
+ * busy-reply-threshold exceeds tracking-keepalive-ms (docs/DEPLOY.md). */
+static void redis_busy(px_server *srv, const char *err, size_t len) {
+    struct px_caching *pc = srv->caching;
+    if (pc == NULL) return;
+    flush_cache(pc);
+    pc->flush_busy++;
+    int64_t now = px_now_ms();
+    /* (once a script: it is answered BUSY at every keep-alive and read) */
+    if (pc->busy_ms == 0 || now - pc->busy_ms > 10000) {
+        size_t n = len >= 3 ? len - 3 : 0; /* "-" ... "\r\n" */
+        px_notice("cache flushed reason=\"Redis busy: it answers clients while a script runs, and invalidates "
+                  "after it\" reply=\"%.*s\"",
+                  (int)(n > 120 ? 120 : n), err + 1);
+    }
+    pc->busy_ms = now;
+}
+
+static void on_busy(void *arg, const char *err, size_t len) {
+    redis_busy(arg, err, len);
 }
 
 static void on_active(void *arg, int active) {
@@ -520,8 +550,8 @@ int px_caching_init(px_server *srv) {
     ic.timeout_ms = cfg->tracking_timeout_ms;
     ic.hold_ms = cfg->tracking_ping_hold_ms;
     ic.tcp_keepalive = cfg->tcp_keepalive;
-    inv_callbacks cb = {on_invalidate, on_flush,   on_active,   on_command_table,
-                        on_resolve,    on_new_ssl, on_ping_answered};
+    inv_callbacks cb = {on_invalidate, on_flush,   on_active,        on_command_table,
+                        on_resolve,    on_new_ssl, on_ping_answered, on_busy};
     pc->inv = inv_new(srv->base, &ic, &cb, srv);
     if (pc->inv == NULL) {
         snprintf(err, sizeof err, "out of memory");
@@ -1543,6 +1573,9 @@ void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
     struct px_caching *pc = srv->caching;
     if (pc != NULL && len > 0 && data[0] == '-' && slot_migrating(srv, data, len))
         px_caching_slot_unstable(srv, data, len);
+    /* a client's command met a script past busy-reply-threshold: seen
+     * sooner than at the next keep-alive */
+    if (pc != NULL && starts_with(data, len, "-BUSY ")) redis_busy(srv, data, len);
     if (pc != NULL && len > 0 && data[0] == '-' &&
         (starts_with(data, len, "-LOADING") || starts_with(data, len, "-READONLY") ||
          starts_with(data, len, "-MASTERDOWN") ||
@@ -1722,6 +1755,7 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_flushes_acl_changed = pc->flush_acl;
     s->cache_flushes_caching_refused = pc->flush_caching;
     s->cache_flushes_slot_migrating = pc->flush_slot;
+    s->cache_flushes_redis_busy = pc->flush_busy;
     s->cluster_slot_migrating = (uint64_t)pc->slot_unstable;
     s->cache_entries = st->entries;
     s->cache_pending_fills = st->pending;

@@ -66,6 +66,7 @@ struct px_server;
     X(cache_flushes_acl_changed, counter, "Flushes: ACL LIST on Redis changed (acl-check-ms)")                \
     X(cache_flushes_caching_refused, counter, "Flushes: Redis refused CLIENT CACHING YES (tracking-mode optin)") \
     X(cache_flushes_slot_migrating, counter, "Flushes: the volume's cluster slot began to migrate (ASK)")        \
+    X(cache_flushes_redis_busy, counter, "Flushes: Redis answered BUSY (a script past busy-reply-threshold)")   \
     X(cluster_slot_migrating, gauge, "1 while the volume's cluster slot migrates: the cache is off")       \
     X(acl_checks, counter, "ACL LIST checks answered: lists compared, or the refusal that stopped them")    \
     X(cache_entries, gauge, "Entries in the cache")                                                         \

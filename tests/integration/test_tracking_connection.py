@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cachehelpers import Stats, start_cached
+from cachehelpers import Stats, start_cached, warm
 from helpers import HOST, REDIS_VERSION, acl_without, wait_until
 
 pytestmark = pytest.mark.proxy_only
@@ -195,3 +195,59 @@ def test_an_upstream_user_that_may_not_read_every_key_is_warned_of(proxy_factory
     wait_until(lambda: st.get()["acl_checks"] >= 1, timeout=3, what="the first ACL LIST")
     warned = "the upstream user trk3 may not read every key" in open(p.logpath).read()
     assert warned == (keys != "~*"), open(p.logpath).read()[-2000:]
+
+
+# A read-only script that runs for ARGV[1] microseconds.
+LONG_SCRIPT = ("local s = redis.call('TIME') "
+               "while true do local n = redis.call('TIME') "
+               "if (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > tonumber(ARGV[1]) then break end end "
+               "return 1")
+
+
+def busy_threshold_args(ms):
+    return ("--busy-reply-threshold" if REDIS_VERSION >= (7, 0) else "--lua-time-limit", str(ms))
+
+
+def write_answered_while_a_script_runs(up, key, value, script_s=2.0):
+    """One pass of Redis's loop runs a SET (another mount's write) and then
+    a script longer than busy-reply-threshold: a DEBUG SLEEP holds Redis
+    while both arrive. Past the threshold Redis answers clients while the
+    script runs, the writer's +OK too, but writes the SET's BCAST
+    invalidation only when the script ends. Returns, once the writer has
+    its +OK, the script's connection (its reply comes at the script's
+    end)."""
+    z, w, s = up.raw(auth=True), up.raw(auth=True), up.raw(auth=True)
+    z.send_cmd("DEBUG", "SLEEP", "0.3")
+    time.sleep(0.05)
+    w.send_cmd("SET", key, value)
+    time.sleep(0.02)
+    s.send_cmd("EVAL", LONG_SCRIPT, 0, int(script_s * 1e6))
+    got = w.read_frame(timeout=5).raw
+    assert got == b"+OK\r\n", "the SET ran after the script began (%r): no write to test" % got
+    return s
+
+
+@pytest.mark.parametrize("seen_by", ["keep-alive", "a client's read"])
+def test_a_write_answered_during_a_busy_script_is_not_read_stale(redis_factory, proxy_factory, seen_by):
+    """A write answered while a script runs past busy-reply-threshold
+    (Redis answers BUSY meanwhile) has no invalidation until the script
+    ends: the cached value must not be served after the writer has its
+    reply. Redis's BUSY to the keep-alive PING (outstanding when Redis
+    begins to answer, as busy-reply-threshold exceeds the keep-alive), or
+    to a client's read, empties the cache; a read gets BUSY, as from
+    Redis, or the new value."""
+    up = redis_factory(args=busy_threshold_args(300))
+    keepalive = "100" if seen_by == "keep-alive" else "30000"
+    p, st = start_cached(proxy_factory, up=up, args=("--tracking-keepalive-ms", keepalive))
+    up.client().set("i1", "old")
+    c = p.raw(auth=True)
+    assert warm(c, st, ("GET", "i1")) == [b"old"]
+    script = write_answered_while_a_script_runs(up, "i1", "new")
+    if seen_by == "a client's read":
+        assert c.cmd("GET", "i99").raw.startswith(b"-BUSY ")
+    got = c.cmd("GET", "i1").raw
+    assert got != b"$3\r\nold\r\n", "a stale hit after the writer had its reply"
+    assert got.startswith(b"-BUSY ") or got == b"$3\r\nnew\r\n", got
+    assert script.read_frame(timeout=10).raw == b":1\r\n"
+    assert c.call("GET", "i1") == b"new"
+    assert st.get()["cache_flushes_redis_busy"] >= 1
