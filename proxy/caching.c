@@ -713,6 +713,7 @@ static int read_kind(struct px_caching *pc, const resp_arg *a, int argc, int *sc
  * u64 fill token). */
 typedef struct mget_hdr {
     uint32_t n, nmiss, part, db, proto;
+    uint32_t may_expire; /* a cached value's key may have a TTL in Redis */
     uint64_t seq;      /* change_seq when the cached values were taken */
     int64_t taken_ms;  /* ... and the time (px_now_ms) */
 } mget_hdr;
@@ -822,7 +823,7 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
     int argc = c->rq.argc, fail = 0;
     resp_buf *plan = &pc->plan, *req = &pc->plan_req;
     int64_t now = px_now_ms();
-    mget_hdr h = {(uint32_t)(argc - 1), 0, part, (uint32_t)c->db, (uint32_t)c->proto, change_seq(pc), now};
+    mget_hdr h = {(uint32_t)(argc - 1), 0, part, (uint32_t)c->db, (uint32_t)c->proto, 0, change_seq(pc), now};
     /* the usual case first, without copying the values into a plan: the
      * reply would cost its size three times over (plan, scratch, output) */
     int first_miss = busy ? 1 : mget_reply_cached(pc, c, part, now);
@@ -855,6 +856,8 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
             if (n) fail |= resp_buf_append(plan, v, n);
             fail |= resp_buf_append(plan, &klen, 4);
             fail |= resp_buf_append(plan, a[i].ptr, klen);
+            if (cache_rules_match(&pc->rules, CACHE_KIND_GET, a[i].ptr, a[i].len) != CACHE_MATCH_NO_TTL)
+                h.may_expire = 1;
         } else if (a[i].len <= UINT32_MAX) {
             uint8_t tag = 1;
             uint32_t klen = (uint32_t)a[i].len;
@@ -1432,9 +1435,11 @@ static int mget_reply(struct px_caching *pc, px_server *srv, px_req *r, const ch
     int64_t now = px_now_ms();
     /* An unanswered PING (keep-alive, barrier): Redis's part may have been read after
      * a write whose invalidation is still on its way (inv_ping_hold_ms),
-     * so the cached part may be older than it. */
-    int resend = merge && (inv_ping_hold_ms(pc->inv) > 0 ||
-                           (h.seq != change_seq(pc) && !plan_still_cached(pc, &h, plan, plen, now)));
+     * so the cached part may be older than it. A cached value whose key
+     * has a TTL may have expired while Redis read the rest, with no
+     * invalidation (Redis sends one only when it deletes the key). */
+    int resend = merge && (inv_ping_hold_ms(pc->inv) > 0 || ((h.seq != change_seq(pc) || h.may_expire) &&
+                                                             !plan_still_cached(pc, &h, plan, plen, now)));
     if (resend) merge = 0;
     if (merge) resp_enc_array(out, h.n);
     plan_item it;

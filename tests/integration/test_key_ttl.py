@@ -318,7 +318,7 @@ def test_mget_of_keys_that_ask_and_keys_that_do_not(proxy_factory, upstream):
     assert c.cmd(*mget).value == [b"x", None, b"y", b"b"]
 
 
-def _behind_toxiproxy(toxiproxy, proxy_factory, upstream):
+def _behind_toxiproxy(toxiproxy, proxy_factory, upstream, mode=None):
     """A caching proxy whose data connections go through toxiproxy (its
     invalidation connection does not): the toxiproxy, stats, and a client
     whose connection fills."""
@@ -326,7 +326,8 @@ def _behind_toxiproxy(toxiproxy, proxy_factory, upstream):
     mport = free_port()
     p = proxy_factory(upstream_url=data.url,
                       args=RULES + ("--tracking-upstream", "redis://%s:%d" % (HOST, upstream.port),
-                                    "--metrics-port", str(mport)))
+                                    "--metrics-port", str(mport))
+                      + (("--tracking-mode", mode) if mode else ()))
     st = Stats(p)
     wait_tracking_active(p, stats=st)
     c = p.raw(auth=True)
@@ -380,6 +381,30 @@ def test_mget_sent_again_keeps_its_ttls(toxiproxy, proxy_factory, upstream):
     assert dd["cache_hits"] == 1, dict(dd)
     time.sleep(max(0.0, born + 2.05 - time.monotonic()))
     assert c.cmd("GET", "s2").value is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mget_merge_takes_no_value_whose_key_expired_meanwhile(toxiproxy, proxy_factory, upstream, mode):
+    """A partly cached MGET whose cached key expires on Redis while Redis
+    reads the rest, and whose other key is written after that expiry,
+    answers what Redis holds then: nil and the new value, never the pair
+    [alive, new] that Redis never held. No invalidation tells of the
+    expiry (Redis sends one when it deletes the key: here, with active
+    expiry off, never), and in the per-read modes none of the write of a
+    key the proxy never read."""
+    d = no_background_expiry(upstream)
+    data, st, c = _behind_toxiproxy(toxiproxy, proxy_factory, upstream, mode)
+    c.cmd("MGET", "s9")  # a user's first MGET goes whole (its ACL allows MGET)
+    d.set("s2", "old")
+    d.set("s1", "alive", px=700)
+    t0 = time.monotonic()
+    warm(c, st, ("GET", "s1"))
+    data.toxic("latency", stream="upstream", latency=600)
+    time.sleep(max(0.0, t0 + 0.5 - time.monotonic()))
+    c.send_cmd("MGET", "s1", "s2")  # s1 from the cache if still there, s2 reaches Redis after t0 + 1.1 s
+    time.sleep(max(0.0, t0 + 0.8 - time.monotonic()))
+    d.set("s2", "new")              # after s1 expired, before Redis reads the MGET
+    assert c.read_frame(timeout=10).value == [None, b"new"]
 
 
 def test_value_above_cache_max_value_on_a_key_that_asks(proxy_factory, upstream):
