@@ -75,7 +75,7 @@ struct px_caching {
     uint64_t slot_events;     /* ASKs of it seen */
     int64_t slot_event_ms;    /* ... the last one's time */
     uint64_t flush_slot;
-    uint64_t flush_busy;      /* Redis answered BUSY (px_caching_redis_busy) */
+    uint64_t flush_busy;      /* Redis answered BUSY (redis_busy) */
     int64_t busy_ms;          /* ... the last time */
     uint64_t hits_served, fills_begun;
     uint64_t purges_skipped; /* write replies whose purge was skipped (purge_again) */
