@@ -225,7 +225,10 @@ void px_batch_on_reply(px_client *c, px_req *ex, const char *data, size_t len) {
         px_verbose("write batch refused, sent again one by one n=%u reply=\"%.*s\"", h.n,
                    (int)(len > 80 ? 80 : len - 2), data);
         /* an ACL without EXEC refuses every block: batch no more */
-        if (memmem(data, len, "'exec' command", 14) != NULL) c->pool->exec_denied = px_acl_mark(srv);
+        if (memmem(data, len, "'exec' command", 14) != NULL) {
+            c->pool->exec_denied = px_acl_mark(srv);
+            px_pool_denied(c->pool);
+        }
         srv->batch_replays++;
         send_each(h.up, reqs, frames, (int)h.n);
     } else {

@@ -93,6 +93,28 @@ static int str_eq(const char *a, const char *b) {
     return strcmp(a, b) == 0;
 }
 
+/* The later of two px_acl_mark()s: the one that may still hold. */
+static void take_mark(uint64_t *to, uint64_t from) {
+    if (from > *to) *to = from;
+}
+
+/* What Redis refused a user that sidecache added (a MULTI, a DISCARD, a
+ * batch's EXEC) is the user's ACL, whatever the database or protocol:
+ * p's denials go to the user's other pools (push), or p takes theirs. */
+static void share_denials(px_pool *p, int push) {
+    for (px_pool *o = p->srv->pools; o != NULL; o = o->next) {
+        if (o == p || !str_eq(o->user, p->user)) continue;
+        px_pool *to = push ? o : p, *from = push ? p : o;
+        take_mark(&to->txn_denied, from->txn_denied);
+        take_mark(&to->discard_denied, from->discard_denied);
+        take_mark(&to->exec_denied, from->exec_denied);
+    }
+}
+
+void px_pool_denied(px_pool *p) {
+    share_denials(p, 1);
+}
+
 px_pool *px_pool_ref(px_server *srv, const char *user, const char *pass, int db, int proto) {
     for (px_pool *p = srv->pools; p != NULL; p = p->next) {
         if (p->db == db && p->proto == proto && str_eq(p->user, user) && str_eq(p->pass, pass)) {
@@ -119,6 +141,7 @@ px_pool *px_pool_ref(px_server *srv, const char *user, const char *pass, int db,
     }
     p->refs = 1;
     p->last_used_ms = px_now_ms();
+    share_denials(p, 0);
     p->next = srv->pools;
     srv->pools = p;
     px_debug("pool created user=%s db=%d proto=%d", user ? user : (pass ? "(legacy)" : "-"), db, proto);
@@ -936,12 +959,16 @@ static void note_role(px_upstream *u, const px_req *r, const char *data, size_t 
  */
 static void up_txn_refused(px_upstream *u, const char *data, size_t len, int discard) {
     if (u->state == PX_UP_CLOSED) return;
-    if (u->pool != NULL) *(discard ? &u->pool->discard_denied : &u->pool->txn_denied) = px_acl_mark(u->srv);
+    if (u->pool != NULL) {
+        *(discard ? &u->pool->discard_denied : &u->pool->txn_denied) = px_acl_mark(u->srv);
+        px_pool_denied(u->pool);
+    }
     if (u->pool != NULL && discard) u->pool->discard_epoch = 0; /* ask Redis again */
     px_warning("Redis refused a MULTI, EXEC or DISCARD of sidecache id=%llu reply=\"%.*s\"; "
                "sidecache adds no more of them for this user",
                (unsigned long long)u->id, (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);
-    px_upstream_close(u, "Redis refused MULTI, EXEC or DISCARD to this user");
+    px_upstream_close(u, "Redis refused a MULTI, EXEC or DISCARD that sidecache added for this user "
+                         "(what was sent with it may have run, as over a lost connection)");
 }
 
 /* The reply to the EXEC of a block sidecache made: an error other than

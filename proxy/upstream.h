@@ -287,6 +287,10 @@ typedef struct px_upstream {
 
 /* Finds or creates the pool of an identity; takes a reference. NULL on OOM. */
 px_pool *px_pool_ref(px_server *srv, const char *user, const char *pass, int db, int proto);
+/* p's user was just denied something (txn_denied, discard_denied,
+ * exec_denied set): the user's other pools learn it too, as pools made
+ * later do (an ACL is the user's, whatever the database or protocol). */
+void px_pool_denied(px_pool *p);
 void px_pool_unref(px_pool *p);
 
 /*

@@ -108,6 +108,30 @@ def test_write_batch_with_multi_denied_never_runs_a_command_twice(proxy, upstrea
     assert upstream.client().get("cnt") == b"6"
 
 
+@pytest.mark.parametrize("other", ["db 1", "RESP3"])
+def test_a_user_denied_multi_is_known_in_every_database_and_protocol(proxy, upstream, ref, other):
+    """What Redis refused a user is its ACL's, whatever the database or the
+    protocol: once a batch's MULTI was refused in db 0, the same user's
+    pipelined writes in another database, or in RESP3, go to Redis as sent
+    and get Redis's own replies, never the refusal's error again."""
+    deny(upstream, "multi")
+    deny(ref, "multi")
+    with proxy.raw() as c:
+        c.send(encode("INCR", "cnt") * 3)
+        first = [f.raw for f in c.read_frames(3)]
+    assert all(f.startswith(b"-ERR sidecache:") for f in first), first
+    setup = [("SELECT", "1")] if other == "db 1" else [("HELLO", "3")]
+    pipeline = encode("INCR", "n") * 300
+    with proxy.raw() as c, ref.raw() as r:
+        for step in setup:
+            c.cmd(*step)
+            r.cmd(*step)
+        c.send(pipeline)
+        r.send(pipeline)
+        got, want = [f.raw for f in c.read_frames(300)], [f.raw for f in r.read_frames(300)]
+    assert got == want, [g for g in got if g.startswith(b"-")][:3]
+
+
 def test_write_batch_with_exec_denied_gets_redis_replies(proxy_factory, upstream):
     """With EXEC denied Redis answers a batch's EXEC with EXECABORT (and
     leaves MULTI): nothing ran, so each command goes again alone and gets
