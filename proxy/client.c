@@ -1929,7 +1929,10 @@ static int client_dispatch(px_client *c, const char *frame) {
             enter_tunnel(c, frame);
             return DISPATCH_DONE;
         }
-        if (act == ACT_STATE || act == ACT_STICKY || act == ACT_LOCAL) c->mode = PX_MODE_STICKY;
+        /* a state Redis gives the connection (at EXEC, when queued): it
+         * stays the client's; PING and ECHO give none */
+        if (act == ACT_STATE || act == ACT_STICKY || (act == ACT_LOCAL && id != CMD_PING && id != CMD_ECHO))
+            c->mode = PX_MODE_STICKY;
         /* a blocking command (not queued in MULTI, where it does not
          * block) may wait for ever: upstream-timeout must not cut it */
         if (act == ACT_BLOCK && !c->in_multi) c->blocking = 1;

@@ -3,6 +3,7 @@ import time
 
 import pytest
 
+from cachehelpers import Stats
 from helpers import assert_same_steps, encode, wait_until
 
 
@@ -212,3 +213,28 @@ def test_reused_own_connection_does_not_carry_the_previous_clients_name(proxy):
         assert b.cmd("MULTI").raw == b"+OK\r\n"
         assert b.cmd("CLIENT", "GETNAME").raw == b"+QUEUED\r\n"
         assert b.cmd("EXEC").raw == b"*1\r\n$-1\r\n"
+
+
+@pytest.mark.proxy_only
+@pytest.mark.parametrize("queued", [("PING",), ("ECHO", "x"), ("SELECT", "0")])
+def test_a_transaction_that_queued_a_ping_gives_its_own_connection_back(proxy, queued):
+    """A PING or ECHO queued in MULTI moves the transaction to a connection
+    of the client's own and changes nothing of it: after EXEC the client is
+    back on the shared connections (its pipelined writes batched, its reads
+    answered from the cache). A SELECT, whose state Redis gives that
+    connection at EXEC, keeps it the client's (no batches)."""
+    st = Stats(proxy)
+    with proxy.raw() as c:
+        assert c.cmd("SET", "i5", "v").raw == b"+OK\r\n"
+        steps = [("MULTI",), queued, ("SET", "a", "1"), ("EXEC",)]
+        replies = [f.raw for f in c.pipeline(steps)]
+        assert replies[-1].startswith(b"*2\r\n"), replies
+        before = st.get()
+        c.send(b"".join(encode("SET", "k%d" % i, "v") for i in range(50)))
+        assert [f.raw for f in c.read_frames(50)] == [b"+OK\r\n"] * 50
+        for _ in range(5):
+            assert c.cmd("GET", "i5").raw == b"$1\r\nv\r\n"
+        after = st.get()
+    shared = queued[0] != "SELECT"
+    assert (after["batch_blocks"] > before["batch_blocks"]) == shared, (before, after)
+    assert (after["cache_hits"] > before["cache_hits"]) == shared, (before, after)
