@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from cachehelpers import Stats
+from cachehelpers import Stats, wait_tracking_active
 from helpers import assert_same_steps, encode, wait_until
 
 
@@ -224,6 +224,7 @@ def test_a_transaction_that_queued_a_ping_gives_its_own_connection_back(proxy, q
     answered from the cache). A SELECT, whose state Redis gives that
     connection at EXEC, keeps it the client's (no batches)."""
     st = Stats(proxy)
+    wait_tracking_active(proxy, stats=st)
     with proxy.raw() as c:
         assert c.cmd("SET", "i5", "v").raw == b"+OK\r\n"
         steps = [("MULTI",), queued, ("SET", "a", "1"), ("EXEC",)]
