@@ -62,6 +62,8 @@ struct inv_conn {
     uint64_t keepalive_seq;   /* the outstanding keep-alive's number, 0 if none */
     int64_t ping_progress_ms; /* the last answer, or the send of the oldest
                                  PING when none was outstanding */
+    uint64_t stall_seq;       /* the PING sent after a stall (ping_answered):
+                                 hits wait for its answer; 0 if none */
     int ping_refused_logged;  /* an error answered a PING (logged once) */
     int64_t last_ping_ms;
     long long my_id;          /* from CLIENT ID */
@@ -219,22 +221,40 @@ static size_t first_elem_off(const char *buf, size_t len) {
     return nl ? (size_t)(nl - buf) + 1 : len;
 }
 
-static void ping_answered(inv_conn *t) {
-    t->pings_answered++;
-    t->ping_progress_ms = now_ms();
-    if (t->keepalive_seq != 0 && t->pings_answered >= t->keepalive_seq) {
-        t->ping_sent_ms = 0;
-        t->keepalive_seq = 0;
-    }
-    if (t->cb.on_ping_answered) t->cb.on_ping_answered(t->arg);
-}
-
 static int pings_outstanding(const inv_conn *t) { return t->pings_answered < t->pings_sent; }
 
 static void send_ping(inv_conn *t, int64_t now) {
     if (!pings_outstanding(t)) t->ping_progress_ms = now;
     send_cmd(t, "PING", NULL);
     t->pings_sent++;
+}
+
+/* An answer after more than hold_ms of silence, with a PING outstanding,
+ * ends a stall, through which hits went on (inv_hold_left_ms): Redis was
+ * taken to be stalled before the PING, when nothing can be behind a reply.
+ * A script past busy-reply-threshold breaks that: Redis answers clients
+ * while it runs, the writer of a write run just before it (after this
+ * PING, in the same pass) too, but writes that write's BCAST invalidation
+ * only when the script ends. So hits wait for a fresh PING: Redis answers
+ * it after the invalidations of every write it answered before, or BUSY
+ * while the script still runs (on_busy). */
+static void stall_ended(inv_conn *t) {
+    if (t->state != INV_ACTIVE) return;
+    t->stats.stalls++;
+    t->stall_seq = inv_barrier(t);
+}
+
+static void ping_answered(inv_conn *t) {
+    int64_t now = now_ms();
+    int stalled = t->cfg.hold_ms > 0 && now - t->ping_progress_ms > t->cfg.hold_ms;
+    t->pings_answered++;
+    t->ping_progress_ms = now;
+    if (t->keepalive_seq != 0 && t->pings_answered >= t->keepalive_seq) {
+        t->ping_sent_ms = 0;
+        t->keepalive_seq = 0;
+    }
+    if (stalled) stall_ended(t);
+    if (t->cb.on_ping_answered) t->cb.on_ping_answered(t->arg);
 }
 
 static int is_word(const char *p, size_t n, const char *w) { return strlen(w) == n && strncasecmp(p, w, n) == 0; }
@@ -629,12 +649,16 @@ int inv_barrier_passed(const inv_conn *t, uint64_t seq) {
 
 uint64_t inv_hold_mark(const inv_conn *t) {
     if (t->state != INV_ACTIVE || !pings_outstanding(t)) return 0;
-    /* PINGs still in the output are not in Redis's pass: they hold no read */
+    /* PINGs still in the output are not in Redis's pass: they hold no read
+     * (but the one sent after a stall does, wherever it is) */
     uint64_t mark = t->pings_sent - pings_unsent(t);
+    if (t->stall_seq > mark) mark = t->stall_seq;
     return mark > t->pings_answered ? mark : 0;
 }
 
 int inv_hold_left_ms(const inv_conn *t, uint64_t mark) {
+    /* a read held before a stall ended waits for the PING sent after it too */
+    if (t->stall_seq > mark) mark = t->stall_seq;
     if (mark == 0 || t->state != INV_ACTIVE || t->pings_answered >= mark) return 0;
     int64_t left = t->ping_progress_ms + t->cfg.hold_ms - now_ms();
     return left > 0 ? (int)left : 0;

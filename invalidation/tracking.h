@@ -122,7 +122,11 @@ enum inv_state inv_get_state(const inv_conn *t);
  * handled (on_ping_answered), the owner serves it no hit. Past hold_ms
  * without an answer, Redis is taken to have not run the PING yet (stalled:
  * a fork, a long script), when nothing can be behind a reply, and hits go
- * on until timeout_ms ends the connection.
+ * on until timeout_ms ends the connection. The answer that ends such a
+ * silence sends a fresh PING, which holds hits as the PINGs before it did
+ * (stats.stalls): a script past busy-reply-threshold answers clients, the
+ * writer of a write run just before it too, and sends that write's
+ * invalidation only when it ends.
  * inv_hold_mark: the PINGs a read that comes now waits for (a number for
  * inv_hold_left_ms), 0 if none is unanswered (ACTIVE only). Later PINGs
  * are not its concern, so that tunnels that keep sending barriers do not
@@ -155,6 +159,8 @@ typedef struct inv_stats {
     uint64_t null_messages;  /* null key lists (flush) */
     uint64_t connects;       /* setups started */
     uint64_t losses;         /* times ACTIVE was left */
+    uint64_t stalls;         /* PING answers after more than hold_ms of silence
+                                (hits then waited for a fresh PING) */
     char last_error[256];    /* why tracking is not active, if it is not */
 } inv_stats;
 

@@ -75,7 +75,7 @@ struct px_caching {
     uint64_t slot_events;     /* ASKs of it seen */
     int64_t slot_event_ms;    /* ... the last one's time */
     uint64_t flush_slot;
-    uint64_t flush_busy;      /* Redis answered BUSY (redis_busy) */
+    uint64_t flush_busy;      /* a BUSY emptied the cache (redis_busy) */
     int64_t busy_ms;          /* ... the last time */
     uint64_t hits_served, fills_begun;
     uint64_t purges_skipped; /* write replies whose purge was skipped (purge_again) */
@@ -212,8 +212,10 @@ static void on_ping_answered(void *arg) {
 static void redis_busy(px_server *srv, const char *err, size_t len) {
     struct px_caching *pc = srv->caching;
     if (pc == NULL) return;
+    /* (counted when it drops entries: while a script runs Redis answers
+     * every keep-alive and read BUSY, and a read's BUSY ends its fill) */
+    if (cache_get_stats(pc->cache)->entries > 0) pc->flush_busy++;
     flush_cache(pc);
-    pc->flush_busy++;
     int64_t now = px_now_ms();
     /* (once a script: it is answered BUSY at every keep-alive and read) */
     if (pc->busy_ms == 0 || now - pc->busy_ms > 10000) {
@@ -1771,4 +1773,5 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_expired = st->expired;
     s->tracking_connects = is->connects;
     s->tracking_losses = is->losses;
+    s->tracking_stalls = is->stalls;
 }

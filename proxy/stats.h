@@ -66,7 +66,7 @@ struct px_server;
     X(cache_flushes_acl_changed, counter, "Flushes: ACL LIST on Redis changed (acl-check-ms)")                \
     X(cache_flushes_caching_refused, counter, "Flushes: Redis refused CLIENT CACHING YES (tracking-mode optin)") \
     X(cache_flushes_slot_migrating, counter, "Flushes: the volume's cluster slot began to migrate (ASK)")        \
-    X(cache_flushes_redis_busy, counter, "Flushes: Redis answered BUSY (a script past busy-reply-threshold)")   \
+    X(cache_flushes_redis_busy, counter, "Flushes: a BUSY from Redis dropped cached entries (a script past busy-reply-threshold)")   \
     X(cluster_slot_migrating, gauge, "1 while the volume's cluster slot migrates: the cache is off")       \
     X(acl_checks, counter, "ACL LIST checks answered: lists compared, or the refusal that stopped them")    \
     X(cache_entries, gauge, "Entries in the cache")                                                         \
@@ -77,7 +77,9 @@ struct px_server;
     X(cache_evictions, counter, "Entries evicted for memory")                                              \
     X(cache_expired, counter, "Entries dropped by cache-ttl or by their key's own expiry")                 \
     X(tracking_connects, counter, "Invalidation connection setups started")                                \
-    X(tracking_losses, counter, "Times tracking stopped being active")
+    X(tracking_losses, counter, "Times tracking stopped being active")                                     \
+    X(tracking_stalls, counter,                                                                            \
+      "Tracking PINGs answered after more than tracking-ping-hold-ms of silence: hits waited for a fresh PING")
 
 typedef struct px_stats {
 #define PX_STAT_FIELD(name, type, help) uint64_t name;
