@@ -46,7 +46,7 @@ static const char *frame_at(const char *frames, size_t *at, size_t *len) {
     return p;
 }
 
-int px_block_send(px_upstream *u, const char *frames, size_t len, int n) {
+int px_block_send(px_upstream *u, const char *frames, size_t len, int n, int batch) {
     px_server *srv = u->srv;
     px_req *first = NULL, **tail = &first;
     /* every record first, so that a failure sends nothing */
@@ -64,14 +64,16 @@ int px_block_send(px_upstream *u, const char *frames, size_t len, int n) {
         tail = &r->next_up;
     }
     px_req *r = first, *next = r->next_up;
+    unsigned batch_flag = batch ? PX_AUX_BLOCK_BATCH : 0;
     r->kind = PX_REQ_TXN_CTL; /* refused: the commands after it ran alone */
+    r->aux_flags |= batch_flag;
     px_upstream_send(u, r, multi_cmd, sizeof multi_cmd - 1);
     size_t at = 0;
     for (r = next; r != NULL && at < len; r = next) {
         size_t flen;
         const char *f = frame_at(frames, &at, &flen);
         next = r->next_up;
-        r->aux_flags |= PX_AUX_BLOCK_QUEUED;
+        r->aux_flags |= PX_AUX_BLOCK_QUEUED | batch_flag;
         px_upstream_send(u, r, f, flen);
     }
     return 0;
@@ -160,7 +162,7 @@ void px_batch_flush(px_client *c) {
     size_t auxlen = sizeof h + c->batch_reqs.len + c->batch_frames.len;
     char *aux = malloc(auxlen);
     px_req *ex = aux != NULL ? px_req_new(srv, c, PX_REQ_BATCH) : NULL;
-    if (ex == NULL || px_block_send(u, c->batch_frames.data, c->batch_frames.len, n) != 0) {
+    if (ex == NULL || px_block_send(u, c->batch_frames.data, c->batch_frames.len, n, 1) != 0) {
         /* no memory for a block: the commands go as they came */
         if (ex != NULL) px_req_release(srv, ex);
         free(aux);
@@ -233,9 +235,11 @@ void px_batch_on_reply(px_client *c, px_req *ex, const char *data, size_t len) {
         send_each(h.up, reqs, frames, (int)h.n);
     } else {
         /* the connection was lost (whether the block ran is unknown, as for
-         * any request in flight), or a reply Redis does not send to EXEC */
+         * any request in flight), or a reply Redis does not send to EXEC,
+         * or EXEC refused for Redis's state (BUSY, LOADING: ran nothing,
+         * and each command alone would meet the same) */
         static const char odd[] = "-ERR sidecache: unexpected reply to a write batch\r\n";
-        if (!ex->lost) {
+        if (!ex->lost && !resp_frame_is_transient_error(data, len)) {
             px_warning("write batch: unexpected EXEC reply n=%u", h.n);
             data = odd;
             len = sizeof odd - 1;

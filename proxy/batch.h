@@ -8,7 +8,10 @@
  *     is split among them. A block Redis refuses as a whole (EXECABORT: a
  *     command refused when queued, e.g. OOM, NOPERM, MISCONF) ran nothing,
  *     so its commands are sent again one by one, and each gets the reply
- *     Redis gives it alone. Until a block's EXEC is answered the client's
+ *     Redis gives it alone. A block whose MULTI Redis refuses (an ACL
+ *     without MULTI) had each command run, or refused, alone: each gets
+ *     that reply, as if sent alone (upstream.c collects them as the EXEC's
+ *     array), and EXEC's error is dropped. Until a block's EXEC is answered the client's
  *     next request waits (a resend must not come after a later request).
  *     Only commands Redis is known to queue are batched (a known command
  *     with the right arity, flagged write, and neither admin, blocking,
@@ -53,9 +56,11 @@ void px_batch_cron(px_client *c);
 void px_batch_on_reply(px_client *c, px_req *r, const char *data, size_t len);
 
 /* Sends MULTI and then n commands on u, whose replies (+OK, +QUEUED) are
- * dropped. frames holds each command as (u32 length, bytes). All or
- * nothing: returns 0, or -1 (out of memory) with nothing sent. */
-int px_block_send(px_upstream *u, const char *frames, size_t len, int n);
+ * dropped. frames holds each command as (u32 length, bytes). batch: the
+ * block of a write batch, whose commands' own replies become the EXEC's
+ * array if Redis refuses the MULTI (0: of a transaction). All or nothing:
+ * returns 0, or -1 (out of memory) with nothing sent. */
+int px_block_send(px_upstream *u, const char *frames, size_t len, int n, int batch);
 
 /* Appends a command's bytes to a (u32 length, bytes) list. 0 or -1. */
 int px_frames_append(resp_buf *frames, const char *data, size_t len);

@@ -1257,7 +1257,7 @@ static int txn_local_to_pinned(px_client *c, const char *frame) {
         c->txn_dirty = 1; /* replied: unavailable; the transaction cannot run */
         return DISPATCH_DONE;
     }
-    if (px_block_send(c->pinned, c->txn_frames.data, c->txn_frames.len, c->txn_count) != 0) {
+    if (px_block_send(c->pinned, c->txn_frames.data, c->txn_frames.len, c->txn_count, 0) != 0) {
         client_close(c, "out of memory");
         return DISPATCH_DONE;
     }
@@ -1291,7 +1291,7 @@ static int txn_local_exec(px_client *c, int dirty) {
     }
     if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
     static const char exec_cmd[] = "*1\r\n$4\r\nEXEC\r\n";
-    if (px_block_send(u, c->txn_frames.data, c->txn_frames.len, c->txn_count) != 0) {
+    if (px_block_send(u, c->txn_frames.data, c->txn_frames.len, c->txn_count, 0) != 0) {
         client_close(c, "out of memory");
         return DISPATCH_DONE;
     }

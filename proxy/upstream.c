@@ -923,6 +923,7 @@ void px_upstream_free(px_upstream *u) {
     resp_reply_deinit(&u->rp);
     resp_buf_deinit(&u->held);
     resp_buf_deinit(&u->block_err);
+    resp_buf_deinit(&u->block_replies);
     free(u);
 }
 
@@ -957,18 +958,64 @@ static void note_role(px_upstream *u, const px_req *r, const char *data, size_t 
  * a lost connection would. Nothing is sent again: a write that ran never
  * runs twice.
  */
-static void up_txn_refused(px_upstream *u, const char *data, size_t len, int discard) {
-    if (u->state == PX_UP_CLOSED) return;
-    if (u->pool != NULL) {
-        *(discard ? &u->pool->discard_denied : &u->pool->txn_denied) = px_acl_mark(u->srv);
-        px_pool_denied(u->pool);
-    }
-    if (u->pool != NULL && discard) u->pool->discard_epoch = 0; /* ask Redis again */
+static void txn_denied(px_upstream *u, const char *data, size_t len, int discard) {
+    *(discard ? &u->pool->discard_denied : &u->pool->txn_denied) = px_acl_mark(u->srv);
+    px_pool_denied(u->pool);
     px_warning("Redis refused a MULTI, EXEC or DISCARD of sidecache id=%llu reply=\"%.*s\"; "
                "sidecache adds no more of them for this user",
                (unsigned long long)u->id, (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);
+}
+
+static void up_txn_refused(px_upstream *u, const char *data, size_t len, int discard) {
+    if (u->state == PX_UP_CLOSED) return;
+    /* (Redis's state, as BUSY, is no denial: the next block may pass) */
+    if (u->pool != NULL && resp_frame_is_refusal(data, len)) txn_denied(u, data, len, discard);
+    if (u->pool != NULL && discard) u->pool->discard_epoch = 0; /* ask Redis again */
     px_upstream_close(u, "Redis refused a MULTI, EXEC or DISCARD that sidecache added for this user "
                          "(what was sent with it may have run, as over a lost connection)");
+}
+
+/* Redis refused the MULTI of a write batch (an ACL without MULTI): its
+ * commands ran alone, or were refused alone, and the connection is out of
+ * MULTI. Their replies are kept (batch_reply_kept) and handed to the
+ * batch as its EXEC's array, in place of EXEC's error (batch_exec_reply):
+ * each request gets its command's own reply, as if it had been sent alone.
+ * The user gets no more blocks. */
+static void batch_multi_refused(px_upstream *u, const char *data, size_t len) {
+    if (u->pool != NULL && resp_frame_is_refusal(data, len)) txn_denied(u, data, len, 0);
+    px_verbose("write batch: MULTI refused, each command answered alone id=%llu reply=\"%.*s\"",
+               (unsigned long long)u->id, (int)(len > 80 ? 80 : len >= 2 ? len - 2 : len), data);
+    u->block_relay = 1;
+    u->block_nreplies = 0;
+    resp_buf_reset(&u->block_replies);
+}
+
+static void batch_reply_kept(px_upstream *u, const char *data, size_t len) {
+    if (resp_buf_append(&u->block_replies, data, len) != 0) {
+        /* (out of memory: the batch gets the unexpected reply's error) */
+        u->block_relay = 0;
+        return;
+    }
+    u->block_nreplies++;
+}
+
+/* The EXEC of a batch whose MULTI was refused: its requests get the kept
+ * replies, as an EXEC's array. */
+static void batch_exec_reply(px_upstream *u, px_req *r, const char *data, size_t len) {
+    resp_buf arr;
+    resp_buf_init(&arr);
+    char head[24];
+    int n = snprintf(head, sizeof head, "*%u\r\n", u->block_nreplies);
+    if (resp_buf_append(&arr, head, (size_t)n) == 0 &&
+        resp_buf_append(&arr, u->block_replies.data, u->block_replies.len) == 0) {
+        data = arr.data;
+        len = arr.len;
+    }
+    u->block_relay = 0;
+    resp_buf_reset(&u->block_replies);
+    resp_buf_trim(&u->block_replies, 0);
+    px_client_on_reply(r->client, r, data, len);
+    resp_buf_deinit(&arr);
 }
 
 /* The reply to the EXEC of a block sidecache made: an error other than
@@ -1183,7 +1230,12 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_req_release(u->srv, r);
         if (type == '-' || type == '!') px_caching_caching_refused(u->srv, u, data, len);
     } else if (r->kind == PX_REQ_DISCARD) {
-        if (type == '-' && (r->aux_flags & PX_AUX_BLOCK_QUEUED)) {
+        if (u->block_relay && (r->aux_flags & PX_AUX_BLOCK_BATCH)) {
+            /* a command of a write batch whose MULTI was refused: it ran
+             * (or was refused) alone, and this is its own reply */
+            if (type == '-') note_role(u, r, data, len);
+            batch_reply_kept(u, data, len);
+        } else if (type == '-' && (r->aux_flags & PX_AUX_BLOCK_QUEUED)) {
             note_role(u, r, data, len);
             /* the state error Redis checks first, for the block's EXEC */
             int rank = exec_state_rank(data, len);
@@ -1213,16 +1265,24 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         up_learn_access(u->srv, data, len, type == '-' || type == '!');
     } else if (r->kind == PX_REQ_TXN_CTL) {
         int discard = (r->aux_flags & PX_AUX_CTL_DISCARD) != 0;
+        int batch = (r->aux_flags & PX_AUX_BLOCK_BATCH) != 0;
         uint64_t epoch = r->fill_token;
         px_req_release(u->srv, r);
         if (!discard) resp_buf_reset(&u->block_err); /* a block (or a check) begins */
-        if (!resp_frame_is_ok(data, len))
+        if (!resp_frame_is_ok(data, len) && batch)
+            batch_multi_refused(u, data, len);
+        else if (!resp_frame_is_ok(data, len))
             up_txn_refused(u, data, len, discard);
         else if (discard && u->pool != NULL && epoch == u->srv->acl_epoch)
             u->pool->discard_epoch = px_acl_mark(u->srv); /* a client's DISCARD is answered here */
     } else {
         px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
         if (type == '-') note_role(u, r, data, len);
+        if (r->kind == PX_REQ_BATCH && u->block_relay) {
+            /* (out of MULTI, as Redis left it: the connection stays) */
+            batch_exec_reply(u, r, data, len);
+            return;
+        }
         int refused = (r->kind == PX_REQ_BATCH || (r->aux_flags & PX_AUX_BLOCK_EXEC)) && block_exec_refused(data, len);
         if (!(r->aux_flags & PX_AUX_BLOCK_EXEC) || !block_exec_reworded(u, r, data, len))
             px_client_on_reply(r->client, r, data, len);

@@ -144,6 +144,8 @@ enum px_aux_flag {
                                        memory (client.h txn_denyoom) */
     PX_AUX_CHECK_DENYOOM = 1 << 29, /* with TXN_CHECK: the command checked
                                        may use memory */
+    PX_AUX_BLOCK_BATCH = 1 << 30, /* the MULTI (PX_REQ_TXN_CTL) and the
+                                     commands (BLOCK_QUEUED) of a write batch */
 };
 
 typedef struct px_req {
@@ -256,6 +258,12 @@ typedef struct px_upstream {
     struct sockaddr_storage sa; /* where it connected (a failed connect
                                    names it, not where the next one goes) */
     unsigned salen;
+    int block_relay;           /* Redis refused the MULTI of the write batch
+                                  being read: its commands ran alone, and
+                                  their replies (block_replies, block_nreplies)
+                                  are the EXEC's array (batch.h) */
+    resp_buf block_replies;
+    uint32_t block_nreplies;
     resp_buf block_err;        /* of the errors of Redis's state it gave
                                   commands of the block it is reading
                                   (PX_AUX_BLOCK_QUEUED), the one it checks

@@ -44,6 +44,19 @@ def _server_version():
 # newer server asks for it (tests/integration/conftest.py needs_redis).
 REDIS_VERSION = _server_version()
 
+
+# A read-only script that runs for ARGV[1] microseconds (past
+# busy-reply-threshold Redis answers other clients BUSY meanwhile).
+LONG_SCRIPT = ("local s = redis.call('TIME') "
+               "while true do local n = redis.call('TIME') "
+               "if (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > tonumber(ARGV[1]) then break end end "
+               "return 1")
+
+
+def busy_threshold_args(ms):
+    """redis-server arguments that set busy-reply-threshold to ms."""
+    return ("--busy-reply-threshold" if REDIS_VERSION >= (7, 0) else "--lua-time-limit", str(ms))
+
 # CLIENT's subcommands on Redis 6.2, whose ACL cannot take one of them away
 # ("-client|setname" is 7.0's): there a user gets "-client" and the others.
 _CLIENT_SUBS_62 = ("caching", "getname", "getredir", "help", "id", "info", "kill", "list", "pause",

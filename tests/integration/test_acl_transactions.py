@@ -8,10 +8,11 @@ would let the commands after it run alone (and a batch or a transaction
 sent again would run them twice), and a refused DISCARD would leave a
 shared connection inside MULTI for the next client (a refused EXEC is
 EXECABORT: nothing ran, Redis left MULTI). The proxy must never
-do either: the connection goes (what waited on it fails as on a lost
-connection, nothing is sent again), and from then on that user's
-transactions and writes go to Redis as the client sent them, so Redis
-answers them exactly as it answers a direct client.
+do either. A write batch's commands that ran alone get their own replies,
+as a direct client would; a local transaction's connection goes (what
+waited on it fails as on a lost connection, nothing is sent again). From
+then on that user's transactions and writes go to Redis as the client
+sent them, so Redis answers them exactly as it answers a direct client.
 """
 import pytest
 
@@ -88,24 +89,43 @@ def test_multi_denied_never_runs_a_command_twice(proxy, upstream, ref):
     assert upstream.client().get("cnt") == b"1"
 
 
-def test_write_batch_with_multi_denied_never_runs_a_command_twice(proxy, upstream, ref):
-    """Three pipelined INCRs (a write batch). The first time MULTI is refused:
-    the INCRs ran alone, once each, and fail as on a lost connection (no
-    replay). The second pipeline is not batched: Redis's own replies."""
+@pytest.mark.parametrize("n", [3, 300])
+def test_write_batch_with_multi_denied_never_runs_a_command_twice(proxy, upstream, ref, n):
+    """n pipelined INCRs (a write batch: 300 are a full block of 250 and
+    more), and a GET after them. The first time MULTI is refused: the INCRs
+    ran alone, once each, and each gets its own reply, as from Redis
+    directly (no replay, and the EXEC's error is no one's). The second
+    pipeline is not batched: Redis's own replies."""
     deny(upstream, "multi")
     deny(ref, "multi")
-    pipeline = encode("INCR", "cnt") * 3
-    with proxy.raw() as c:
-        c.send(pipeline)
-        first = [f.raw for f in c.read_frames(3)]
-    assert all(f.startswith(b"-ERR sidecache:") for f in first), first
-    assert upstream.client().get("cnt") == b"3", ("each INCR must run once", first)
+    pipeline = encode("INCR", "cnt") * n + encode("GET", "cnt")
+    for round in (1, 2):
+        with proxy.raw() as c, ref.raw() as r:
+            c.send(pipeline)
+            r.send(pipeline)
+            got, want = [f.raw for f in c.read_frames(n + 1)], [f.raw for f in r.read_frames(n + 1)]
+            assert c.cmd("PING").raw == b"+PONG\r\n", "nothing more than the replies"
+        assert got == want, (round, [(i, g, w) for i, (g, w) in enumerate(zip(got, want)) if g != w][:3])
+        assert got[-1] == b"$%d\r\n%d\r\n" % (len(str(round * n)), round * n), got[-1]
+        assert upstream.client().get("cnt") == str(round * n).encode(), "each INCR must run once"
+        assert sidecache_info(proxy)["batch_blocks"] == 1, "a batch was tried again"
+
+
+def test_write_batch_with_multi_denied_relays_each_commands_own_error(proxy, upstream, ref):
+    """A batch of a user denied MULTI whose commands Redis refuses or fails
+    alone (SET denied too, a WRONGTYPE): each gets Redis's own error, in
+    order, between the replies of the commands that ran."""
+    for server in (upstream, ref):
+        deny(server, "multi", "set")
+        server.client().execute_command("RPUSH", "lst", "a")
+    pipeline = encode("INCR", "a") + encode("SET", "b", "1") + encode("INCR", "lst") + encode("INCR", "a")
     with proxy.raw() as c, ref.raw() as r:
-        ref.client().set("cnt", "3")
         c.send(pipeline)
         r.send(pipeline)
-        assert [f.raw for f in c.read_frames(3)] == [f.raw for f in r.read_frames(3)] == [b":4\r\n", b":5\r\n", b":6\r\n"]
-    assert upstream.client().get("cnt") == b"6"
+        got, want = [f.raw for f in c.read_frames(4)], [f.raw for f in r.read_frames(4)]
+    assert got == want, (got, want)
+    assert got[0] == b":1\r\n" and got[1].startswith(b"-NOPERM") and got[2].startswith(b"-WRONGTYPE"), got
+    assert upstream.client().get("a") == b"2"
 
 
 @pytest.mark.parametrize("other", ["db 1", "RESP3"])
@@ -122,7 +142,8 @@ def test_a_user_denied_multi_is_known_in_every_database_and_protocol(proxy_facto
     with proxy.raw() as c:
         c.send(encode("INCR", "cnt") * 3)
         first = [f.raw for f in c.read_frames(3)]
-    assert all(f.startswith(b"-ERR sidecache:") for f in first), first
+    assert first == [b":1\r\n", b":2\r\n", b":3\r\n"], first
+    assert sidecache_info(proxy)["batch_blocks"] == 1, "setup: the first INCRs were a batch"
     setup = [("SELECT", "1")] if other == "db 1" else [("HELLO", "3")]
     pipeline = encode("INCR", "n") * 300
     with proxy.raw() as c, ref.raw() as r:
@@ -133,6 +154,7 @@ def test_a_user_denied_multi_is_known_in_every_database_and_protocol(proxy_facto
         r.send(pipeline)
         got, want = [f.raw for f in c.read_frames(300)], [f.raw for f in r.read_frames(300)]
     assert got == want, [g for g in got if g.startswith(b"-")][:3]
+    assert sidecache_info(proxy)["batch_blocks"] == 1, "a batch was tried again"
 
 
 def test_write_batch_with_exec_denied_gets_redis_replies(proxy_factory, upstream):
@@ -177,7 +199,7 @@ def test_reading_acl_commands_through_a_tunnel_keep_the_denial(proxy, upstream):
     pipeline = encode("INCR", "cnt") * 3
     with proxy.raw() as w, proxy.raw(protocol=3) as t:
         w.send(pipeline)
-        assert all(f.raw.startswith(b"-ERR sidecache:") for f in w.read_frames(3))
+        assert [f.raw for f in w.read_frames(3)] == [b":1\r\n", b":2\r\n", b":3\r\n"]
         t.cmd("SUBSCRIBE", "ch")
         t.send(encode("ACL", "WHOAMI"))
         t.read_frames(1)

@@ -27,7 +27,7 @@ import pytest
 from cachehelpers import wait_tracking_active
 from exacthelpers import (assert_same_pipeline, diff_transcripts, pipeline_raw, proxy_supports,
                           sidecache_info)
-from helpers import encode, wait_until
+from helpers import LONG_SCRIPT, busy_threshold_args, encode, wait_until
 
 PROTOCOLS = [pytest.param(2, id="resp2"), pytest.param(3, id="resp3")]
 
@@ -537,3 +537,34 @@ def test_a_client_blocked_on_a_key_is_served_between_pipelined_writes(target, up
     want, got = results
     assert want == ([b":1\r\n", b":1\r\n"], b"*2\r\n$1\r\nL\r\n$1\r\na\r\n", [b"b"]), want
     assert got == want
+
+
+@pytest.mark.proxy_only
+def test_a_write_batch_during_a_busy_script_gets_redis_replies(redis_factory, proxy_factory):
+    """While a script runs past busy-reply-threshold Redis runs a batch's
+    MULTI and EXEC but answers its commands BUSY: EXEC is EXECABORT, nothing
+    ran, and each command sent again alone gets BUSY, as it would sent
+    directly. That is Redis's state, not the user's ACL: once the script is
+    over, pipelined writes are batched again."""
+    up = redis_factory(args=busy_threshold_args(100))
+    p = proxy_factory(up=up)
+    wait_tracking_active(p)
+    pipeline = encode("INCR", "cnt") * 3
+    with p.raw() as c:
+        c.send(pipeline)
+        assert [f.raw for f in c.read_frames(3)] == [b":1\r\n", b":2\r\n", b":3\r\n"]
+        with up.raw() as s, up.raw() as d:
+            s.send_cmd("EVAL", LONG_SCRIPT, 0, 1500000)
+            wait_until(lambda: d.cmd("PING").raw.startswith(b"-BUSY "), timeout=3, interval=0.02,
+                       what="Redis answering BUSY while the script runs")
+            c.send(pipeline)
+            got = [f.raw for f in c.read_frames(3)]
+            d.send(pipeline)
+            direct = [f.raw for f in d.read_frames(3)]
+            assert s.read_frame(timeout=10).raw == b":1\r\n"
+        assert all(g.startswith(b"-BUSY ") for g in got + direct), (got, direct)
+        assert up.client().get("cnt") == b"3", "an INCR answered BUSY ran"
+        blocks = batch_stats(p)[0]
+        c.send(pipeline)
+        assert [f.raw for f in c.read_frames(3)] == [b":4\r\n", b":5\r\n", b":6\r\n"]
+        assert batch_stats(p)[0] == blocks + 1, "no batch after the script"

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from cachehelpers import Stats, start_cached, warm
-from helpers import HOST, REDIS_VERSION, acl_without, wait_until
+from helpers import HOST, LONG_SCRIPT, REDIS_VERSION, acl_without, busy_threshold_args, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -195,17 +195,6 @@ def test_an_upstream_user_that_may_not_read_every_key_is_warned_of(proxy_factory
     wait_until(lambda: st.get()["acl_checks"] >= 1, timeout=3, what="the first ACL LIST")
     warned = "the upstream user trk3 may not read every key" in open(p.logpath).read()
     assert warned == (keys != "~*"), open(p.logpath).read()[-2000:]
-
-
-# A read-only script that runs for ARGV[1] microseconds.
-LONG_SCRIPT = ("local s = redis.call('TIME') "
-               "while true do local n = redis.call('TIME') "
-               "if (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > tonumber(ARGV[1]) then break end end "
-               "return 1")
-
-
-def busy_threshold_args(ms):
-    return ("--busy-reply-threshold" if REDIS_VERSION >= (7, 0) else "--lua-time-limit", str(ms))
 
 
 def write_answered_while_a_script_runs(up, key, value, script_s=2.0, sleep_s=0.3, write_at_s=0.05):
