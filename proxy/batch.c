@@ -228,7 +228,7 @@ void px_batch_on_reply(px_client *c, px_req *ex, const char *data, size_t len) {
                    (int)(len > 80 ? 80 : len - 2), data);
         /* an ACL without EXEC refuses every block: batch no more */
         if (memmem(data, len, "'exec' command", 14) != NULL) {
-            c->pool->exec_denied = px_acl_mark(srv);
+            c->pool->exec_denied = ex->learn_mark; /* (as the ACL was when sent) */
             px_pool_denied(c->pool);
         }
         srv->batch_replays++;

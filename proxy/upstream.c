@@ -68,6 +68,7 @@ px_req *px_req_new(px_server *srv, px_client *c, int kind) {
     memset(r, 0, sizeof *r);
     r->client = c;
     r->kind = kind;
+    r->learn_mark = px_acl_mark(srv);
     return r;
 }
 
@@ -98,12 +99,18 @@ static void take_mark(uint64_t *to, uint64_t from) {
     if (from > *to) *to = from;
 }
 
+/* The ACL user a pool's connections run as: without a user name (no
+ * AUTH, or AUTH with only a password) Redis's "default". */
+static const char *acl_user(const px_pool *p) {
+    return p->user != NULL ? p->user : "default";
+}
+
 /* What Redis refused a user that sidecache added (a MULTI, a DISCARD, a
  * batch's EXEC) is the user's ACL, whatever the database or protocol:
  * p's denials go to the user's other pools (push), or p takes theirs. */
 static void share_denials(px_pool *p, int push) {
     for (px_pool *o = p->srv->pools; o != NULL; o = o->next) {
-        if (o == p || !str_eq(o->user, p->user)) continue;
+        if (o == p || strcmp(acl_user(o), acl_user(p)) != 0) continue;
         px_pool *to = push ? o : p, *from = push ? p : o;
         take_mark(&to->txn_denied, from->txn_denied);
         take_mark(&to->discard_denied, from->discard_denied);
@@ -958,18 +965,20 @@ static void note_role(px_upstream *u, const px_req *r, const char *data, size_t 
  * a lost connection would. Nothing is sent again: a write that ran never
  * runs twice.
  */
-static void txn_denied(px_upstream *u, const char *data, size_t len, int discard) {
-    *(discard ? &u->pool->discard_denied : &u->pool->txn_denied) = px_acl_mark(u->srv);
+/* (mark: px_acl_mark() when the refused command was sent: an ACL change
+ * since then may allow it) */
+static void txn_denied(px_upstream *u, const char *data, size_t len, int discard, uint64_t mark) {
+    *(discard ? &u->pool->discard_denied : &u->pool->txn_denied) = mark;
     px_pool_denied(u->pool);
     px_warning("Redis refused a MULTI, EXEC or DISCARD of sidecache id=%llu reply=\"%.*s\"; "
                "sidecache adds no more of them for this user",
                (unsigned long long)u->id, (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);
 }
 
-static void up_txn_refused(px_upstream *u, const char *data, size_t len, int discard) {
+static void up_txn_refused(px_upstream *u, const char *data, size_t len, int discard, uint64_t mark) {
     if (u->state == PX_UP_CLOSED) return;
     /* (Redis's state, as BUSY, is no denial: the next block may pass) */
-    if (u->pool != NULL && resp_frame_is_refusal(data, len)) txn_denied(u, data, len, discard);
+    if (u->pool != NULL && resp_frame_is_refusal(data, len)) txn_denied(u, data, len, discard, mark);
     if (u->pool != NULL && discard) u->pool->discard_epoch = 0; /* ask Redis again */
     px_upstream_close(u, "Redis refused a MULTI, EXEC or DISCARD that sidecache added for this user "
                          "(what was sent with it may have run, as over a lost connection)");
@@ -981,8 +990,8 @@ static void up_txn_refused(px_upstream *u, const char *data, size_t len, int dis
  * batch as its EXEC's array, in place of EXEC's error (batch_exec_reply):
  * each request gets its command's own reply, as if it had been sent alone.
  * The user gets no more blocks. */
-static void batch_multi_refused(px_upstream *u, const char *data, size_t len) {
-    if (u->pool != NULL && resp_frame_is_refusal(data, len)) txn_denied(u, data, len, 0);
+static void batch_multi_refused(px_upstream *u, const char *data, size_t len, uint64_t mark) {
+    if (u->pool != NULL && resp_frame_is_refusal(data, len)) txn_denied(u, data, len, 0, mark);
     px_verbose("write batch: MULTI refused, each command answered alone id=%llu reply=\"%.*s\"",
                (unsigned long long)u->id, (int)(len > 80 ? 80 : len >= 2 ? len - 2 : len), data);
     u->block_relay = 1;
@@ -1266,13 +1275,13 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     } else if (r->kind == PX_REQ_TXN_CTL) {
         int discard = (r->aux_flags & PX_AUX_CTL_DISCARD) != 0;
         int batch = (r->aux_flags & PX_AUX_BLOCK_BATCH) != 0;
-        uint64_t epoch = r->fill_token;
+        uint64_t epoch = r->fill_token, mark = r->learn_mark;
         px_req_release(u->srv, r);
         if (!discard) resp_buf_reset(&u->block_err); /* a block (or a check) begins */
         if (!resp_frame_is_ok(data, len) && batch)
-            batch_multi_refused(u, data, len);
+            batch_multi_refused(u, data, len, mark);
         else if (!resp_frame_is_ok(data, len))
-            up_txn_refused(u, data, len, discard);
+            up_txn_refused(u, data, len, discard, mark);
         else if (discard && u->pool != NULL && epoch == u->srv->acl_epoch)
             u->pool->discard_epoch = px_acl_mark(u->srv); /* a client's DISCARD is answered here */
     } else {
@@ -1284,9 +1293,10 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
             return;
         }
         int refused = (r->kind == PX_REQ_BATCH || (r->aux_flags & PX_AUX_BLOCK_EXEC)) && block_exec_refused(data, len);
+        uint64_t mark = r->learn_mark;
         if (!(r->aux_flags & PX_AUX_BLOCK_EXEC) || !block_exec_reworded(u, r, data, len))
             px_client_on_reply(r->client, r, data, len);
-        if (refused) up_txn_refused(u, data, len, 0);
+        if (refused) up_txn_refused(u, data, len, 0, mark);
     }
 }
 

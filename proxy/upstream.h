@@ -168,7 +168,8 @@ typedef struct px_req {
     uint32_t learn;             /* a cacheable read: partition << 3 | enum
                                    px_read, whose reply may show the user is
                                    allowed that read (caching.c); 0: none */
-    uint64_t learn_mark;        /* px_acl_mark() when it was sent */
+    uint64_t learn_mark;        /* px_acl_mark() when it was sent (made, for
+                                   a record that is not a cacheable read) */
     int64_t sent_us;            /* when it was written (px_now_us) */
     /* Replies still awaited from Redis: 1, or more for a run (commands
      * queued in MULTI on a pinned connection, forwarded into one record by

@@ -157,6 +157,22 @@ def test_a_user_denied_multi_is_known_in_every_database_and_protocol(proxy_facto
     assert sidecache_info(proxy)["batch_blocks"] == 1, "a batch was tried again"
 
 
+def test_a_denied_multi_is_known_to_clients_that_name_the_default_user(proxy, upstream):
+    """A client that never sent AUTH runs as Redis's "default" user, as one
+    that sent AUTH default <password> does: once a batch's MULTI of the
+    first was refused, the second's pipelined writes are not tried as a
+    batch either (the denial is the user's, whoever names it how)."""
+    deny(upstream, "multi")
+    with proxy.raw() as a, proxy.raw() as b:
+        a.send(encode("INCR", "cnt") * 3)
+        assert [f.raw for f in a.read_frames(3)] == [b":1\r\n", b":2\r\n", b":3\r\n"]
+        assert sidecache_info(proxy)["batch_blocks"] == 1, "setup: the first INCRs were a batch"
+        assert b.cmd("AUTH", "default", "any").raw == b"+OK\r\n"  # (default is nopass)
+        b.send(encode("INCR", "cnt") * 3)
+        assert [f.raw for f in b.read_frames(3)] == [b":4\r\n", b":5\r\n", b":6\r\n"]
+    assert sidecache_info(proxy)["batch_blocks"] == 1, "the same user's MULTI was tried again"
+
+
 def test_write_batch_with_exec_denied_gets_redis_replies(proxy_factory, upstream):
     """With EXEC denied Redis answers a batch's EXEC with EXECABORT (and
     leaves MULTI): nothing ran, so each command goes again alone and gets
