@@ -254,3 +254,32 @@ void px_batch_on_reply(px_client *c, px_req *ex, const char *data, size_t len) {
     free(offs);
     px_req_release(srv, ex);
 }
+
+void px_batch_on_relayed(px_client *c, px_req *ex, const char *replies, size_t len, uint32_t k, const char *err,
+                         size_t errlen) {
+    px_server *srv = c->srv;
+    batch_aux h;
+    memcpy(&h, ex->aux, sizeof h);
+    px_req **reqs = (px_req **)(ex->aux + sizeof h);
+    c->batch_wait = 0;
+    resp_reply_parser p;
+    resp_reply_init(&p, &srv->reply_limits);
+    size_t at = 0;
+    for (uint32_t i = 0; i < h.n; i++) {
+        const char *data = err;
+        size_t dlen = errlen;
+        resp_reply_reset(&p);
+        if (i < k && resp_reply_parse(&p, replies + at, len - at) == RESP_OK) {
+            data = replies + at;
+            dlen = p.frame_len;
+            at += dlen;
+        } else {
+            k = i; /* (kept frames are whole: not expected) */
+        }
+        reqs[i]->pending = 0;
+        reqs[i]->lost = i >= k;
+        px_client_on_reply(c, reqs[i], data, dlen);
+    }
+    resp_reply_deinit(&p);
+    px_req_release(srv, ex);
+}

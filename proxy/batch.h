@@ -10,8 +10,8 @@
  *     so its commands are sent again one by one, and each gets the reply
  *     Redis gives it alone. A block whose MULTI Redis refuses (an ACL
  *     without MULTI) had each command run, or refused, alone: each gets
- *     that reply, as if sent alone (upstream.c collects them as the EXEC's
- *     array), and EXEC's error is dropped. Until a block's EXEC is answered the client's
+ *     that reply, as if sent alone (upstream.c keeps them for
+ *     px_batch_on_relayed), and EXEC's error is dropped. Until a block's EXEC is answered the client's
  *     next request waits (a resend must not come after a later request).
  *     Only commands Redis is known to queue are batched (a known command
  *     with the right arity, flagged write, and neither admin, blocking,
@@ -54,6 +54,14 @@ void px_batch_cron(px_client *c);
 
 /* The reply to a batch's EXEC (r->kind == PX_REQ_BATCH). */
 void px_batch_on_reply(px_client *c, px_req *r, const char *data, size_t len);
+
+/* The end of batch ex whose MULTI Redis refused (its commands ran, or
+ * were refused, alone): its first k requests get the replies Redis gave
+ * those commands (replies: k whole frames, in order), the others err,
+ * marked lost (the connection went, or memory ran out: they may have run;
+ * nothing is sent again). */
+void px_batch_on_relayed(px_client *c, px_req *ex, const char *replies, size_t len, uint32_t k, const char *err,
+                         size_t errlen);
 
 /* Sends MULTI and then n commands on u, whose replies (+OK, +QUEUED) are
  * dropped. frames holds each command as (u32 length, bytes). batch: the

@@ -150,7 +150,7 @@ typedef struct px_server {
     /* latency histograms (proxy/stats.h) */
     px_latency lat_hit, lat_upstream;
     /* blocks sent as MULTI ... EXEC on shared connections (proxy/batch.h) */
-    uint64_t batch_blocks, batch_commands, batch_replays, txn_shared, txn_pinned;
+    uint64_t batch_blocks, batch_commands, batch_replays, batch_relayed, txn_shared, txn_pinned;
     uint64_t unwatch_local;    /* UNWATCH answered here (proxy/client.c) */
     uint64_t watch_ahead;      /* WATCH answered +OK before Redis did (proxy/client.c) */
     uint64_t watch_ahead_refused; /* ... that Redis refused after all: client closed */

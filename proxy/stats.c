@@ -39,6 +39,7 @@ void px_stats_collect(px_server *srv, px_stats *s) {
     s->batch_blocks = srv->batch_blocks;
     s->batch_commands = srv->batch_commands;
     s->batch_replays = srv->batch_replays;
+    s->batch_relayed = srv->batch_relayed;
     s->txn_shared = srv->txn_shared;
     s->txn_pinned = srv->txn_pinned;
     s->unwatch_local = srv->unwatch_local;

@@ -33,6 +33,7 @@ struct px_server;
     X(batch_blocks, counter, "Write batches sent as MULTI/EXEC blocks")                                    \
     X(batch_commands, counter, "Commands sent in write batches")                                           \
     X(batch_replays, counter, "Write batches refused (EXECABORT) and sent again one by one")               \
+    X(batch_relayed, counter, "Write batches whose MULTI Redis refused: each command's own reply relayed")  \
     X(txn_shared, counter, "Transactions without WATCH sent on a shared connection")                       \
     X(txn_pinned, counter, "Transactions without WATCH moved to a pinned connection")                      \
     X(unwatch_local, counter, "UNWATCH with nothing watched, answered by sidecache")                       \

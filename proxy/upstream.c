@@ -29,6 +29,7 @@
 #include <openssl/rand.h>
 
 #include "proxy/aclwatch.h"
+#include "proxy/batch.h"
 #include "proxy/slotwatch.h"
 #include "proxy/caching.h"
 #include "proxy/client.h"
@@ -797,6 +798,8 @@ static void up_release_held(px_upstream *u) {
     resp_buf_deinit(&u->held);
 }
 
+static void batch_relayed_end(px_upstream *u, px_req *r, const char *err, size_t errlen);
+
 /* Hands every pending request the error frame err (whole RESP frame); a
  * read (PX_AUX_READ) gets read_err instead when there is one (up_close_as). */
 static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, const char *read_err, size_t read_len) {
@@ -807,6 +810,11 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, cons
         u->npending--;
         r->next_up = NULL;
         r->lost = 1;
+        if (r->kind == PX_REQ_BATCH && u->block_relay) {
+            /* the replies its commands had already are theirs */
+            batch_relayed_end(u, r, err, errlen);
+            continue;
+        }
         if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING || r->kind == PX_REQ_CACHING ||
             r->kind == PX_REQ_TXN_CTL || r->kind == PX_REQ_PROBE || r->kind == PX_REQ_TTL ||
             r->kind == PX_REQ_ACL_LIST || r->kind == PX_REQ_SLOT_PROBE) {
@@ -953,20 +961,11 @@ static void note_role(px_upstream *u, const px_req *r, const char *data, size_t 
         px_follow_moved(u->srv, data, len);
 }
 
-/*
- * Redis refused a MULTI, EXEC or DISCARD that sidecache added around a
- * write batch or a local transaction (an ACL without them): what followed
- * a refused MULTI ran alone, and a refused DISCARD leaves the connection
- * inside MULTI. (Redis 7 answers a refused EXEC with EXECABORT, having run
- * nothing and left MULTI; another error to such an EXEC counts as a
- * refusal.) Neither may go on: the identity gets no more such blocks
- * (txn_denied or discard_denied, until an ACL SETUSER, DELUSER or LOAD
- * through the proxy), and the connection goes, failing what waits on it as
- * a lost connection would. Nothing is sent again: a write that ran never
- * runs twice.
- */
-/* (mark: px_acl_mark() when the refused command was sent: an ACL change
- * since then may allow it) */
+/* A refusal (an ACL without MULTI, EXEC or DISCARD) of one that sidecache
+ * added: the identity gets no more such blocks (txn_denied or
+ * discard_denied, until an ACL SETUSER, DELUSER or LOAD through the proxy).
+ * mark: px_acl_mark() when the refused command was sent (an ACL change
+ * since then may allow it). */
 static void txn_denied(px_upstream *u, const char *data, size_t len, int discard, uint64_t mark) {
     *(discard ? &u->pool->discard_denied : &u->pool->txn_denied) = mark;
     px_pool_denied(u->pool);
@@ -975,6 +974,16 @@ static void txn_denied(px_upstream *u, const char *data, size_t len, int discard
                (unsigned long long)u->id, (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);
 }
 
+/*
+ * Redis refused a MULTI, EXEC or DISCARD that sidecache added around a
+ * local transaction, or a write batch's EXEC: what followed a refused
+ * MULTI ran alone, and a refused DISCARD leaves the connection inside
+ * MULTI. (Redis 7 answers a refused EXEC with EXECABORT, having run
+ * nothing and left MULTI; another error to such an EXEC counts as a
+ * refusal.) Neither may go on: the connection goes, failing what waits on
+ * it as a lost connection would. Nothing is sent again: a write that ran
+ * never runs twice. (A write batch's refused MULTI: batch_multi_refused.)
+ */
 static void up_txn_refused(px_upstream *u, const char *data, size_t len, int discard, uint64_t mark) {
     if (u->state == PX_UP_CLOSED) return;
     /* (Redis's state, as BUSY, is no denial: the next block may pass) */
@@ -995,36 +1004,39 @@ static void batch_multi_refused(px_upstream *u, const char *data, size_t len, ui
     px_verbose("write batch: MULTI refused, each command answered alone id=%llu reply=\"%.*s\"",
                (unsigned long long)u->id, (int)(len > 80 ? 80 : len >= 2 ? len - 2 : len), data);
     u->block_relay = 1;
+    u->block_relay_oom = 0;
     u->block_nreplies = 0;
     resp_buf_reset(&u->block_replies);
+    u->srv->batch_relayed++;
 }
 
 static void batch_reply_kept(px_upstream *u, const char *data, size_t len) {
-    if (resp_buf_append(&u->block_replies, data, len) != 0) {
-        /* (out of memory: the batch gets the unexpected reply's error) */
-        u->block_relay = 0;
+    /* (out of memory: the replies kept so far still go to their requests,
+     * in order, and the rest get an error: none is kept after a gap) */
+    if (u->block_relay_oom || resp_buf_append(&u->block_replies, data, len) != 0) {
+        u->block_relay_oom = 1;
         return;
     }
     u->block_nreplies++;
 }
 
-/* The EXEC of a batch whose MULTI was refused: its requests get the kept
- * replies, as an EXEC's array. */
-static void batch_exec_reply(px_upstream *u, px_req *r, const char *data, size_t len) {
-    resp_buf arr;
-    resp_buf_init(&arr);
-    char head[24];
-    int n = snprintf(head, sizeof head, "*%u\r\n", u->block_nreplies);
-    if (resp_buf_append(&arr, head, (size_t)n) == 0 &&
-        resp_buf_append(&arr, u->block_replies.data, u->block_replies.len) == 0) {
-        data = arr.data;
-        len = arr.len;
+/* The batch r whose MULTI was refused ends: at its EXEC's reply, or with
+ * the connection (lost: err is the lost connection's error). Its requests
+ * get the replies kept, in order; any beyond them (the connection went
+ * first, or memory ran out) an error that says the command may have run,
+ * never a resend. */
+static void batch_relayed_end(px_upstream *u, px_req *r, const char *err, size_t errlen) {
+    static const char unknown[] = "-ERR sidecache: the reply to this command of a write batch was lost "
+                                  "(it ran alone, or may have)\r\n";
+    if (err == NULL) {
+        err = unknown;
+        errlen = sizeof unknown - 1;
     }
     u->block_relay = 0;
+    r->pending = 0;
+    px_batch_on_relayed(r->client, r, u->block_replies.data, u->block_replies.len, u->block_nreplies, err, errlen);
     resp_buf_reset(&u->block_replies);
     resp_buf_trim(&u->block_replies, 0);
-    px_client_on_reply(r->client, r, data, len);
-    resp_buf_deinit(&arr);
 }
 
 /* The reply to the EXEC of a block sidecache made: an error other than
@@ -1287,11 +1299,15 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     } else {
         px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
         if (type == '-') note_role(u, r, data, len);
-        if (r->kind == PX_REQ_BATCH && u->block_relay) {
+        if (r->kind == PX_REQ_BATCH && u->block_relay && type == '-') {
             /* (out of MULTI, as Redis left it: the connection stays) */
-            batch_exec_reply(u, r, data, len);
+            batch_relayed_end(u, r, NULL, 0);
             return;
         }
+        /* (an array: the connection was in MULTI before, and that MULTI
+         * was refused as nested: the commands were queued, and this is
+         * their replies; never seen) */
+        u->block_relay = 0;
         int refused = (r->kind == PX_REQ_BATCH || (r->aux_flags & PX_AUX_BLOCK_EXEC)) && block_exec_refused(data, len);
         uint64_t mark = r->learn_mark;
         if (!(r->aux_flags & PX_AUX_BLOCK_EXEC) || !block_exec_reworded(u, r, data, len))

@@ -265,6 +265,7 @@ typedef struct px_upstream {
                                   are the EXEC's array (batch.h) */
     resp_buf block_replies;
     uint32_t block_nreplies;
+    int block_relay_oom;       /* ... and a reply could not be kept */
     resp_buf block_err;        /* of the errors of Redis's state it gave
                                   commands of the block it is reading
                                   (PX_AUX_BLOCK_QUEUED), the one it checks

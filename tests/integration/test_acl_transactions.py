@@ -16,6 +16,7 @@ sent them, so Redis answers them exactly as it answers a direct client.
 """
 import pytest
 
+from cachehelpers import RELAY_ARGS, relay  # noqa: F401 (a fixture)
 from exacthelpers import sidecache_info
 from helpers import encode
 
@@ -109,6 +110,7 @@ def test_write_batch_with_multi_denied_never_runs_a_command_twice(proxy, upstrea
         assert got[-1] == b"$%d\r\n%d\r\n" % (len(str(round * n)), round * n), got[-1]
         assert upstream.client().get("cnt") == str(round * n).encode(), "each INCR must run once"
         assert sidecache_info(proxy)["batch_blocks"] == 1, "a batch was tried again"
+        assert sidecache_info(proxy)["batch_relayed"] == 1
 
 
 def test_write_batch_with_multi_denied_relays_each_commands_own_error(proxy, upstream, ref):
@@ -155,6 +157,27 @@ def test_a_user_denied_multi_is_known_in_every_database_and_protocol(proxy_facto
         got, want = [f.raw for f in c.read_frames(300)], [f.raw for f in r.read_frames(300)]
     assert got == want, [g for g in got if g.startswith(b"-")][:3]
     assert sidecache_info(proxy)["batch_blocks"] == 1, "a batch was tried again"
+
+
+def test_a_connection_lost_in_a_batch_whose_multi_was_refused_keeps_the_replies_it_had(relay, proxy_factory,
+                                                                                         upstream):
+    """A batch whose MULTI Redis refused: its commands ran alone, one by
+    one. When the connection is lost after Redis answered two of them, those
+    two get their replies, as a direct client would have read them before
+    the connection closed, and the others the lost connection's error (they
+    may have run). Nothing is sent again."""
+    deny(upstream, "multi")
+    p = proxy_factory(up=relay, args=RELAY_ARGS + ("--upstream-connections", "1"))
+    hold = relay.hold_reply(("INCR", "c"))
+    with p.raw() as cl:
+        cl.send(b"".join(encode("INCR", k) for k in "abcd"))
+        hold.wait()
+        hold.conn.close()
+        got = [f.raw for f in cl.read_frames(4)]
+    assert got[:2] == [b":1\r\n", b":1\r\n"], got
+    assert all(g.startswith(b"-ERR sidecache:") for g in got[2:]), got
+    assert sidecache_info(p)["batch_relayed"] == 1, "setup: the INCRs were not a refused batch"
+    assert upstream.client().mget("a", "b", "c", "d") == [b"1"] * 4, "each INCR runs once"
 
 
 def test_a_denied_multi_is_known_to_clients_that_name_the_default_user(proxy, upstream):
