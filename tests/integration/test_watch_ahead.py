@@ -12,6 +12,7 @@ Redis refuses after all disconnects the client before any EXEC of it ran,
 and that every case where Redis could answer otherwise still reaches Redis.
 """
 import contextlib
+import socket
 import threading
 import time
 
@@ -39,7 +40,17 @@ def busy_redis(server, seconds):
     c = server.client()
     t = threading.Thread(target=c.eval, args=(script, 0, int(seconds * 1e6)))
     t.start()
-    time.sleep(0.05)  # the script has started
+    # the script has started once a PING waits (below busy-reply-threshold
+    # Redis answers nothing while it runs)
+    deadline = time.monotonic() + 5
+    while True:
+        with server.raw(auth=True) as probe:
+            probe.send_cmd("PING")
+            try:
+                probe.read_frame(timeout=0.1)
+            except (socket.timeout, TimeoutError):
+                break
+        assert time.monotonic() < deadline, "the script did not start"
     try:
         yield
     finally:
@@ -58,8 +69,8 @@ def denied_watch_answered_ahead(proxy, upstream, then):
     with proxy.raw() as c:
         assert c.cmd("AUTH", "w", "pw").raw == b"+OK\r\n"
         assert c.cmd("WATCH", "ok1").raw == b"+OK\r\n"  # learned
-        with busy_redis(upstream, 0.4):
-            assert c.cmd("WATCH", "secret", timeout=0.3).raw == b"+OK\r\n"
+        with busy_redis(upstream, 1.5):
+            assert c.cmd("WATCH", "secret", timeout=1.0).raw == b"+OK\r\n"
             c.send(then)
         yield c, admin
 
