@@ -62,6 +62,9 @@ struct inv_conn {
     uint64_t keepalive_seq;   /* the outstanding keep-alive's number, 0 if none */
     int64_t ping_progress_ms; /* the last answer, or the send of the oldest
                                  PING when none was outstanding */
+    int progress_is_send;     /* ... the send: its answer times a round trip */
+    int64_t min_rtt_ms;       /* the shortest round trip seen, -1 none yet */
+    int rtt_warned;           /* a round trip above hold_ms was logged */
     uint64_t stall_seq;       /* the PING sent after a stall (ping_answered):
                                  hits wait for its answer; 0 if none */
     int ping_refused_logged;  /* an error answered a PING (logged once) */
@@ -127,6 +130,10 @@ static void drop_connection(inv_conn *t) {
      * the cache first, inv_set_state) */
     t->pings_answered = t->pings_sent;
     t->keepalive_seq = 0;
+    /* another connection, maybe another path */
+    t->progress_is_send = 0;
+    t->min_rtt_ms = -1;
+    t->rtt_warned = 0;
 }
 
 /* Any failure: drop the connection and try again after a back-off. */
@@ -224,20 +231,27 @@ static size_t first_elem_off(const char *buf, size_t len) {
 static int pings_outstanding(const inv_conn *t) { return t->pings_answered < t->pings_sent; }
 
 static void send_ping(inv_conn *t, int64_t now) {
-    if (!pings_outstanding(t)) t->ping_progress_ms = now;
+    if (!pings_outstanding(t)) {
+        t->ping_progress_ms = now;
+        t->progress_is_send = 1;
+    }
     send_cmd(t, "PING", NULL);
     t->pings_sent++;
 }
 
-/* An answer after more than hold_ms of silence, with a PING outstanding,
- * ends a stall, through which hits went on (inv_hold_left_ms): Redis was
- * taken to be stalled before the PING, when nothing can be behind a reply.
- * A script past busy-reply-threshold breaks that: Redis answers clients
- * while it runs, the writer of a write run just before it (after this
- * PING, in the same pass) too, but writes that write's BCAST invalidation
- * only when the script ends. So hits wait for a fresh PING: Redis answers
- * it after the invalidations of every write it answered before, or BUSY
- * while the script still runs (on_busy). */
+/* An answer after a silence longer than hold_ms plus the shortest round
+ * trip seen ends a stall (a fork, a long script): the reads that came
+ * meanwhile went to Redis (inv_hold_left_ms), but Redis may answer the
+ * PING where it also answers a writer whose invalidation it writes later.
+ * A script past busy-reply-threshold does: Redis answers clients while it
+ * runs, the writer of a write run just before it (after this PING, in the
+ * same pass) too, but writes that write's BCAST invalidation only when the
+ * script ends. So hits wait for a fresh PING: Redis answers it after the
+ * invalidations of every write it answered before, or BUSY while the
+ * script still runs (on_busy). Not a stall: a silence through which such
+ * a PING was outstanding (no hit was served, and none is behind it), or
+ * one no longer than the round trip the network takes anyway (else every
+ * PING would send another when the round trip exceeds hold_ms). */
 static void stall_ended(inv_conn *t) {
     if (t->state != INV_ACTIVE) return;
     t->stats.stalls++;
@@ -245,10 +259,24 @@ static void stall_ended(inv_conn *t) {
 }
 
 static void ping_answered(inv_conn *t) {
-    int64_t now = now_ms();
-    int stalled = t->cfg.hold_ms > 0 && now - t->ping_progress_ms > t->cfg.hold_ms;
+    int64_t now = now_ms(), silence = now - t->ping_progress_ms;
+    int stall_waited = t->stall_seq > t->pings_answered;
+    int64_t rtt = t->min_rtt_ms > 0 ? t->min_rtt_ms : 0;
+    int stalled = !stall_waited && silence > t->cfg.hold_ms + rtt;
+    if (t->progress_is_send) {
+        if (t->min_rtt_ms < 0 || silence < t->min_rtt_ms) t->min_rtt_ms = silence;
+        /* every read that comes while a PING is out then goes to Redis */
+        if (t->cfg.hold_ms > 0 && silence > t->cfg.hold_ms && !stalled && !stall_waited && !t->rtt_warned) {
+            t->rtt_warned = 1;
+            px_log(PX_LOG_WARNING,
+                   "tracking PING round trip %lld ms exceeds tracking-ping-hold-ms %d: reads the cache would "
+                   "answer go to Redis while a PING is out; set the hold above the round trip",
+                   (long long)silence, t->cfg.hold_ms);
+        }
+    }
     t->pings_answered++;
     t->ping_progress_ms = now;
+    t->progress_is_send = 0;
     if (t->keepalive_seq != 0 && t->pings_answered >= t->keepalive_seq) {
         t->ping_sent_ms = 0;
         t->keepalive_seq = 0;
@@ -550,6 +578,7 @@ inv_conn *inv_new(struct event_base *base, const inv_config *cfg, const inv_call
     t->cfg = *cfg;
     t->cb = *cb;
     t->arg = arg;
+    t->min_rtt_ms = -1;
     t->user = cfg->user ? strdup(cfg->user) : NULL;
     t->pass = cfg->pass ? strdup(cfg->pass) : NULL;
     t->prefixes = calloc((size_t)cfg->nprefixes + 1, sizeof *t->prefixes);
@@ -661,7 +690,7 @@ int inv_hold_left_ms(const inv_conn *t, uint64_t mark) {
     if (t->stall_seq > mark) mark = t->stall_seq;
     if (mark == 0 || t->state != INV_ACTIVE || t->pings_answered >= mark) return 0;
     int64_t left = t->ping_progress_ms + t->cfg.hold_ms - now_ms();
-    return left > 0 ? (int)left : 0;
+    return left > 0 ? (int)left : INV_HOLD_PAST;
 }
 
 int inv_ping_hold_ms(const inv_conn *t) { return inv_hold_left_ms(t, inv_hold_mark(t)); }

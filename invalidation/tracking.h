@@ -64,7 +64,7 @@ typedef struct inv_callbacks {
     /* A TLS session for the next connection, or NULL for plain TCP (may be
      * NULL itself: always plain). */
     struct ssl_st *(*new_ssl)(void *arg, int *failed);
-    /* The keep-alive PING was answered (inv_ping_hold_ms is 0 again).
+    /* A PING was answered (inv_ping_hold_ms may be 0 again).
      * What Redis wrote behind the answer may be read in the same callback,
      * after this call, or in the next reads: act once they are handled
      * (the connection's events have the highest priority, 0). May be NULL. */
@@ -88,8 +88,8 @@ typedef struct inv_config {
                                      CLIENT TRACKING ... REDIRECT <our id> send */
     int ping_ms;                  /* keep-alive period */
     int timeout_ms;               /* ping answer deadline */
-    int hold_ms;                  /* how long an unanswered ping holds hits
-                                     (inv_ping_hold_ms) */
+    int hold_ms;                  /* how long an unanswered ping holds hits;
+                                     then Redis answers (inv_ping_hold_ms) */
     int tcp_keepalive;            /* TCP keepalive of the socket, seconds (0: off;
                                      proxy/sockopt.h) */
 } inv_config;
@@ -119,11 +119,11 @@ enum inv_state inv_get_state(const inv_conn *t);
  * microseconds later. So a read that comes while a PING (a keep-alive or a
  * barrier) is unanswered may follow a reply seen elsewhere that outran an
  * invalidation: until that PING's answer, and what was read with it, is
- * handled (on_ping_answered), the owner serves it no hit. Past hold_ms
- * without an answer, Redis is taken to have not run the PING yet (stalled:
- * a fork, a long script), when nothing can be behind a reply, and hits go
- * on until timeout_ms ends the connection. The answer that ends such a
- * silence sends a fresh PING, which holds hits as the PINGs before it did
+ * handled (on_ping_answered), the owner serves it no hit: it waits, up to
+ * hold_ms, and then Redis answers it (as it would without a cache: late
+ * too if Redis is stalled, a fork or a long script, BUSY during a script).
+ * The answer that ends a silence longer than hold_ms and the round trip
+ * sends a fresh PING, which holds hits as the PINGs before it did
  * (stats.stalls): a script past busy-reply-threshold answers clients, the
  * writer of a write run just before it too, and sends that write's
  * invalidation only when it ends.
@@ -133,7 +133,9 @@ enum inv_state inv_get_state(const inv_conn *t);
  * hold a read for ever. */
 uint64_t inv_hold_mark(const inv_conn *t);
 /* How many ms a read marked so must still wait; 0 once the PINGs up to
- * mark are answered, or hold_ms passed without an answer. */
+ * mark are answered; INV_HOLD_PAST when hold_ms passed without an answer:
+ * no hit, Redis answers the read. */
+#define INV_HOLD_PAST (-1)
 int inv_hold_left_ms(const inv_conn *t, uint64_t mark);
 /* The same for a read that comes now. */
 int inv_ping_hold_ms(const inv_conn *t);
@@ -159,8 +161,8 @@ typedef struct inv_stats {
     uint64_t null_messages;  /* null key lists (flush) */
     uint64_t connects;       /* setups started */
     uint64_t losses;         /* times ACTIVE was left */
-    uint64_t stalls;         /* PING answers after more than hold_ms of silence
-                                (hits then waited for a fresh PING) */
+    uint64_t stalls;         /* PING answers after more than hold_ms and a round
+                                trip of silence (hits then waited for a fresh PING) */
     char last_error[256];    /* why tracking is not active, if it is not */
 } inv_stats;
 

@@ -83,6 +83,8 @@ struct px_caching {
                                 had requests in flight (neither hit nor miss) */
     uint64_t held_ping;      /* cacheable reads held until the keep-alive PING
                                 was answered (px_clients_ping_wake) */
+    uint64_t past_hold;      /* ... sent to Redis, the PING unanswered past
+                                tracking-ping-hold-ms */
     struct event *ping_wake_ev; /* wakes them, once the invalidation
                                    connection's input is handled */
     px_lookup *lookup;       /* lookup scripts answered here */
@@ -940,10 +942,14 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
     /* An invalidation may be behind a reply the client has seen from
      * Redis (inv_hold_mark): the read waits for the PINGs unanswered when
      * it came, one round trip once per keep-alive period or barrier, or at
-     * most tracking-ping-hold-ms. */
+     * most tracking-ping-hold-ms; then Redis answers it (the PING is late:
+     * Redis stalled, a fork or a long script, or the network slow). */
     uint64_t mark = was_held ? c->ping_mark : inv_hold_mark(pc->inv);
     int hold = busy ? 0 : inv_hold_left_ms(pc->inv, mark);
-    if (hold > 0) {
+    if (hold == INV_HOLD_PAST) {
+        pc->past_hold++;
+        busy = 1;
+    } else if (hold > 0) {
         c->ping_mark = mark;
         /* (a timer may wake it a little early: then it waits again) */
         if (!was_held) pc->held_ping++;
@@ -1435,12 +1441,12 @@ static int mget_reply(struct px_caching *pc, px_server *srv, px_req *r, const ch
     }
     int merge = ok && h.nmiss < h.n;
     int64_t now = px_now_ms();
-    /* An unanswered PING (keep-alive, barrier): Redis's part may have been read after
-     * a write whose invalidation is still on its way (inv_ping_hold_ms),
-     * so the cached part may be older than it. A cached value whose key
+    /* An unanswered PING (keep-alive, barrier), however long: Redis's part
+     * may have been read after a write whose invalidation is still on its
+     * way (inv_ping_hold_ms), so the cached part may be older than it. A cached value whose key
      * has a TTL may have expired while Redis read the rest, with no
      * invalidation (Redis sends one only when it deletes the key). */
-    int resend = merge && (inv_ping_hold_ms(pc->inv) > 0 || ((h.seq != change_seq(pc) || h.may_expire) &&
+    int resend = merge && (inv_ping_hold_ms(pc->inv) != 0 || ((h.seq != change_seq(pc) || h.may_expire) &&
                                                              !plan_still_cached(pc, &h, plan, plen, now)));
     if (resend) merge = 0;
     if (merge) resp_enc_array(out, h.n);
@@ -1740,6 +1746,7 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_misses = st->misses;
     s->cache_bypassed_in_flight = pc->bypassed;
     s->cache_held_keepalive = pc->held_ping;
+    s->cache_sent_past_hold = pc->past_hold;
     s->cache_script_hits = pc->script_hits;
     s->cache_script_misses = pc->script_misses;
     s->cache_mget_hits = pc->mget_hits;

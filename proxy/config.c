@@ -235,7 +235,8 @@ static const px_directive px_directives[] = {
      .help = "A PING not answered in this time empties the cache and reconnects"},
     {.name = "tracking-ping-hold-ms", .type = PX_CT_INT, PX_FIELD(tracking_ping_hold_ms), .min = 0,
      .max = 600000, .def = "100", .arg = "<ms>",
-     .help = "A cache hit waits at most this long after a PING for its answer (docs/CONSISTENCY.md, C10); 0 = not"},
+     .help = "A cache hit waits at most this long for a PING's answer, then Redis answers (docs/CONSISTENCY.md, C10); "
+             "0 = Redis at once"},
 };
 
 #define PX_NDIRECTIVES (sizeof(px_directives) / sizeof(px_directives[0]))

@@ -45,6 +45,8 @@ struct px_server;
     X(cache_misses, counter, "Cache entries looked up and not found")                                      \
     X(cache_bypassed_in_flight, counter, "Cacheable reads sent to Redis: the client had requests in flight") \
     X(cache_held_keepalive, counter, "Cacheable reads held until the tracking keep-alive PING was answered") \
+    X(cache_sent_past_hold, counter,                                                                         \
+      "Cacheable reads sent to Redis: a tracking PING unanswered past tracking-ping-hold-ms")              \
     X(cache_script_hits, counter, "Lookup scripts answered from the cache")                               \
     X(cache_script_misses, counter, "Lookup scripts sent to Redis")                                        \
     X(cache_mget_hits, counter, "MGETs answered from the cache entirely")                                  \
@@ -67,7 +69,7 @@ struct px_server;
     X(cache_flushes_acl_changed, counter, "Flushes: ACL LIST on Redis changed (acl-check-ms)")                \
     X(cache_flushes_caching_refused, counter, "Flushes: Redis refused CLIENT CACHING YES (tracking-mode optin)") \
     X(cache_flushes_slot_migrating, counter, "Flushes: the volume's cluster slot began to migrate (ASK)")        \
-    X(cache_flushes_redis_busy, counter, "Flushes: a BUSY from Redis dropped cached entries (a script past busy-reply-threshold)")   \
+    X(cache_flushes_redis_busy, counter, "Flushes: a BUSY from Redis dropped cached entries (a script past busy-reply-threshold; not counted when the cache was empty)")   \
     X(cluster_slot_migrating, gauge, "1 while the volume's cluster slot migrates: the cache is off")       \
     X(acl_checks, counter, "ACL LIST checks answered: lists compared, or the refusal that stopped them")    \
     X(cache_entries, gauge, "Entries in the cache")                                                         \
@@ -80,7 +82,7 @@ struct px_server;
     X(tracking_connects, counter, "Invalidation connection setups started")                                \
     X(tracking_losses, counter, "Times tracking stopped being active")                                     \
     X(tracking_stalls, counter,                                                                            \
-      "Tracking PINGs answered after more than tracking-ping-hold-ms of silence: hits waited for a fresh PING")
+      "Tracking PINGs answered after more than tracking-ping-hold-ms and a round trip of silence: hits waited for a fresh PING")
 
 typedef struct px_stats {
 #define PX_STAT_FIELD(name, type, help) uint64_t name;
