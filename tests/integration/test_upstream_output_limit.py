@@ -78,9 +78,10 @@ def cache_warm(p, m, key=b"i2", value=b"attr"):
 @pytest.mark.parametrize("limit", ["0", "4mb"], ids=["limit-off(control)", "limit-4mb"])
 def test_cache_hit_is_answered_while_redis_stalls(proxy_factory, upstream, limit):
     """A cached GET needs nothing from Redis: it is answered while Redis is
-    stopped (a fork stall, a long script) and another client has filled
-    upstream-output-limit; so is PING. Only what needs Redis waits."""
-    p, m, reader = limited_proxy(proxy_factory, limit)
+    stopped and another client has filled upstream-output-limit; so is
+    PING. Only what needs Redis waits. (No keep-alive PING is sent here:
+    one out past tracking-ping-hold-ms sends reads to Redis, C10.)"""
+    p, m, reader = limited_proxy(proxy_factory, limit, "--tracking-keepalive-ms", "600000")
     cache_warm(p, m)
     filler, send = saturate(p)
     with stopped(upstream):
