@@ -239,19 +239,20 @@ static void send_ping(inv_conn *t, int64_t now) {
     t->pings_sent++;
 }
 
-/* An answer after a silence longer than hold_ms plus the shortest round
- * trip seen ends a stall (a fork, a long script): the reads that came
- * meanwhile went to Redis (inv_hold_left_ms), but Redis may answer the
- * PING where it also answers a writer whose invalidation it writes later.
- * A script past busy-reply-threshold does: Redis answers clients while it
- * runs, the writer of a write run just before it (after this PING, in the
- * same pass) too, but writes that write's BCAST invalidation only when the
- * script ends. So hits wait for a fresh PING: Redis answers it after the
- * invalidations of every write it answered before, or BUSY while the
- * script still runs (on_busy). Not a stall: a silence through which such
- * a PING was outstanding (no hit was served, and none is behind it), or
- * one no longer than the round trip the network takes anyway (else every
- * PING would send another when the round trip exceeds hold_ms). */
+/* An answer after a silence longer than hold_ms (at least STALL_MIN_MS)
+ * plus the shortest round trip seen ends a stall (a fork, a long script):
+ * the reads that came meanwhile went to Redis (inv_hold_left_ms), but
+ * Redis may answer the PING where it also answers a writer whose
+ * invalidation it writes later. A script past busy-reply-threshold does:
+ * Redis answers clients while it runs, the writer of a write run just
+ * before it (after this PING, in the same pass) too, but writes that
+ * write's BCAST invalidation only when the script ends. So hits wait for
+ * a fresh PING: Redis answers it after the invalidations of every write it
+ * answered before, or BUSY while the script still runs (on_busy). A fresh
+ * PING answered late is such a PING too (Redis may have run it, a write
+ * and a script in one pass). The round trip is left out, or every PING
+ * would send another when the network is slower than hold_ms. */
+#define STALL_MIN_MS 10
 static void stall_ended(inv_conn *t) {
     if (t->state != INV_ACTIVE) return;
     t->stats.stalls++;
@@ -260,13 +261,12 @@ static void stall_ended(inv_conn *t) {
 
 static void ping_answered(inv_conn *t) {
     int64_t now = now_ms(), silence = now - t->ping_progress_ms;
-    int stall_waited = t->stall_seq > t->pings_answered;
     int64_t rtt = t->min_rtt_ms > 0 ? t->min_rtt_ms : 0;
-    int stalled = !stall_waited && silence > t->cfg.hold_ms + rtt;
+    int stalled = silence > (t->cfg.hold_ms > STALL_MIN_MS ? t->cfg.hold_ms : STALL_MIN_MS) + rtt;
     if (t->progress_is_send) {
         if (t->min_rtt_ms < 0 || silence < t->min_rtt_ms) t->min_rtt_ms = silence;
         /* every read that comes while a PING is out then goes to Redis */
-        if (t->cfg.hold_ms > 0 && silence > t->cfg.hold_ms && !stalled && !stall_waited && !t->rtt_warned) {
+        if (t->cfg.hold_ms > 0 && silence > t->cfg.hold_ms && !stalled && !t->rtt_warned) {
             t->rtt_warned = 1;
             px_log(PX_LOG_WARNING,
                    "tracking PING round trip %lld ms exceeds tracking-ping-hold-ms %d: reads the cache would "

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cachehelpers import Stats, start_cached, warm
+from cachehelpers import RELAY_ARGS, Relay, Stats, start_cached, warm
 from helpers import HOST, LONG_SCRIPT, REDIS_VERSION, acl_without, busy_threshold_args, wait_until
 
 pytestmark = pytest.mark.proxy_only
@@ -298,3 +298,42 @@ def test_a_write_answered_while_a_script_with_slow_hooks_runs_is_not_read_stale(
     script = write_answered_while_a_script_runs(up, "i1", "new", script_s=2.0, sleep_s=0.6, write_at_s=0.3,
                                                 script=SLOW_HOOK_SCRIPT)
     read_through_the_script(c, script, 0.4)
+
+
+def test_a_stall_pings_own_late_answer_ends_a_stall_too(redis_factory, proxy_factory):
+    """The PING sent after a stall may itself be answered late: Redis read
+    it, then a write, then a script past busy-reply-threshold, in one pass,
+    and answers it with the writer's +OK at the script's first hook. That
+    ends a stall as well: hits wait for yet another PING, which meets BUSY.
+    The relay holds a keep-alive's PONG past the hold, and lets it go while
+    Redis sleeps: the PING it sets off reaches Redis in the same pass as
+    the write and the script. (Review of 543ac76: every read stale for
+    the 0.5 s, when that answer was not taken for a stall.)"""
+    up = redis_factory(args=busy_threshold_args(300))
+    relay = Relay(up)
+    try:
+        p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS + ("--tracking-keepalive-ms", "3000"))
+        up.client().set("i1", "old")
+        c = p.raw(auth=True)
+        assert warm(c, st, ("GET", "i1")) == [b"old"]
+        relay.hold_tracking()
+        pings = relay.tracking_pings()
+        wait_until(lambda: relay.tracking_pings() > pings, timeout=6.0, what="a keep-alive, its PONG held")
+        time.sleep(0.2)  # past tracking-ping-hold-ms
+        stalls = st.get()["tracking_stalls"]  # (INFO goes to Redis too)
+        z, w, s = up.raw(auth=True), up.raw(auth=True), up.raw(auth=True)
+        z.send_cmd("DEBUG", "SLEEP", "0.6")
+        time.sleep(0.05)
+        relay.release_tracking()  # the late PONG: the stall's PING follows
+        wait_until(lambda: relay.tracking_pings() > pings + 1, timeout=1.0, what="the stall's PING")
+        time.sleep(0.1)
+        w.send_cmd("SET", "i1", "new")
+        time.sleep(0.02)
+        s.send_cmd("EVAL", LONG_SCRIPT, 0, 2000000)
+        assert w.read_frame(timeout=5).raw == b"+OK\r\n"
+        read_through_the_script(c, s, 0.5)
+        assert z.read_frame(timeout=5).raw == b"+OK\r\n"
+        assert st.get()["tracking_stalls"] >= stalls + 2
+    finally:
+        relay.close()
+
