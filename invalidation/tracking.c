@@ -38,6 +38,8 @@
 /* What the next reply answers, during SETUP. */
 enum inv_expect { EXP_AUTH, EXP_SETNAME, EXP_NOEVICT, EXP_COMMAND, EXP_CLIENT_ID, EXP_TRACKING, EXP_SUBSCRIBE };
 
+#define PING_SLOTS 64
+
 struct inv_conn {
     struct event_base *base;
     inv_config cfg;
@@ -64,7 +66,12 @@ struct inv_conn {
                                  PING when none was outstanding */
     int progress_is_send;     /* ... the send: its answer times a round trip */
     int64_t min_rtt_ms;       /* the shortest round trip seen, -1 none yet */
+    int rtt_samples;          /* ... of how many (counted up to 2) */
     int rtt_warned;           /* a round trip above hold_ms was logged */
+    /* when the last PINGs were sent, by number (a PING's slot is taken
+     * again PING_SLOTS PINGs later: then its time is not known) */
+    int64_t ping_send_ms[PING_SLOTS];
+    uint64_t ping_send_seq[PING_SLOTS];
     uint64_t stall_seq;       /* the PING sent after a stall (ping_answered):
                                  hits wait for its answer; 0 if none */
     int ping_refused_logged;  /* an error answered a PING (logged once) */
@@ -133,6 +140,7 @@ static void drop_connection(inv_conn *t) {
     /* another connection, maybe another path */
     t->progress_is_send = 0;
     t->min_rtt_ms = -1;
+    t->rtt_samples = 0;
     t->rtt_warned = 0;
 }
 
@@ -237,6 +245,8 @@ static void send_ping(inv_conn *t, int64_t now) {
     }
     send_cmd(t, "PING", NULL);
     t->pings_sent++;
+    t->ping_send_ms[t->pings_sent % PING_SLOTS] = now;
+    t->ping_send_seq[t->pings_sent % PING_SLOTS] = t->pings_sent;
 }
 
 /* An answer after a silence longer than hold_ms (at least STALL_MIN_MS)
@@ -250,8 +260,11 @@ static void send_ping(inv_conn *t, int64_t now) {
  * a fresh PING: Redis answers it after the invalidations of every write it
  * answered before, or BUSY while the script still runs (on_busy). A fresh
  * PING answered late is such a PING too (Redis may have run it, a write
- * and a script in one pass). The round trip is left out, or every PING
- * would send another when the network is slower than hold_ms. */
+ * and a script in one pass). The silence is counted from when the answer
+ * could have come at the soonest: the last answer, or the PING's send and
+ * the shortest round trip, whichever is later; else every PING would send
+ * another when the network is slower than hold_ms. That round trip counts
+ * from the second one a connection measures: its first may be slow. */
 #define STALL_MIN_MS 10
 static void stall_ended(inv_conn *t) {
     if (t->state != INV_ACTIVE) return;
@@ -261,10 +274,16 @@ static void stall_ended(inv_conn *t) {
 
 static void ping_answered(inv_conn *t) {
     int64_t now = now_ms(), silence = now - t->ping_progress_ms;
-    int64_t rtt = t->min_rtt_ms > 0 ? t->min_rtt_ms : 0;
-    int stalled = silence > (t->cfg.hold_ms > STALL_MIN_MS ? t->cfg.hold_ms : STALL_MIN_MS) + rtt;
+    uint64_t seq = t->pings_answered + 1;
+    int64_t soonest = t->ping_progress_ms;
+    if (t->ping_send_seq[seq % PING_SLOTS] == seq) {
+        int64_t rtt = t->rtt_samples >= 2 ? t->min_rtt_ms : 0;
+        if (t->ping_send_ms[seq % PING_SLOTS] + rtt > soonest) soonest = t->ping_send_ms[seq % PING_SLOTS] + rtt;
+    }
+    int stalled = now - soonest > (t->cfg.hold_ms > STALL_MIN_MS ? t->cfg.hold_ms : STALL_MIN_MS);
     if (t->progress_is_send) {
         if (t->min_rtt_ms < 0 || silence < t->min_rtt_ms) t->min_rtt_ms = silence;
+        if (t->rtt_samples < 2) t->rtt_samples++;
         /* every read that comes while a PING is out then goes to Redis */
         if (t->cfg.hold_ms > 0 && silence > t->cfg.hold_ms && !stalled && !t->rtt_warned) {
             t->rtt_warned = 1;

@@ -16,7 +16,7 @@ sent them, so Redis answers them exactly as it answers a direct client.
 """
 import pytest
 
-from cachehelpers import RELAY_ARGS, relay  # noqa: F401 (a fixture)
+from cachehelpers import RELAY_ARGS, relay, wait_tracking_active  # noqa: F401 (a fixture)
 from exacthelpers import sidecache_info
 from helpers import encode
 
@@ -139,6 +139,7 @@ def test_a_user_denied_multi_is_known_in_every_database_and_protocol(proxy_facto
     checks: the ACL changed on Redis would make the proxy forget what it
     learnt between the two pipelines.)"""
     proxy = proxy_factory(args=("--acl-check-ms", "0"))
+    wait_tracking_active(proxy)  # (writes are batched once Redis's command table is in)
     deny(upstream, "multi")
     deny(ref, "multi")
     with proxy.raw() as c:
@@ -168,6 +169,7 @@ def test_a_connection_lost_in_a_batch_whose_multi_was_refused_keeps_the_replies_
     may have run). Nothing is sent again."""
     deny(upstream, "multi")
     p = proxy_factory(up=relay, args=RELAY_ARGS + ("--upstream-connections", "1"))
+    wait_tracking_active(p)  # (writes are batched once Redis's command table is in)
     hold = relay.hold_reply(("INCR", "c"))
     with p.raw() as cl:
         cl.send(b"".join(encode("INCR", k) for k in "abcd"))

@@ -322,7 +322,7 @@ def test_a_stall_pings_own_late_answer_ends_a_stall_too(redis_factory, proxy_fac
         time.sleep(0.2)  # past tracking-ping-hold-ms
         stalls = st.get()["tracking_stalls"]  # (INFO goes to Redis too)
         z, w, s = up.raw(auth=True), up.raw(auth=True), up.raw(auth=True)
-        z.send_cmd("DEBUG", "SLEEP", "0.6")
+        z.send_cmd("DEBUG", "SLEEP", "1.0")
         time.sleep(0.05)
         relay.release_tracking()  # the late PONG: the stall's PING follows
         wait_until(lambda: relay.tracking_pings() > pings + 1, timeout=1.0, what="the stall's PING")
