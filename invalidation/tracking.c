@@ -249,9 +249,9 @@ static void send_ping(inv_conn *t, int64_t now) {
     t->ping_send_seq[t->pings_sent % PING_SLOTS] = t->pings_sent;
 }
 
-/* An answer after a silence longer than hold_ms (at least STALL_MIN_MS)
- * plus the shortest round trip seen ends a stall (a fork, a long script):
- * the reads that came meanwhile went to Redis (inv_hold_left_ms), but
+/* An answer more than hold_ms (at least STALL_MIN_MS) later than it could
+ * have come ends a stall (a fork, a long script): the reads that came
+ * meanwhile went to Redis (inv_hold_left_ms), but
  * Redis may answer the PING where it also answers a writer whose
  * invalidation it writes later. A script past busy-reply-threshold does:
  * Redis answers clients while it runs, the writer of a write run just

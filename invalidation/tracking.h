@@ -122,8 +122,9 @@ enum inv_state inv_get_state(const inv_conn *t);
  * handled (on_ping_answered), the owner serves it no hit: it waits, up to
  * hold_ms, and then Redis answers it (as it would without a cache: late
  * too if Redis is stalled, a fork or a long script, BUSY during a script).
- * The answer that ends a silence longer than hold_ms and the round trip
- * sends a fresh PING, which holds hits as the PINGs before it did
+ * An answer more than hold_ms later than it could have come (the round
+ * trip counted) ends a stall and sends a fresh PING, which holds hits as
+ * the PINGs before it did
  * (stats.stalls): a script past busy-reply-threshold answers clients, the
  * writer of a write run just before it too, and sends that write's
  * invalidation only when it ends.
@@ -161,8 +162,8 @@ typedef struct inv_stats {
     uint64_t null_messages;  /* null key lists (flush) */
     uint64_t connects;       /* setups started */
     uint64_t losses;         /* times ACTIVE was left */
-    uint64_t stalls;         /* PING answers after more than hold_ms and a round
-                                trip of silence (hits then waited for a fresh PING) */
+    uint64_t stalls;         /* PING answers more than hold_ms later than they
+                                could have come (hits then waited for a fresh PING) */
     char last_error[256];    /* why tracking is not active, if it is not */
 } inv_stats;
 

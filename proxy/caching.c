@@ -1443,9 +1443,10 @@ static int mget_reply(struct px_caching *pc, px_server *srv, px_req *r, const ch
     int64_t now = px_now_ms();
     /* An unanswered PING (keep-alive, barrier), however long: Redis's part
      * may have been read after a write whose invalidation is still on its
-     * way (inv_ping_hold_ms), so the cached part may be older than it. A cached value whose key
-     * has a TTL may have expired while Redis read the rest, with no
-     * invalidation (Redis sends one only when it deletes the key). */
+     * way (inv_ping_hold_ms), so the cached part may be older than it. A
+     * cached value whose key has a TTL may have expired while Redis read
+     * the rest, with no invalidation (Redis sends one only when it deletes
+     * the key). */
     int resend = merge && (inv_ping_hold_ms(pc->inv) != 0 || ((h.seq != change_seq(pc) || h.may_expire) &&
                                                              !plan_still_cached(pc, &h, plan, plen, now)));
     if (resend) merge = 0;

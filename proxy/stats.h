@@ -82,7 +82,7 @@ struct px_server;
     X(tracking_connects, counter, "Invalidation connection setups started")                                \
     X(tracking_losses, counter, "Times tracking stopped being active")                                     \
     X(tracking_stalls, counter,                                                                            \
-      "Tracking PINGs answered after more than tracking-ping-hold-ms and a round trip of silence: hits waited for a fresh PING")
+      "Tracking PINGs answered more than tracking-ping-hold-ms later than they could have: hits waited for a fresh PING")
 
 typedef struct px_stats {
 #define PX_STAT_FIELD(name, type, help) uint64_t name;
