@@ -245,19 +245,19 @@ static void send_ping(inv_conn *t, int64_t now) {
     }
     send_cmd(t, "PING", NULL);
     t->pings_sent++;
-    t->ping_send_ms[t->pings_sent % PING_SLOTS] = now;
-    t->ping_send_seq[t->pings_sent % PING_SLOTS] = t->pings_sent;
+    size_t slot = t->pings_sent % PING_SLOTS;
+    t->ping_send_ms[slot] = now;
+    t->ping_send_seq[slot] = t->pings_sent;
 }
 
 /* An answer more than hold_ms (at least STALL_MIN_MS) later than it could
  * have come ends a stall (a fork, a long script): the reads that came
- * meanwhile went to Redis (inv_hold_left_ms), but
- * Redis may answer the PING where it also answers a writer whose
- * invalidation it writes later. A script past busy-reply-threshold does:
- * Redis answers clients while it runs, the writer of a write run just
- * before it (after this PING, in the same pass) too, but writes that
- * write's BCAST invalidation only when the script ends. So hits wait for
- * a fresh PING: Redis answers it after the invalidations of every write it
+ * meanwhile went to Redis (inv_hold_left_ms), but Redis may answer the
+ * PING where it also answers a writer whose invalidation it writes later.
+ * A script past busy-reply-threshold does: Redis answers clients while it
+ * runs, the writer of a write run just before it (after this PING, in the
+ * same pass) too, but writes that write's BCAST invalidation only when the
+ * script ends. So hits wait for a fresh PING: Redis answers it after the invalidations of every write it
  * answered before, or BUSY while the script still runs (on_busy). A fresh
  * PING answered late is such a PING too (Redis may have run it, a write
  * and a script in one pass). The silence is counted from when the answer
@@ -275,10 +275,11 @@ static void stall_ended(inv_conn *t) {
 static void ping_answered(inv_conn *t) {
     int64_t now = now_ms(), silence = now - t->ping_progress_ms;
     uint64_t seq = t->pings_answered + 1;
+    size_t slot = seq % PING_SLOTS;
     int64_t soonest = t->ping_progress_ms;
-    if (t->ping_send_seq[seq % PING_SLOTS] == seq) {
+    if (t->ping_send_seq[slot] == seq) {
         int64_t rtt = t->rtt_samples >= 2 ? t->min_rtt_ms : 0;
-        if (t->ping_send_ms[seq % PING_SLOTS] + rtt > soonest) soonest = t->ping_send_ms[seq % PING_SLOTS] + rtt;
+        if (t->ping_send_ms[slot] + rtt > soonest) soonest = t->ping_send_ms[slot] + rtt;
     }
     int stalled = now - soonest > (t->cfg.hold_ms > STALL_MIN_MS ? t->cfg.hold_ms : STALL_MIN_MS);
     if (t->progress_is_send) {

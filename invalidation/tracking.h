@@ -124,10 +124,9 @@ enum inv_state inv_get_state(const inv_conn *t);
  * too if Redis is stalled, a fork or a long script, BUSY during a script).
  * An answer more than hold_ms later than it could have come (the round
  * trip counted) ends a stall and sends a fresh PING, which holds hits as
- * the PINGs before it did
- * (stats.stalls): a script past busy-reply-threshold answers clients, the
- * writer of a write run just before it too, and sends that write's
- * invalidation only when it ends.
+ * the PINGs before it did (stats.stalls): a script past
+ * busy-reply-threshold answers clients, the writer of a write run just
+ * before it too, and sends that write's invalidation only when it ends.
  * inv_hold_mark: the PINGs a read that comes now waits for (a number for
  * inv_hold_left_ms), 0 if none is unanswered (ACTIVE only). Later PINGs
  * are not its concern, so that tunnels that keep sending barriers do not
