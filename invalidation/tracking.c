@@ -135,6 +135,7 @@ static void drop_connection(inv_conn *t) {
     t->ping_sent_ms = 0;
     /* no answer will come: every barrier is passed (leaving ACTIVE empties
      * the cache first, inv_set_state) */
+    t->stats.pings_lost += t->pings_sent - t->pings_answered;
     t->pings_answered = t->pings_sent;
     t->keepalive_seq = 0;
     /* another connection, maybe another path */
@@ -245,6 +246,7 @@ static void send_ping(inv_conn *t, int64_t now) {
     }
     send_cmd(t, "PING", NULL);
     t->pings_sent++;
+    t->stats.pings_sent++;
     size_t slot = t->pings_sent % PING_SLOTS;
     t->ping_send_ms[slot] = now;
     t->ping_send_seq[slot] = t->pings_sent;
@@ -295,6 +297,7 @@ static void ping_answered(inv_conn *t) {
         }
     }
     t->pings_answered++;
+    t->stats.pings_answered++;
     t->ping_progress_ms = now;
     t->progress_is_send = 0;
     if (t->keepalive_seq != 0 && t->pings_answered >= t->keepalive_seq) {

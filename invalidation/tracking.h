@@ -161,6 +161,9 @@ typedef struct inv_stats {
     uint64_t null_messages;  /* null key lists (flush) */
     uint64_t connects;       /* setups started */
     uint64_t losses;         /* times ACTIVE was left */
+    /* PINGs (keep-alives, barriers): sent = answered + lost + unanswered */
+    uint64_t pings_sent, pings_answered;
+    uint64_t pings_lost;     /* unanswered when their connection was lost */
     uint64_t stalls;         /* PING answers more than hold_ms later than they
                                 could have come (hits then waited for a fresh PING) */
     char last_error[256];    /* why tracking is not active, if it is not */

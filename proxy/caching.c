@@ -1781,5 +1781,8 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_expired = st->expired;
     s->tracking_connects = is->connects;
     s->tracking_losses = is->losses;
+    s->tracking_pings_sent = is->pings_sent;
+    s->tracking_pings_answered = is->pings_answered;
+    s->tracking_pings_lost = is->pings_lost;
     s->tracking_stalls = is->stalls;
 }

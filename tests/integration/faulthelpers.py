@@ -354,7 +354,8 @@ class Metrics:
 
 BRIEF_FIELDS = ("tracking_state", "cache_hits", "cache_misses", "cache_fills", "cache_entries",
                 "cache_flushes", "cache_flushes_tracking_lost", "invalidation_keys",
-                "tracking_connects", "tracking_losses", "connected_clients",
+                "tracking_connects", "tracking_losses", "tracking_pings_sent",
+                "tracking_pings_answered", "tracking_pings_lost", "connected_clients",
                 "upstream_connections")
 
 

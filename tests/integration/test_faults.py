@@ -139,6 +139,18 @@ def wait_invalidated(e, base_keys, n=1, timeout=3.0):
              "%d invalidation(s) counted" % n)
 
 
+def wait_tracking_caught_up(e, timeout=3.0):
+    """Waits until the proxy has handled every invalidation of the writes
+    Redis ran before this call: a tracking PING sent after it is answered
+    (one connection, in order), or lost with its connection (which empties
+    the cache). Counting invalidations is not enough while a workload
+    writes cacheable keys too: one of theirs may be counted while the one
+    awaited is still on the invalidation path (toxiproxy relays it)."""
+    seq = e.m["tracking_pings_sent"] + 1
+    e.m.wait(lambda d: d["tracking_pings_answered"] + d["tracking_pings_lost"] >= seq, timeout,
+             "a tracking PING sent after the write answered")
+
+
 # ---------------------------------------------------------------------------
 # Faults on the data connections
 
@@ -182,6 +194,7 @@ def test_data_path_fault(env, fault):
         base = e.m["invalidation_keys"]
         direct_set(e.upstream, probe, "new")
         wait_invalidated(e, base)
+        wait_tracking_caught_up(e)
         results = {}
 
         def probe_reads():
@@ -305,6 +318,9 @@ def check_lossy_tracking_fault(e, fault, kw, wait_lost=3.0):
             t_lost = time.monotonic() - t_fault
             assert d["tracking_losses"] > before["tracking_losses"], brief(d)
             assert d["cache_flushes"] > before["cache_flushes"], brief(d)
+            if fault == "timeout":  # the keep-alive went unanswered
+                assert d["tracking_pings_lost"] > before["tracking_pings_lost"], brief(d)
+            assert d["tracking_pings_sent"] >= d["tracking_pings_answered"] + d["tracking_pings_lost"], brief(d)
             for _ in range(3):
                 assert read_no_hit(e, c, ("GET", "i7401")) == b"v2"
                 assert read_no_hit(e, c, ("HGET", "d7401", "f")) == b"v2"
