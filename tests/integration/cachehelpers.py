@@ -1029,8 +1029,11 @@ def run_linearizability_check(target, upstream, duration=10.0, delay_bound=1.0,
 # Shared by the test_cache_*.py modules (they import these names)
 
 # A proxy behind the relay must not give up on its invalidation connection
-# while a test holds that connection's replies back on purpose.
-RELAY_ARGS = ("--tracking-timeout-ms", "20000")
+# while a test holds that connection's replies back on purpose, nor send a
+# keep-alive PING then: reads would wait for its answer and then go to
+# Redis (tracking-ping-hold-ms), and a hit the test expects would not come.
+# Tests that need keep-alives give their own --tracking-keepalive-ms.
+RELAY_ARGS = ("--tracking-timeout-ms", "20000", "--tracking-keepalive-ms", "600000")
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ sent them, so Redis answers them exactly as it answers a direct client.
 """
 import pytest
 
-from cachehelpers import RELAY_ARGS, relay, wait_tracking_active  # noqa: F401 (a fixture)
+from cachehelpers import NO_ACL_CHECKS, RELAY_ARGS, relay, wait_tracking_active  # noqa: F401 (a fixture)
 from exacthelpers import sidecache_info
 from helpers import encode
 
@@ -51,8 +51,10 @@ def test_multi_denied_while_a_local_transaction_is_open(proxy, upstream):
 def test_exec_denied_stops_write_batches(proxy_factory, upstream):
     """EXEC denied: a batch's EXEC gets EXECABORT naming EXEC, and its
     commands go again one by one. The proxy learns: the next pipeline is
-    not batched at all (one round trip, not a refused block and a replay)."""
-    p = proxy_factory()
+    not batched at all (one round trip, not a refused block and a replay).
+    (No ACL checks: the next would see deny()'s change and forget what the
+    proxy learned.)"""
+    p = proxy_factory(args=NO_ACL_CHECKS)
     deny(upstream, "exec")
     with p.raw() as a:
         a.send(encode("INCR", "k") * 2)
@@ -91,12 +93,13 @@ def test_multi_denied_never_runs_a_command_twice(proxy, upstream, ref):
 
 
 @pytest.mark.parametrize("n", [3, 300])
-def test_write_batch_with_multi_denied_never_runs_a_command_twice(proxy, upstream, ref, n):
+def test_write_batch_with_multi_denied_never_runs_a_command_twice(proxy_factory, upstream, ref, n):
     """n pipelined INCRs (a write batch: 300 are a full block of 250 and
     more), and a GET after them. The first time MULTI is refused: the INCRs
     ran alone, once each, and each gets its own reply, as from Redis
     directly (no replay, and the EXEC's error is no one's). The second
     pipeline is not batched: Redis's own replies."""
+    proxy = proxy_factory(args=NO_ACL_CHECKS)
     deny(upstream, "multi")
     deny(ref, "multi")
     pipeline = encode("INCR", "cnt") * n + encode("GET", "cnt")
@@ -182,11 +185,12 @@ def test_a_connection_lost_in_a_batch_whose_multi_was_refused_keeps_the_replies_
     assert upstream.client().mget("a", "b", "c", "d") == [b"1"] * 4, "each INCR runs once"
 
 
-def test_a_denied_multi_is_known_to_clients_that_name_the_default_user(proxy, upstream):
+def test_a_denied_multi_is_known_to_clients_that_name_the_default_user(proxy_factory, upstream):
     """A client that never sent AUTH runs as Redis's "default" user, as one
     that sent AUTH default <password> does: once a batch's MULTI of the
     first was refused, the second's pipelined writes are not tried as a
     batch either (the denial is the user's, whoever names it how)."""
+    proxy = proxy_factory(args=NO_ACL_CHECKS)
     deny(upstream, "multi")
     with proxy.raw() as a, proxy.raw() as b:
         a.send(encode("INCR", "cnt") * 3)
@@ -272,7 +276,7 @@ def test_a_refused_multi_on_the_own_connection_opens_nothing(proxy_factory, upst
     client's later commands are not queued, and once it has unwatched, its
     reads are cache hits again (the proxy no longer holds it in MULTI)."""
     from cachehelpers import start_cached
-    p, st = start_cached(proxy_factory)
+    p, st = start_cached(proxy_factory, args=NO_ACL_CHECKS)
     upstream.client().set("i9070", "v")
     deny(upstream, "multi")
     with p.raw(auth=True) as a:

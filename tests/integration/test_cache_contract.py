@@ -1614,7 +1614,7 @@ def test_c10_an_mget_merge_is_read_again_while_the_tracking_keepalive_is_unanswe
     invalidation is still behind the PONG: the merge could show what Redis
     never held (here a transaction changed both keys: old and new side by
     side). The proxy sends the MGET again whole instead."""
-    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS + HOLD_ARGS)
+    p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS + HOLD_ARGS + ("--tracking-keepalive-ms", "1000"))
     d = upstream.client()
     d.set("i9981", "old")
     d.set("i9982", "old")

@@ -48,10 +48,15 @@ def test_metrics_match_info(proxy_factory, upstream):
     # (nothing ran in between but the INFO itself) the same value
     numbers = {k: v for k, v in info.items() if isinstance(v, int)}
     assert len(numbers) >= 30, info
+    # (but for what runs by itself: keep-alives, the PONG of the SET's
+    # barrier, ACL checks, which may move between the scrape and the INFO)
+    by_itself = ("acl_checks", "tracking_pings_sent", "tracking_pings_answered")
     for k, v in numbers.items():
         assert "# TYPE sidecache_%s " % k in text, k
         assert "# HELP sidecache_%s " % k in text, k
-        if k not in ("connected_clients",):
+        if k in by_itself:
+            assert m["sidecache_" + k] <= v, (k, m["sidecache_" + k], v)
+        elif k not in ("connected_clients",):
             assert m["sidecache_" + k] == v, (k, m["sidecache_" + k], v)
     assert m["sidecache_cache_hits"] >= 20
     assert m["sidecache_tracking_active"] == 1

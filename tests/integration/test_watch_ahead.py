@@ -227,7 +227,7 @@ def test_acl_through_a_tunnel_counts_when_its_reply_comes(relay, proxy_factory, 
     the relay still holds the ACL command back must not make the proxy
     answer the next WATCH ahead once the ACL has run: that one gets Redis's
     NOPERM, and nobody is disconnected."""
-    p = proxy_factory(up=relay, args=RELAY_ARGS)
+    p = proxy_factory(up=relay, args=RELAY_ARGS + NO_ACL_CHECKS)
     upstream.client().execute_command("ACL", "SETUSER", "w", "on", ">pw", "~*", "+@all")
     with p.raw(auth=True) as t, p.raw() as c:
         assert c.cmd("AUTH", "w", "pw").raw == b"+OK\r\n"

@@ -136,7 +136,14 @@ func TestClusterClientSendsTheVolumeSlotThroughSidecache(t *testing.T) {
 	}
 
 	// the volume's inode attribute: written, then read twice; the second
-	// read is a hit
+	// read is a hit (once tracking is on: the listener opens before)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(proxy.Info(ctx, "sidecache").Val(), "tracking_state:active") {
+		if time.Now().After(deadline) {
+			t.Fatal("tracking not active")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	must(t, cc.Set(ctx, "{1}i2", "attr-v1", 0).Err())
 	hits := cacheHits(t, ctx, proxy)
 	for i := 0; i < 2; i++ {
@@ -151,7 +158,7 @@ func TestClusterClientSendsTheVolumeSlotThroughSidecache(t *testing.T) {
 	// a write on node B itself, by another client: the cluster client
 	// reads the new value, not the cached one
 	must(t, nodeB.Set(ctx, "{1}i2", "attr-v2", 0).Err())
-	deadline := time.Now().Add(2 * time.Second)
+	deadline = time.Now().Add(2 * time.Second)
 	for {
 		v, err := cc.Get(ctx, "{1}i2").Result()
 		must(t, err)
