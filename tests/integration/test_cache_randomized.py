@@ -1,8 +1,13 @@
 """
 The randomized linearizability checker (cachehelpers.run_linearizability_check)
-against the proxy, and a check of the checker's own power against a
-deliberately stale cache.
+against the proxy, a check of the checker's own power against a
+deliberately stale cache, and MGETs against transactions that change their
+keys together (every reply one version).
 """
+import random
+import threading
+import time
+
 import pytest
 
 from cachehelpers import MODES, FakeStaleProxy, run_linearizability_check, start_cached
@@ -78,10 +83,6 @@ def test_an_mget_never_mixes_values_of_keys_a_transaction_changed_together(mode,
     merges not sent again after an invalidation: hundreds); in the per-read
     modes some tens are (a key cached just before a transaction whose
     invalidation comes after the rest of the MGET was read)."""
-    import random
-    import threading
-    import time
-
     p, st = start_cached(proxy_factory, mode=mode)
     with upstream.raw(auth=True) as d:
         d.raw_cmds([("MULTI",)] + [("SET", k, "v0") for k in GROUP] + [("EXEC",)])
