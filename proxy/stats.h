@@ -81,9 +81,9 @@ struct px_server;
     X(cache_expired, counter, "Entries dropped by cache-ttl or by their key's own expiry")                 \
     X(tracking_connects, counter, "Invalidation connection setups started")                                \
     X(tracking_losses, counter, "Times tracking stopped being active")                                     \
-    X(tracking_pings_sent, counter, "Tracking PINGs sent (keep-alives and barriers)")                         \
-    X(tracking_pings_answered, counter, "Tracking PINGs answered")                                          \
-    X(tracking_pings_lost, counter, "Tracking PINGs unanswered when their connection was lost")           \
+    X(tracking_pings_sent, counter, "Tracking PINGs sent (keep-alives and barriers)")                      \
+    X(tracking_pings_answered, counter, "Tracking PINGs answered")                                         \
+    X(tracking_pings_lost, counter, "Tracking PINGs unanswered when their connection was lost")            \
     X(tracking_stalls, counter,                                                                            \
       "Tracking PINGs answered more than tracking-ping-hold-ms later than they could have: hits waited for a fresh PING")
 
