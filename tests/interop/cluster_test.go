@@ -99,6 +99,19 @@ func must(t *testing.T, err error) {
 }
 
 // cacheHits reads cache_hits from the proxy's INFO.
+// waitTrackingActive waits until sidecache behind c reports tracking active
+// (its listener opens before the invalidation connection is set up).
+func waitTrackingActive(t *testing.T, ctx context.Context, c *redis.Client) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(c.Info(ctx, "sidecache").Val(), "tracking_state:active") {
+		if time.Now().After(deadline) {
+			t.Fatal("tracking not active")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func cacheHits(t *testing.T, ctx context.Context, c *redis.Client) int {
 	t.Helper()
 	info, err := c.Info(ctx, "sidecache").Result()
@@ -137,13 +150,7 @@ func TestClusterClientSendsTheVolumeSlotThroughSidecache(t *testing.T) {
 
 	// the volume's inode attribute: written, then read twice; the second
 	// read is a hit (once tracking is on: the listener opens before)
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(proxy.Info(ctx, "sidecache").Val(), "tracking_state:active") {
-		if time.Now().After(deadline) {
-			t.Fatal("tracking not active")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitTrackingActive(t, ctx, proxy)
 	must(t, cc.Set(ctx, "{1}i2", "attr-v1", 0).Err())
 	hits := cacheHits(t, ctx, proxy)
 	for i := 0; i < 2; i++ {
@@ -158,7 +165,7 @@ func TestClusterClientSendsTheVolumeSlotThroughSidecache(t *testing.T) {
 	// a write on node B itself, by another client: the cluster client
 	// reads the new value, not the cached one
 	must(t, nodeB.Set(ctx, "{1}i2", "attr-v2", 0).Err())
-	deadline = time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(2 * time.Second)
 	for {
 		v, err := cc.Get(ctx, "{1}i2").Result()
 		must(t, err)

@@ -95,13 +95,7 @@ func TestLookupInFlightWhenTheUpstreamConnectionIsLostIsRetried(t *testing.T) {
 		MaxRetries: 10, MinRetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 500 * time.Millisecond})
 	t.Cleanup(func() { _ = c.Close() })
 	if !targetDirect() {
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(c.Info(ctx, "sidecache").Val(), "tracking_state:active") {
-			if time.Now().After(deadline) {
-				t.Fatal("tracking not active")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitTrackingActive(t, ctx, c)
 	}
 	slept := make(chan error, 1)
 	// its own client: go-redis's default read timeout is the sleep's 3 s,
