@@ -259,10 +259,10 @@ static void send_ping(inv_conn *t, int64_t now) {
  * A script past busy-reply-threshold does: Redis answers clients while it
  * runs, the writer of a write run just before it (after this PING, in the
  * same pass) too, but writes that write's BCAST invalidation only when the
- * script ends. So hits wait for a fresh PING: Redis answers it after the invalidations of every write it
- * answered before, or BUSY while the script still runs (on_busy). A fresh
- * PING answered late is such a PING too (Redis may have run it, a write
- * and a script in one pass). The silence is counted from when the answer
+ * script ends. So hits wait for a fresh PING: Redis answers it after the
+ * invalidations of every write it answered before, or BUSY while the
+ * script still runs (on_busy). A fresh PING answered late is such a PING
+ * too (Redis may have run it, a write and a script in one pass). The silence is counted from when the answer
  * could have come at the soonest: the last answer, or the PING's send and
  * the shortest round trip, whichever is later; else every PING would send
  * another when the network is slower than hold_ms. That round trip counts
