@@ -173,6 +173,7 @@ struct cache {
     struct group *dying;    /* purged lazily, not yet freed */
     cache_config cfg;
     cache_stats stats;
+    int uncounted;          /* cache_get does not count (cache_count_reads) */
     size_t alloc_bytes;     /* requested sizes of entries and groups */
     uint64_t last_token;
     uint64_t seed;
@@ -542,12 +543,16 @@ int cache_get(cache *c, uint32_t part, int db, int kind, const char *key, size_t
         goto miss;
     }
     lru_touch(c, e);
-    c->stats.hits++;
+    if (!c->uncounted) c->stats.hits++;
     entry_value(e, val, vlen, is_nil);
     return 1;
 miss:
-    c->stats.misses++;
+    if (!c->uncounted) c->stats.misses++;
     return 0;
+}
+
+void cache_count_reads(cache *c, int on) {
+    c->uncounted = !on;
 }
 
 int cache_peek_filled_before(const cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,

@@ -126,6 +126,11 @@ int cache_get(cache *c, uint32_t part, int db, int kind, const char *key, size_t
               const char *field, size_t flen, int64_t now_ms, const char **val, size_t *vlen,
               int *is_nil);
 
+/* Whether cache_get counts its hits and misses (on at first). A caller
+ * that looks up again what it counted once (a request dispatched a second
+ * time) turns it off meanwhile, and keeps the rest of cache_get. */
+void cache_count_reads(cache *c, int on);
+
 /* cache_get without its effects: no statistics, no LRU move, nothing
  * dropped (an expired entry, or one of a purged group, is just a miss). */
 int cache_peek(const cache *c, uint32_t part, int db, int kind, const char *key, size_t klen,

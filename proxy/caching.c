@@ -68,7 +68,7 @@ struct px_caching {
      * GET filled) */
     uint64_t read_ok[66][4];
     /* flushes by cause */
-    uint64_t flush_tracking, flush_null, flush_write, flush_failover, flush_unknown_user, flush_acl, flush_caching;
+    uint64_t flush_tracking, flush_null, flush_write, flush_failover, flush_acl, flush_caching;
     /* the volume's cluster slot migrating (slotwatch.h): no hit, no fill */
     int slot_unstable;
     int moving;               /* px_caching_upstream_moved restarts tracking */
@@ -77,7 +77,9 @@ struct px_caching {
     uint64_t flush_slot;
     uint64_t flush_busy;      /* a BUSY emptied the cache (redis_busy) */
     int64_t busy_ms;          /* ... the last time */
-    uint64_t hits_served, fills_begun;
+    /* px_caching_try_hit of a request that it counted once already (it
+     * waited to go to Redis, and comes again): nothing is counted */
+    int recount;
     uint64_t purges_skipped; /* write replies whose purge was skipped (purge_again) */
     uint64_t bypassed;       /* cacheable reads sent to Redis because the client
                                 had requests in flight (neither hit nor miss) */
@@ -97,6 +99,10 @@ struct px_caching {
     uint64_t ttl_asked;
     struct event *reclaim_ev; /* frees what large purges left (reclaim_later) */
 };
+
+/* A counter of the reads px_caching_try_hit decides (not moved when it
+ * decides a read again: recount) */
+#define COUNT(pc, counter, n) ((pc)->recount ? (void)0 : (void)((pc)->counter += (n)))
 
 /* Every flush: the cache, and what is known of Redis's scripts (a flush
  * may mean a restarted or another Redis, which holds none of them). */
@@ -832,9 +838,8 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
      * reply would cost its size three times over (plan, scratch, output) */
     int first_miss = busy ? 1 : mget_reply_cached(pc, c, part, now);
     if (first_miss == argc) {
-        pc->mget_hits++;
-        pc->mget_keys_cached += h.n;
-        pc->hits_served++;
+        COUNT(pc, mget_hits, 1);
+        COUNT(pc, mget_keys_cached, h.n);
         return hit_write(c, &c->scratch);
     }
     if (first_miss < 0) {
@@ -882,8 +887,8 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
     }
     memcpy(plan->data, &h, sizeof h);
     if (h.nmiss < h.n) {
-        pc->mget_partial++;
-        pc->mget_keys_cached += h.n - h.nmiss;
+        COUNT(pc, mget_partial, 1);
+        COUNT(pc, mget_keys_cached, h.n - h.nmiss);
     }
     resp_buf_reset(req);
     resp_enc_array(req, (long long)h.nmiss + 1);
@@ -912,12 +917,11 @@ void px_caching_mget_request(px_client *c, const char **data, size_t *len) {
     *len = pc->plan_req.len;
 }
 
-int px_caching_try_hit(px_client *c, int *cacheable) {
-    struct px_caching *pc = c->srv->caching;
+static int try_hit(struct px_caching *pc, px_client *c, int *cacheable) {
     int was_held = c->ping_held;
     c->ping_held = 0;
     *cacheable = PX_READ_NONE;
-    if (pc == NULL || !serving(c->srv)) return 0;
+    if (!serving(c->srv)) return 0;
     /* A client that has not authenticated, where Redis wants a password,
      * must get Redis's NOAUTH: never a cached value, never a fill. */
     if (c->pass == NULL && c->srv->open_access != 1) return 0;
@@ -934,7 +938,7 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
     /* A client with requests in flight may have a write among them that
      * the cache does not reflect yet: its reads go to Redis, in order. */
     int busy = c->inflight > 0 || c->slots_head != NULL;
-    if (busy) pc->bypassed++;
+    if (busy) COUNT(pc, bypassed, 1);
     /* until Redis has answered a read of this kind for this user (its
      * ACL allows it: learn_read), what the cache holds is not its answer */
     int allowed = pc->read_ok[part][read - 1] == px_acl_mark(c->srv);
@@ -947,7 +951,7 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
     uint64_t mark = was_held ? c->ping_mark : inv_hold_mark(pc->inv);
     int hold = busy ? 0 : inv_hold_left_ms(pc->inv, mark);
     if (hold == INV_HOLD_PAST) {
-        pc->past_hold++;
+        COUNT(pc, past_hold, 1);
         busy = 1;
     } else if (hold > 0) {
         c->ping_mark = mark;
@@ -973,11 +977,10 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
     if (read == PX_READ_LOOKUP) {
         if (!px_lookup_answer(pc->lookup, script, pc->cache, part, c->db, c->proto, a[3].ptr, a[3].len, a[4].ptr,
                               a[4].len, px_now_ms(), &c->scratch)) {
-            pc->script_misses++;
+            COUNT(pc, script_misses, 1);
             return 0;
         }
-        pc->script_hits++;
-        pc->hits_served++;
+        COUNT(pc, script_hits, 1);
         return hit_write(c, &c->scratch);
     }
     const char *val;
@@ -993,12 +996,29 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
         return 0;
     if (!cache_get(pc->cache, part, c->db, kind, a[1].ptr, a[1].len, field, flen, now, &val, &vlen, &is_nil))
         return 0;
-    pc->hits_served++;
     if (is_nil)
         resp_enc_null(&c->scratch, c->proto);
     else
         resp_enc_bulk(&c->scratch, val, vlen);
     return hit_write(c, &c->scratch);
+}
+
+int px_caching_try_hit(px_client *c, int *cacheable) {
+    struct px_caching *pc = c->srv->caching;
+    if (pc == NULL) {
+        *cacheable = PX_READ_NONE;
+        return 0;
+    }
+    /* A read that went on to Redis may wait there (upstream-output-limit,
+     * or for its connection) and come here again: its hit or miss, its
+     * partial MGET, were counted the first time. */
+    pc->recount = c->read_counted;
+    cache_count_reads(pc->cache, !pc->recount);
+    int hit = try_hit(pc, c, cacheable);
+    cache_count_reads(pc->cache, 1);
+    pc->recount = 0;
+    if (hit == 0 && *cacheable != PX_READ_NONE) c->read_counted = 1;
+    return hit;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1191,7 +1211,7 @@ static void mget_send(struct px_caching *pc, px_client *c, px_upstream *u, px_re
             token = 0;
         }
         memcpy(it.token, &token, 8);
-        if (token) pc->fills_begun++, u->filled = 1;
+        if (token) u->filled = 1;
     }
     /* the plan's buffer moves to the request */
     r->aux = plan->data;
@@ -1230,7 +1250,6 @@ static void lookup_send(struct px_caching *pc, px_client *c, px_upstream *u, px_
     r->aux = aux;
     r->aux_len = sizeof id + a[3].len + a[4].len;
     r->aux_flags |= PX_AUX_LOOKUP;
-    if (r->fill_token) pc->fills_begun++;
     u->filled = 1;
 }
 
@@ -1289,7 +1308,6 @@ int px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, i
         r->aux_flags |= PX_AUX_FILL;
         r->fill_token = token;
         u->filled = 1;
-        pc->fills_begun++;
         return 0;
     }
 

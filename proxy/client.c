@@ -2168,6 +2168,7 @@ static int client_process_input(px_client *c) {
         }
         if (c->io.closed) return 0; /* closed while dispatching */
         px_io_consume(&c->io, flen);
+        c->read_counted = 0;
     }
     return 0;
 

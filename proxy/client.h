@@ -135,6 +135,9 @@ typedef struct px_client {
     int ping_held;             /* its last read waited for a PING's answer
                                   (counted once, however often it waits) */
     uint64_t ping_mark;        /* ... for those up to this one (inv_hold_mark) */
+    int read_counted;          /* its request, a read, was counted by the cache
+                                  and waits to go to Redis (px_caching_try_hit
+                                  counts it once) */
     int inflight;              /* requests awaiting an upstream reply */
     px_upstream *inflight_on;  /* the connection they were sent on */
     int barrier;               /* a state change awaits its reply: read nothing */

@@ -140,3 +140,40 @@ def test_partial_command_timeout_does_not_count_the_proxys_own_pause(proxy_facto
     send.join()
 
 
+
+
+# ---------------------------------------------------------------------------
+# a read that waits is counted once
+
+
+# what each read moves, counted once: i2 is cached (cache_warm), i7 is not
+WAITING_READS = {
+    "get-miss": (("GET", "i7"), b"$-1\r\n", {"cache_misses": 1, "cache_hits": 0}),
+    "mget-partial": (("MGET", "i2", "i7"), b"*2\r\n$4\r\nattr\r\n$-1\r\n",
+                     {"cache_mget_partial": 1, "cache_mget_keys_cached": 1, "cache_hits": 1, "cache_misses": 1}),
+}
+
+
+@pytest.mark.parametrize("read", list(WAITING_READS))
+@pytest.mark.parametrize("limit", ["0", "4mb"], ids=["limit-off(control)", "limit-4mb"])
+def test_a_read_that_waits_at_the_limit_is_counted_once(proxy_factory, upstream, limit, read):
+    """A read the cache cannot answer whole goes to Redis: at
+    upstream-output-limit it waits, and the proxy takes it up again once
+    Redis reads. Its miss, or partial MGET, counts once, as without the
+    limit (it used to count at each take)."""
+    cmd, reply, moves = WAITING_READS[read]
+    p, m, reader = limited_proxy(proxy_factory, limit, "--tracking-keepalive-ms", "600000")
+    cache_warm(p, m)
+    assert reader.call("MGET", "i2") == [b"attr"]  # Redis has answered an MGET: the cache may too
+    filler, send = saturate(p)
+    before = m.get()
+    with stopped(upstream):
+        send.t.start()
+        filler_read(m, limit)
+        reader.send(encode(*cmd))
+        if limit != "0":
+            m.wait(lambda d: d["clients_paused_upstream_output"] >= 2, 10, "the reader paused")
+    assert answer_after_pause(p, reader) == reply
+    send.join()
+    after = m.get()
+    assert {k: after[k] - before[k] for k in moves} == moves

@@ -74,6 +74,7 @@ static void t_fail_reset(void) {
 #define cache_get_stats ck_cache_get_stats
 #define cache_get ck_cache_get
 #define cache_peek ck_cache_peek
+#define cache_count_reads ck_cache_count_reads
 #define cache_peek_filled_before ck_cache_peek_filled_before
 #define cache_fill_begin ck_cache_fill_begin
 #define cache_fill_complete ck_cache_fill_complete
@@ -90,6 +91,7 @@ static void t_fail_reset(void) {
 #undef cache_get_stats
 #undef cache_get
 #undef cache_peek
+#undef cache_count_reads
 #undef cache_peek_filled_before
 #undef cache_fill_begin
 #undef cache_fill_complete
@@ -258,6 +260,34 @@ static void test_peek(void) {
     CHECK_EQ_INT(st(c)->misses, 0);
     cache_invalidate_key(c, "i1", 2);
     CHECK_EQ_INT(cache_peek(c, 1, 0, G, "i1", 2, "", 0, 0, &v, &vl, &nil), 0);
+    cache_free(c);
+}
+
+/* With counting off, cache_get counts neither its hits nor its misses,
+ * and does the rest as before: a hit still moves the entry up the LRU, an
+ * expired entry is still dropped. Counting on again counts again. */
+static void test_count_reads_off(void) {
+    cache *c = mk(MB, 64 * 1024, 1000);
+    CHECK_EQ_INT(put(c, 1, 0, G, "i1", "", "attr-1", 0), 1);
+    CHECK_EQ_INT(put(c, 1, 0, G, "i2", "", "attr-2", 0), 1);
+    CHECK_EQ_INT(put(c, 1, 0, G, "i3", "", "attr-3", 900), 1);
+    cache_count_reads(c, 0);
+    CHECK_EQ_INT(get(c, 1, 0, G, "i1", ""), 1);
+    CHECK_EQ_INT(get(c, 1, 0, G, "i9", ""), 0);
+    CHECK_EQ_INT(get_at(c, 1, 0, G, "i2", "", 1500), 0); /* past cache-ttl: dropped */
+    CHECK_EQ_INT(st(c)->hits, 0);
+    CHECK_EQ_INT(st(c)->misses, 0);
+    CHECK_EQ_INT(st(c)->expired, 1);
+    CHECK_EQ_INT(st(c)->entries, 2);
+    /* i1's hit made it the most recent: a byte less evicts i3 */
+    set_cfg(c, st(c)->used_bytes - 1, 64 * 1024, 0);
+    CHECK_EQ_INT(st(c)->entries, 1);
+    CHECK_EQ_INT(get(c, 1, 0, G, "i3", ""), 0);
+    cache_count_reads(c, 1);
+    CHECK_EQ_INT(get(c, 1, 0, G, "i1", ""), 1);
+    CHECK_EQ_INT(get(c, 1, 0, G, "i3", ""), 0);
+    CHECK_EQ_INT(st(c)->hits, 1);
+    CHECK_EQ_INT(st(c)->misses, 1);
     cache_free(c);
 }
 
@@ -1534,6 +1564,7 @@ int main(void) {
     RUN(test_get_hit_miss);
     RUN(test_hget_hit_miss);
     RUN(test_peek);
+    RUN(test_count_reads_off);
     RUN(test_peek_filled_before);
     RUN(test_binary_value);
     RUN(test_nil_entries);
