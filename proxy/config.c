@@ -922,6 +922,14 @@ int px_config_check(const px_config *c, char *err, size_t errlen) {
         seterr(err, errlen, "upstream is the proxy's own unixsocket '%s'", c->unixsocket);
         return -1;
     }
+    /* a sentinel moves the data connections to the master it names; a
+     * fixed tracking-upstream would keep the invalidations on the old one,
+     * which sends none of the new master's writes */
+    if (c->nsentinel > 0 && c->tracking_upstream[0] != '\0') {
+        seterr(err, errlen, "tracking-upstream cannot be used with upstream-sentinel: after a failover the "
+               "invalidations would come from the old master");
+        return -1;
+    }
     if (!c->up.is_unix && c->port != 0 && c->up.port == c->port) {
         for (int i = 0; i < c->nbind; i++) {
             if (reaches(c->bind[i], c->up.host)) {

@@ -821,6 +821,11 @@ static void test_check(void) {
         {"upstream redis://127.0.0.1:6380\nport 6381\n", NULL},
         {"upstream redis://127.0.0.1:6380\nport 0\nunixsocket /tmp/x\n", NULL},
         {"upstream redis://redis.internal:6380\n", NULL},
+        {"upstream-sentinel mymaster 127.0.0.1:26379\ntracking-upstream redis://127.0.0.1:6379\n",
+         "tracking-upstream cannot be used with upstream-sentinel: after a failover the invalidations would come "
+         "from the old master"},
+        {"upstream-sentinel mymaster 127.0.0.1:26379\n", NULL},
+        {"tracking-upstream redis://127.0.0.1:6379\n", NULL},
     };
     px_config c;
     char err[512];
