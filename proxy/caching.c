@@ -638,19 +638,41 @@ uint64_t px_caching_slot_events(const px_server *srv) {
     return srv->caching != NULL ? srv->caching->slot_events : 0;
 }
 
-void px_caching_slot_unstable(px_server *srv, const char *data, size_t len) {
-    struct px_caching *pc = srv->caching;
-    if (pc == NULL) return;
+/* Empties the cache and keeps it off until a probe finds the slot served
+ * here again, not migrating (1 if it was on). */
+static int slot_off(struct px_caching *pc, const char *why, const char *data, size_t len) {
     pc->slot_events++;
     pc->slot_event_ms = px_now_ms();
-    if (pc->slot_unstable) return;
-    /* a nil cached before may be a key written on the target since */
+    if (pc->slot_unstable) return 0;
     pc->slot_unstable = 1;
     flush_cache(pc);
-    pc->flush_slot++;
     size_t n = len >= 2 ? len - 2 : len;
-    px_notice("cache flushed and off reason=\"the volume's cluster slot is migrating\" reply=\"%.*s\"",
-              (int)(n > 120 ? 120 : n), data);
+    px_notice("cache flushed and off reason=\"%s\" reply=\"%.*s\"", why, (int)(n > 120 ? 120 : n), data);
+    return 1;
+}
+
+void px_caching_slot_unstable(px_server *srv, const char *data, size_t len) {
+    struct px_caching *pc = srv->caching;
+    /* a nil cached before may be a key written on the target since */
+    if (pc != NULL && slot_off(pc, "the volume's cluster slot is migrating", data, len)) pc->flush_slot++;
+}
+
+/* A cluster node cut off from the majority of its masters refuses keyed
+ * commands CLUSTERDOWN, so as to serve nothing stale, while the majority
+ * may promote a replica of it and take writes there; it answers PING still,
+ * and the invalidation connection stays on. With a probe of the slot
+ * (slotwatch.h) the cache stays off until the node serves the slot again;
+ * without one it is emptied (the node refuses the reads that would fill
+ * it, and a MOVED empties it again once the node is a replica). */
+static void cluster_down(px_server *srv, const char *data, size_t len) {
+    struct px_caching *pc = srv->caching;
+    if (srv->slotwatch != NULL) {
+        if (slot_off(pc, "the cluster is down for this node: the slot may be served elsewhere", data, len))
+            pc->flush_failover++;
+        return;
+    }
+    flush_cache(pc);
+    pc->flush_failover++;
 }
 
 static void slot_stable(struct px_caching *pc) {
@@ -1608,6 +1630,7 @@ void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
     /* a client's command met a script past busy-reply-threshold: seen
      * sooner than at the next keep-alive */
     if (pc != NULL && starts_with(data, len, "-BUSY ")) redis_busy(srv, data, len);
+    if (pc != NULL && starts_with(data, len, "-CLUSTERDOWN ")) cluster_down(srv, data, len);
     if (pc != NULL && len > 0 && data[0] == '-' &&
         (starts_with(data, len, "-LOADING") || starts_with(data, len, "-READONLY") ||
          starts_with(data, len, "-MASTERDOWN") ||

@@ -86,8 +86,9 @@ void px_slotwatch_on_reply(px_server *srv, int what, const char *data, size_t le
                       (int)(n > 120 ? 120 : n), data);
         w->refused = 1;
     }
-    /* MOVED: flushed and followed as every MOVED (upstream.c); LOADING,
-     * CLUSTERDOWN...: asked again at the next tick */
+    /* MOVED: flushed and followed as every MOVED (upstream.c); CLUSTERDOWN:
+     * the cache is off until a probe answers :0 (px_caching_on_error_reply);
+     * LOADING...: asked again at the next tick */
 }
 
 int px_slotwatch_init(px_server *srv) {

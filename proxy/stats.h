@@ -65,7 +65,7 @@ struct px_server;
     X(cache_flushes_tracking_lost, counter, "Flushes: tracking lost or its keep-alive late")               \
     X(cache_flushes_null_invalidation, counter, "Flushes: Redis sent a null invalidation (FLUSHALL)")     \
     X(cache_flushes_write_unknown_keys, counter, "Flushes: a write whose keys cannot be known")            \
-    X(cache_flushes_failover, counter, "Flushes: Redis answered LOADING, READONLY, MASTERDOWN or MOVED")       \
+    X(cache_flushes_failover, counter, "Flushes: Redis answered LOADING, READONLY, MASTERDOWN, CLUSTERDOWN or MOVED") \
     X(cache_flushes_acl_changed, counter, "Flushes: ACL LIST on Redis changed (acl-check-ms)")                \
     X(cache_flushes_caching_refused, counter, "Flushes: Redis refused CLIENT CACHING YES (tracking-mode optin)") \
     X(cache_flushes_slot_migrating, counter, "Flushes: the volume's cluster slot began to migrate (ASK)")        \

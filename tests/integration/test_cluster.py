@@ -96,6 +96,44 @@ def test_volume_reads_through_the_named_master_hit_the_cache(proxy_factory, clus
     assert "tracking_state:active" in info
 
 
+def info_number(c, name):
+    info = c.call("INFO", "sidecache").decode()
+    return int(info.split(name + ":")[1].split("\r\n")[0])
+
+
+def test_a_node_that_says_the_cluster_is_down_serves_nothing_from_the_cache(proxy_factory, cluster_node):
+    """A master cut off from most of the cluster's masters (a partition)
+    answers keyed commands CLUSTERDOWN, so as to serve nothing stale while
+    the majority promotes its replica and takes writes there, and answers
+    PING as ever: the invalidation connection stays on. (Here the node's
+    cluster is down because a slot, not the volume's, has no owner: the
+    same answer.) sidecache's probe of the volume's slot meets it within
+    tracking-keepalive-ms; from then on the cache serves nothing (before:
+    the cached value, for as long as the partition lasted), until the node
+    serves the slot again (review-cluster-failover F3)."""
+    p = proxy_factory(up=cluster_node, args=("--key-prefix", "{1}", "--tracking-keepalive-ms", "100"))
+    down = b"-CLUSTERDOWN The cluster is down\r\n"
+    with p.raw(auth=True) as c, cluster_node.raw(auth=True) as d:
+        wait_tracking_active(c)
+        assert c.call("SET", "{1}i2", "v1") == b"OK"
+        assert [c.call("GET", "{1}i2") for _ in range(3)] == [b"v1"] * 3
+        flushes = failover_flushes(c)
+        assert d.call("CLUSTER", "DELSLOTS", "0") == b"OK"
+        wait_for("the node to say the cluster is down", lambda: d.cmd("GET", "{1}i2").raw == down, timeout=5)
+        wait_for("the probe to meet CLUSTERDOWN", lambda: failover_flushes(c) > flushes, timeout=5)
+        hits = info_number(c, "cache_hits")
+        assert [c.cmd("GET", "{1}i2").raw for _ in range(3)] == [down] * 3
+        assert info_number(c, "cache_hits") == hits
+        # the cache stays off while the node says so, probe after probe
+        time.sleep(0.3)
+        assert c.cmd("GET", "{1}i2").raw == down
+        assert add_slots(d, "0", "0") == b"OK"
+        wait_for("the node to serve the slot", lambda: d.cmd("GET", "{1}i2").raw == b"$2\r\nv1\r\n", timeout=5)
+        wait_for("a hit once the probe finds the slot served",
+                 lambda: c.call("GET", "{1}i2") == b"v1" and info_number(c, "cache_hits") > hits, timeout=5)
+    assert "the cluster is down for this node" in open(p.logpath).read()
+
+
 @pytest.fixture
 def two_masters(redis_factory):
     return make_two_masters(redis_factory)
