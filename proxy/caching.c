@@ -54,6 +54,7 @@ struct px_caching {
     struct sockaddr_storage inv_sa; /* where it went (the upstream's) */
     unsigned inv_salen;
     int active;              /* tracking confirmed */
+    int was_active;          /* ... once before */
     int mode;                /* enum px_tracking_mode */
     uint64_t epoch;          /* changes whenever tracking starts or stops: a
                                 data connection is tracked only for the epoch
@@ -245,6 +246,16 @@ static void on_active(void *arg, int active) {
     pc->active = active;
     pc->epoch++;
     if (active) px_upstream_reached(srv, &pc->inv_sa, pc->inv_salen);
+    /* Tracking back after a loss: the shared connections were made before
+     * the invalidation connection, maybe to another server behind the same
+     * address (a virtual IP, a Service, that now leads to a new master).
+     * What they read there would fill the cache with values this
+     * connection hears no change of: they retire, and the next requests go
+     * on connections made after it. (Nothing they had in flight fills: the
+     * loss emptied the cache.) */
+    if (active && pc->was_active && srv->cfg->tracking_upstream[0] == '\0')
+        px_pools_retire_connections(srv, "tracking reconnected: data connections made again after it");
+    if (active) pc->was_active = 1;
     /* (held reads then go to Redis) */
     if (!active) wake_ping_waiters(srv);
     /* default/optin: every open data connection redirects to the new

@@ -231,6 +231,10 @@ static void pool_retire_connections(px_pool *p, const char *why) {
     while (p->idle != NULL) px_upstream_close(p->idle, why);
 }
 
+void px_pools_retire_connections(px_server *srv, const char *why) {
+    for (px_pool *p = srv->pools; p != NULL; p = p->next) pool_retire_connections(p, why);
+}
+
 void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsigned salen, int gently) {
     memcpy(&srv->up_sa, sa, salen);
     srv->up_salen = salen;
@@ -252,8 +256,7 @@ void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsign
         else
             px_upstream_close(c->pinned, "upstream master moved (failover)");
     }
-    if (!gently) return;
-    for (px_pool *p = srv->pools; p != NULL; p = p->next) pool_retire_connections(p, "upstream moved");
+    if (gently) px_pools_retire_connections(srv, "upstream moved");
 }
 
 void px_pools_default_user_changed(px_server *srv) {
@@ -372,6 +375,48 @@ void px_upstream_reached(px_server *srv, const struct sockaddr_storage *sa, unsi
 
 void px_upstream_recheck_name(px_server *srv) {
     if (up_by_name(srv)) px_resolve_expire(srv->cfg->up.host, srv->cfg->up.port);
+}
+
+/* After a READONLY move, the next waits at least this long, doubled after
+ * each move up to the max (an upstream that is a replica answers every
+ * write READONLY: its cache would be emptied at each), and back to the
+ * least after a minute without one. */
+#define PX_READONLY_MOVE_MS 1000
+#define PX_READONLY_MOVE_MAX_MS 30000
+
+/* The master was demoted, and no sentinel says where it went. An address
+ * that follows the master (a virtual IP, a Kubernetes Service, a load
+ * balancer) leads new connections to the new one, while established ones
+ * stay on the old node (conntrack keeps their flows). A direct go-redis
+ * client closes a connection that answers READONLY and reaches the new
+ * master with its next; here every connection moves to the same address
+ * again, the invalidation connection too (px_upstreams_move: the cache is
+ * emptied first), after the reply. */
+static void up_readonly(px_server *srv) {
+    if (srv->readonly_ev == NULL || evtimer_pending(srv->readonly_ev, NULL)) return;
+    int64_t now = px_now_ms();
+    if (srv->readonly_wait_ms == 0 || now - srv->readonly_moved_ms > 60000) srv->readonly_wait_ms = PX_READONLY_MOVE_MS;
+    int64_t wait = srv->readonly_moved_ms == 0 ? 0 : srv->readonly_moved_ms + srv->readonly_wait_ms - now;
+    struct timeval tv = px_ms_timeval(wait < 0 ? 0 : wait);
+    evtimer_add(srv->readonly_ev, &tv);
+}
+
+void px_upstreams_readonly_move(px_server *srv) {
+    struct sockaddr_storage to;
+    unsigned tolen = srv->up_conn_salen != 0 ? srv->up_conn_salen : srv->up_salen;
+    if (tolen == 0 || srv->stopping) return;
+    memcpy(&to, srv->up_conn_salen != 0 ? &srv->up_conn_sa : &srv->up_sa, tolen);
+    if (srv->readonly_moved_ms != 0) {
+        int doubled = srv->readonly_wait_ms * 2;
+        srv->readonly_wait_ms = doubled > PX_READONLY_MOVE_MAX_MS ? PX_READONLY_MOVE_MAX_MS : doubled;
+    }
+    srv->readonly_moved_ms = px_now_ms();
+    char dest[300];
+    px_format_address(&to, tolen, dest, sizeof dest);
+    px_notice("upstream answered READONLY (no longer the master): cache emptied, connections made again to %s, "
+              "which may lead to the new master (next such move in %d ms at the earliest)",
+              dest, srv->readonly_wait_ms);
+    px_upstreams_move(srv, &to, tolen, 1);
 }
 
 void px_upstreams_cron(px_server *srv, int64_t now_ms) {
@@ -949,11 +994,14 @@ void px_upstream_free(px_upstream *u) {
 static void note_role(px_upstream *u, const px_req *r, const char *data, size_t len) {
     if (r->aux_flags & PX_AUX_SCRIPT) return;
     if (resp_frame_starts_with(data, len, "-READONLY")) {
-        /* demoted: where is the master now? */
-        if (px_sentinel_enabled(u->srv))
+        /* demoted: where is the master now? (a retired connection's node
+         * is where Redis was: the connections left it already) */
+        if (px_sentinel_enabled(u->srv)) {
             px_sentinel_ask_soon(u->srv);
-        else
+        } else if (!u->retired) {
             px_upstream_recheck_name(u->srv);
+            up_readonly(u->srv);
+        }
     } else if (resp_frame_starts_with(data, len, "-MOVED ") && !u->retired)
         /* (a retired connection's node is where Redis was: its MOVED
          * says where the slot went from there, maybe before a later move

@@ -422,10 +422,17 @@ void px_pools_default_user_changed(px_server *srv);
  * that the requests in flight get the old node's own answer (a cluster
  * node's MOVED, which a cluster client follows). New connections go to sa. */
 void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsigned salen, int gently);
+/* Every shared connection retires (px_upstream.retired): the next requests
+ * go on new ones. */
+void px_pools_retire_connections(px_server *srv, const char *why);
 /* A READONLY came from the upstream given by name: its answer is asked
  * again at the next check (px_upstreams_cron), which moves the
  * connections if the name points elsewhere now. */
 void px_upstream_recheck_name(px_server *srv);
+/* From srv->readonly_ev, set off by a READONLY from the upstream (no
+ * sentinel names the master): the connections move to the same address
+ * again, which may lead new ones to the new master (up_readonly). */
+void px_upstreams_readonly_move(px_server *srv);
 /* A connection to the upstream (data or invalidation) reached sa. */
 void px_upstream_reached(px_server *srv, const struct sockaddr_storage *sa, unsigned salen);
 /* Closes every pool and connection (shutdown). */
