@@ -745,6 +745,7 @@ void px_client_take_slot(px_client *c, px_req *r, px_upstream *u, size_t len) {
  * they have all run (C1); at once if none is awaited. */
 static void txn_state_refused(px_client *c, const px_req *r) {
     c->pin_unsure = 1;
+    if (r == c->unwatch_req && !r->lost && !c->in_multi && c->txn_seq == c->unwatch_txn_seq) c->watching = 1;
     if ((r->aux_flags & PX_AUX_MULTI_OPEN) && c->in_multi && c->txn_seq == r->fill_token) {
         px_req *last = c->slots_tail;
         c->in_multi = 0;
@@ -787,6 +788,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     if (r->aux_flags & PX_AUX_ACL) c->srv->acl_epoch++;
     if ((r->aux_flags & PX_AUX_TXN_STATE) && resp_frame_is_error(data, len) && !resp_frame_is_execabort(data, len))
         txn_state_refused(c, r);
+    if (r == c->unwatch_req) c->unwatch_req = NULL;
     if (r->aux_flags & PX_AUX_UNWATCH) permission_learn(c, r, resp_frame_is_ok(data, len), &c->pool->unwatch_epoch);
     if (r->aux_flags & (PX_AUX_PING | PX_AUX_ECHO))
         permission_learn(c, r, !r->lost && !resp_frame_is_error(data, len),
@@ -1108,6 +1110,10 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
     px_req *r = forward_current(c, c->pinned, frame);
     if (r == NULL) return;
     if (state) r->aux_flags |= PX_AUX_TXN_STATE;
+    if (state && id == CMD_UNWATCH) {
+        c->unwatch_req = r;
+        c->unwatch_txn_seq = c->txn_seq;
+    }
     if (opens_txn) {
         r->aux_flags |= PX_AUX_MULTI_OPEN;
         r->fill_token = ++c->txn_seq;

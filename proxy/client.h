@@ -78,6 +78,11 @@ typedef struct px_client {
     px_upstream *pinned;       /* own connection in PINNED/STICKY/TUNNEL */
     int watching, in_multi;    /* transaction state, as sent to Redis */
     uint64_t txn_seq;          /* transactions opened on the own connection */
+    /* the last UNWATCH sent on the own connection (watching cleared), and
+     * txn_seq then: Redis's refusal of it (an ACL without UNWATCH) keeps
+     * the watches, and a transaction opened since has dropped them */
+    const struct px_req *unwatch_req;
+    uint64_t unwatch_txn_seq;
     int pin_unsure;            /* Redis refused a MULTI, EXEC, DISCARD or
                                   UNWATCH there: close it, not reuse it */
     int watch_ahead;           /* WATCHes answered here that Redis has not

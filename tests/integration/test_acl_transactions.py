@@ -453,3 +453,31 @@ def test_discard_denied_after_the_proxy_learnt_it_was_allowed(proxy, upstream, r
         want = transcript(r, steps)
         assert want[2].startswith(b"-NOPERM"), want
         assert transcript(c, steps) == want
+
+
+@pytest.mark.parametrize("then", ["exec", "rewatch-exec", "multi-first"])
+def test_a_refused_unwatch_keeps_the_watch_as_redis_does(proxy_factory, upstream, ref, then):
+    """UNWATCH denied: Redis refuses it and keeps the watches, so another
+    client's write makes the EXEC nil. The proxy had taken the watches for
+    dropped when it sent UNWATCH; the refusal let the session leave the
+    connection that held them, and its EXEC committed on a shared one (a
+    lost update; review-watch-txn F1). A transaction after the refusal
+    drops the watches, in Redis as here."""
+    proxy = proxy_factory(args=NO_ACL_CHECKS)
+    steps = {
+        "exec": [("c", "WATCH", "w"), ("c", "UNWATCH"), ("o", "SET", "w", "theirs"),
+                 ("c", "MULTI"), ("c", "SET", "w", "mine"), ("c", "EXEC")],
+        "rewatch-exec": [("c", "WATCH", "w"), ("c", "UNWATCH"), ("c", "WATCH", "v"), ("o", "SET", "w", "theirs"),
+                         ("c", "MULTI"), ("c", "SET", "w", "mine"), ("c", "EXEC")],
+        "multi-first": [("c", "WATCH", "w"), ("c", "UNWATCH"), ("c", "MULTI"), ("c", "EXEC"),
+                        ("o", "SET", "w", "theirs"), ("c", "MULTI"), ("c", "SET", "w", "mine"), ("c", "EXEC")],
+    }[then]
+    for server in (upstream, ref):
+        deny(server, "unwatch")
+    got, want = [], []
+    for server, ep, out in ((upstream, proxy, got), (ref, ref, want)):
+        with ep.raw() as c, server.raw() as o:
+            for who, *cmd in steps:
+                out.append((c if who == "c" else o).cmd(*cmd).raw)
+        out.append(server.client().get("w"))
+    assert got == want
