@@ -1771,6 +1771,23 @@ void px_caching_txn_close(px_client *c, px_req *r) {
     c->txn_script_flush = 0;
 }
 
+int px_caching_txn_ran_alone(px_client *c, px_req *q, const px_req *end) {
+    struct px_caching *pc = c->srv->caching;
+    if (pc == NULL || q->aux != NULL) return 0;
+    if (end->aux_flags & PX_AUX_FLUSH) q->aux_flags |= PX_AUX_FLUSH;
+    if (!(end->aux_flags & PX_AUX_INVAL) || end->aux_len == 0) return 0;
+    q->aux = malloc(end->aux_len);
+    if (q->aux == NULL) {
+        flush_for_write(pc, &(resp_arg){"(transaction ran alone)", 23});
+        return -1;
+    }
+    memcpy(q->aux, end->aux, end->aux_len);
+    q->aux_len = end->aux_len;
+    q->aux_flags |= PX_AUX_INVAL | PX_AUX_PREPURGED;
+    q->purge_mark = end->purge_mark;
+    return 0;
+}
+
 void px_caching_txn_prepurge(px_client *c) {
     struct px_caching *pc = c->srv->caching;
     if (pc == NULL || c->txn_keys.len <= c->txn_purged) return;

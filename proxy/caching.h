@@ -149,6 +149,12 @@ void px_caching_txn_abandon(struct px_client *c);
  * (and discard) before this one's reply comes. Call it once the
  * transaction is on its way, so that Redis runs it during the purge. */
 void px_caching_txn_close(struct px_client *c, struct px_req *r);
+/* Redis refused the MULTI of a transaction whose EXEC or DISCARD, end,
+ * was sent already (px_caching_txn_close gave it the keys): the commands
+ * taken as queued, q, run alone, and each reply of q must purge those keys
+ * as end's would, before it is relayed (C1). Returns 0, or -1 when out of
+ * memory (then the cache is emptied now: no reply of q is relayed first). */
+int px_caching_txn_ran_alone(struct px_client *c, struct px_req *q, const struct px_req *end);
 
 /* A reply of a run of r other than its last is relayed: when r carries
  * keys purged when sent (PX_AUX_PREPURGED: a MULTI Redis refused made its

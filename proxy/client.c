@@ -743,9 +743,22 @@ void px_client_take_slot(px_client *c, px_req *r, px_upstream *u, size_t len) {
  * taken as queued, run as they come. Their keys (each purged when sent)
  * go with the last request sent, to be purged again at its reply, when
  * they have all run (C1); at once if none is awaited. */
+/* Redis refused the MULTI r of a transaction whose EXEC or DISCARD was
+ * sent already, with the keys of the commands queued between: they run
+ * alone, and their replies purge those keys first, as the end's would. */
+static void txn_ran_alone(px_client *c, const px_req *r) {
+    px_req *q = r->next_slot;
+    while (q != NULL && !(q->aux_flags & PX_AUX_TXN_STATE)) q = q->next_slot;
+    if (q == NULL) return;
+    for (px_req *p = r->next_slot; p != q; p = p->next_slot)
+        if (p->pending && p->kind == PX_REQ_CLIENT) px_caching_txn_ran_alone(c, p, q);
+}
+
 static void txn_state_refused(px_client *c, const px_req *r) {
     c->pin_unsure = 1;
     if (r == c->unwatch_req && !r->lost && !c->in_multi && c->txn_seq == c->unwatch_txn_seq) c->watching = 1;
+    if ((r->aux_flags & PX_AUX_MULTI_OPEN) && !r->lost && !(c->in_multi && c->txn_seq == r->fill_token))
+        txn_ran_alone(c, r);
     if ((r->aux_flags & PX_AUX_MULTI_OPEN) && c->in_multi && c->txn_seq == r->fill_token) {
         px_req *last = c->slots_tail;
         c->in_multi = 0;

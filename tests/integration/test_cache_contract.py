@@ -348,15 +348,17 @@ def test_reset_forgets_the_abandoned_transaction(relay, proxy_factory, upstream)
     assert dd["cache_hits"] == 1, "the abandoned transaction's key was purged by the next EXEC"
 
 
-@pytest.mark.parametrize("writes", [1, 2], ids=["one-write", "two-writes"])
-def test_c1_writes_after_a_refused_multi(writes, relay, proxy_factory, upstream):
+@pytest.mark.parametrize("then", ["one-write", "two-writes", "EXEC", "DISCARD"])
+def test_c1_writes_after_a_refused_multi(then, relay, proxy_factory, upstream):
     """A user whose ACL denies MULTI sends, on its own connection (after a
     WATCH), MULTI and writes in one go: Redis refuses the MULTI and runs the
     writes, which the proxy (not waiting for MULTI's reply) took as queued.
     C fills the old value while the relay holds the first write back; once
     A has that write's reply, C must read the new value (with two-writes,
     the second write's reply is held too: the first reply is relayed before
-    the last one of the run)."""
+    the last one of the run; with EXEC or DISCARD sent with them, its reply
+    is held, and the transaction's keys had gone with it: review-watch-txn
+    F2)."""
     p, st = start_cached(proxy_factory, up=relay, args=RELAY_ARGS)
     d = upstream.client()
     settle(st, lambda: d.set("i9060", "old"))
@@ -370,9 +372,10 @@ def test_c1_writes_after_a_refused_multi(writes, relay, proxy_factory, upstream)
     try:
         assert a.cmd("WATCH", "w9060").raw == b"+OK\r\n"
         hold = relay.hold_request(("SET", "i9060", "new"))
-        if writes == 2:
-            held_reply = relay.hold_reply(("SET", "x9060", "1"))
-        a.send(encode("MULTI") + encode("SET", "i9060", "new") + (encode("SET", "x9060", "1") if writes == 2 else b""))
+        rest = () if then == "one-write" else ("SET", "x9060", "1") if then == "two-writes" else (then,)
+        if rest:
+            held_reply = relay.hold_reply(rest)
+        a.send(encode("MULTI") + encode("SET", "i9060", "new") + (encode(*rest) if rest else b""))
         hold.wait()
         cached_twice(cc, st, "i9060")
         hold.release()
