@@ -3,72 +3,37 @@ tests/integration/test_failover_address.py - a failover behind an address
 that follows the master (a virtual IP, a Kubernetes Service, an L4 load
 balancer: docs/DEPLOY.md, "Failover"). New connections to the address reach
 the new master; established ones stay on the old node, demoted, as long as
-it lives (conntrack keeps their flows). A forwarder stands for the address:
-its target changes for new connections only.
+it lives (conntrack keeps their flows). A forwarder (test_name_lookup.Front)
+stands for the address: its target changes for new connections only.
 
 sidecache must not stay on the demoted node (a direct go-redis client closes
 a connection that answers READONLY and reaches the new master with its
 next), and must never read from one server what the invalidation connection
 of another would have to tell it about (review-cluster-failover F1).
 """
-import socket
-import threading
 import time
 
 import pytest
 
 from cachehelpers import Stats, wait_tracking_active, warm
-from helpers import HOST, free_port, pump, wait_until
+from helpers import HOST, free_port, wait_until
+from test_name_lookup import Front
 
 pytestmark = [pytest.mark.proxy_only, pytest.mark.timeout(60)]
 
 
-class Forwarder:
-    """A TCP forwarder whose target (a port) is read at each accept."""
-
-    def __init__(self, target_port):
-        self.target = target_port
-        self.ls = socket.socket()
-        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.ls.bind((HOST, 0))
-        self.ls.listen(64)
-        self.port = self.ls.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.ls.accept()
-            except OSError:
-                return
-            try:
-                t = socket.create_connection((HOST, self.target))
-            except OSError:
-                c.close()
-                continue
-            for a, b in ((c, t), (t, c)):
-                threading.Thread(target=pump, args=(a, b), daemon=True).start()
-
-    def close(self):
-        try:
-            self.ls.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.ls.close()
-
-
 @pytest.fixture
-def forwarder():
-    fwds = []
+def front():
+    fronts = []
 
-    def make(target_port):
-        f = Forwarder(target_port)
-        fwds.append(f)
+    def make(server):
+        f = Front(server)
+        fronts.append(f)
         return f
 
     yield make
-    for f in fwds:
-        f.close()
+    for f in fronts:
+        f.stop_accepting()
 
 
 def master_and_replica(redis_factory):
@@ -79,28 +44,36 @@ def master_and_replica(redis_factory):
     return a, b
 
 
+def cached_behind(proxy_factory, fwd, a, b):
+    """A proxy whose upstream is the front, a's value of i1 read through it
+    (and replicated to b). Returns (proxy, stats, client)."""
+    p = proxy_factory(up=a, upstream_url="redis://%s:%d" % (HOST, fwd.port))
+    st = Stats(p)
+    wait_tracking_active(p, stats=st)
+    c = p.raw()
+    assert c.cmd("SET", "i1", "v1").raw == b"+OK\r\n"
+    assert c.cmd("GET", "i1").raw == b"$2\r\nv1\r\n"  # a shared connection is up, on a
+    wait_until(lambda: b.client().get("i1") == b"v1", what="replication")
+    return p, st, c
+
+
 def moves_logged(p):
     return open(p.logpath).read().count("upstream answered READONLY")
 
 
-def test_a_readonly_moves_the_connections_to_the_address_again(redis_factory, proxy_factory, forwarder):
+def test_a_readonly_moves_the_connections_to_the_address_again(redis_factory, proxy_factory, front):
     """b is promoted, the address leads to it, and a, demoted, is cut off
     from it (its master is gone) and keeps running. The first write through
     sidecache meets a (READONLY, as a direct client's would); from then on
     writes reach b, and reads give b's value (before: READONLY for good,
     and a's stale values from the cache and from a)."""
     a, b = master_and_replica(redis_factory)
-    fwd = forwarder(a.port)
-    p = proxy_factory(up=a, upstream_url="redis://%s:%d" % (HOST, fwd.port))
-    st = Stats(p)
-    wait_tracking_active(p, stats=st)
-    c = p.raw()
-    assert c.cmd("SET", "i1", "v1").raw == b"+OK\r\n"
+    fwd = front(a)
+    p, st, c = cached_behind(proxy_factory, fwd, a, b)
     warm(c, st, ("GET", "i1"))
-    wait_until(lambda: b.client().get("i1") == b"v1", what="replication")
 
     b.client().replicaof("no", "one")
-    fwd.target = b.port
+    fwd.server_port = b.port
     a.client().replicaof(HOST, str(free_port()))
     b.client().set("i1", "v2")  # another client, on the new master
 
@@ -133,7 +106,7 @@ def test_a_replica_upstream_is_not_reconnected_at_every_write(redis_factory, pro
     assert 2 <= moves_logged(p) <= 3, open(p.logpath).read()[-3000:]
 
 
-def test_tracking_back_after_a_loss_retires_the_data_connections(redis_factory, proxy_factory, forwarder):
+def test_tracking_back_after_a_loss_retires_the_data_connections(redis_factory, proxy_factory, front):
     """After a failover behind the address, a a healthy replica of b: the
     invalidation connection, lost once, comes back through the address to
     b, while the data connections made before stay on a. A read there that
@@ -142,20 +115,14 @@ def test_tracking_back_after_a_loss_retires_the_data_connections(redis_factory, 
     caught up). The data connections retire when tracking is back, and the
     next ones reach b too."""
     a, b = master_and_replica(redis_factory)
-    fwd = forwarder(a.port)
-    p = proxy_factory(up=a, upstream_url="redis://%s:%d" % (HOST, fwd.port))
-    st = Stats(p)
-    wait_tracking_active(p, stats=st)
-    c = p.raw()
-    assert c.cmd("SET", "i1", "v1").raw == b"+OK\r\n"
-    assert c.cmd("GET", "i1").raw == b"$2\r\nv1\r\n"  # the shared connection is up, on a
-    wait_until(lambda: b.client().get("i1") == b"v1", what="replication")
+    fwd = front(a)
+    p, st, c = cached_behind(proxy_factory, fwd, a, b)
 
     b.client().replicaof("no", "one")
     a.client().replicaof(HOST, str(b.port))
     wait_until(lambda: a.client().info("replication")["master_link_status"] == "up", timeout=10,
                what="a to replicate b")
-    fwd.target = b.port
+    fwd.server_port = b.port
     a.client().client_kill_filter(_type="pubsub")  # a blip of the invalidation connection
     wait_until(lambda: any(x.get("name") == "sidecache-invalidation" for x in b.client().client_list()),
                timeout=5, what="the invalidation connection to reach b")
