@@ -735,14 +735,6 @@ void px_client_take_slot(px_client *c, px_req *r, px_upstream *u, size_t len) {
     c->inflight_on = u;
 }
 
-/* Redis refused a MULTI, EXEC, DISCARD or UNWATCH on the client's own
- * connection (an ACL without it; EXECABORT), whose effect the proxy took
- * for granted when it sent it. The connection is closed when the client
- * leaves it. A refused MULTI opened nothing: if its transaction is still
- * the open one, the client is not in MULTI, and the writes sent since,
- * taken as queued, run as they come. Their keys (each purged when sent)
- * go with the last request sent, to be purged again at its reply, when
- * they have all run (C1); at once if none is awaited. */
 /* Redis refused the MULTI r of a transaction whose EXEC or DISCARD was
  * sent already, with the keys of the commands queued between: they run
  * alone, and their replies purge those keys first, as the end's would. */
@@ -754,6 +746,15 @@ static void txn_ran_alone(px_client *c, const px_req *r) {
         if (p->pending && p->kind == PX_REQ_CLIENT) px_caching_txn_ran_alone(c, p, q);
 }
 
+/* Redis refused a MULTI, EXEC, DISCARD or UNWATCH on the client's own
+ * connection (an ACL without it; EXECABORT), whose effect the proxy took
+ * for granted when it sent it. The connection is closed when the client
+ * leaves it. A refused MULTI opened nothing: if its transaction is still
+ * the open one, the client is not in MULTI, and the writes sent since,
+ * taken as queued, run as they come. Their keys (each purged when sent)
+ * go with the last request sent, to be purged again at its reply, when
+ * they have all run (C1); at once if none is awaited. A refused UNWATCH
+ * left the watches in place (unless a transaction since dropped them). */
 static void txn_state_refused(px_client *c, const px_req *r) {
     c->pin_unsure = 1;
     if (r == c->unwatch_req && !r->lost && !c->in_multi && c->txn_seq == c->unwatch_txn_seq) c->watching = 1;
