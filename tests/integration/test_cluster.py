@@ -134,6 +134,118 @@ def test_a_node_that_says_the_cluster_is_down_serves_nothing_from_the_cache(prox
     assert "the cluster is down for this node" in open(p.logpath).read()
 
 
+class BusFront:
+    """In front of one cluster node's bus (ip:bus_port), on ip:self.port:
+    drops the connections from the addresses in self.blocked (each node
+    binds an address of its own and sends from it: bind-source-addr)."""
+
+    def __init__(self, ip, bus_port):
+        self.ip, self.bus_port = ip, bus_port
+        self.blocked = set()
+        self.conns = []
+        self.ls = socket.socket()
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind((ip, 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, (src, _) = self.ls.accept()
+            except OSError:
+                return
+            if src in self.blocked:
+                c.close()
+                continue
+            try:
+                t = socket.create_connection((self.ip, self.bus_port))
+            except OSError:
+                c.close()
+                continue
+            self.conns.append((src, c, t))
+            for a, b in ((c, t), (t, c)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    def block(self, ips):
+        self.blocked |= set(ips)
+        for src, c, t in self.conns:
+            if src in self.blocked:
+                for x in (c, t):
+                    try:
+                        x.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+    def close(self):
+        try:
+            self.ls.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.ls.close()
+
+
+@pytest.mark.skipif(REDIS_VERSION < (7, 0), reason="bind-source-addr is Redis 7's")
+@pytest.mark.timeout(120)
+def test_a_master_cut_off_in_a_minority_partition_serves_nothing_from_the_cache(proxy_factory, redis_factory):
+    """The partition itself: masters A (the volume's slot), C and D, B a
+    replica of A, each node on an address of its own, its cluster bus
+    behind a front that drops A's traffic. Once A's bus is cut off, the
+    majority promotes B, a client writes the key there, and A (still
+    reachable by sidecache, answering PING) refuses keyed commands
+    CLUSTERDOWN. sidecache must not serve its cached value meanwhile
+    (before: the old value, for as long as the partition lasted;
+    review-cluster-failover F3)."""
+    ips = {"a": "127.0.0.2", "b": "127.0.0.3", "c": "127.0.0.4", "d": "127.0.0.5"}
+    nodes, fronts = {}, {}
+    try:
+        for n, ip in ips.items():
+            nodes[n] = redis_factory(name="node-" + n, args=(
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "500",
+                "--bind", "127.0.0.1 " + ip, "--bind-source-addr", ip, "--cluster-announce-ip", ip))
+            fronts[n] = BusFront(ip, nodes[n].port + 10000)
+            nodes[n].client().config_set("cluster-announce-bus-port", str(fronts[n].port))
+        ca = nodes["a"].client()
+        with nodes["c"].raw() as c:
+            add_slots(c, "0", "5460")
+        with nodes["a"].raw() as c:
+            add_slots(c, "5461", "10922")
+        with nodes["d"].raw() as c:
+            add_slots(c, "10923", "16383")
+        for n in ("b", "c", "d"):
+            ca.execute_command("CLUSTER", "MEET", ips[n], str(nodes[n].port), str(fronts[n].port))
+        wait_for("the nodes to meet", lambda: all(
+            len(nodes[n].client().execute_command("CLUSTER", "NODES").splitlines()) == 4 for n in nodes))
+        nodes["b"].client().execute_command("CLUSTER", "REPLICATE", ca.execute_command("CLUSTER", "MYID"))
+        wait_for("the cluster to be ok", lambda: all(nodes[n].client().cluster("info")["cluster_state"] == "ok"
+                                                     for n in nodes)
+                 and nodes["b"].client().info("replication")["master_link_status"] == "up")
+
+        p = proxy_factory(up=nodes["a"], args=("--key-prefix", "{1}", "--tracking-keepalive-ms", "100"))
+        with p.raw() as c:
+            wait_tracking_active(c)
+            assert c.call("SET", "{1}i1", "v1") == b"OK"
+            assert [c.call("GET", "{1}i1") for _ in range(3)] == [b"v1"] * 3
+            assert info_number(c, "cache_hits") >= 1
+            for n in ("b", "c", "d"):
+                fronts[n].block([ips["a"]])
+            fronts["a"].block([ips[n] for n in ("b", "c", "d")])
+            wait_for("B to be promoted", lambda: nodes["b"].client().info("replication")["role"] == "master")
+            wait_for("A to see itself in the minority", lambda: ca.cluster("info")["cluster_state"] == "fail")
+            assert nodes["b"].client().set("{1}i1", "v2")
+            with nodes["a"].raw() as direct:
+                down = direct.cmd("GET", "{1}i1").raw
+            assert down.startswith(b"-CLUSTERDOWN "), down
+            wait_for("the probe to meet CLUSTERDOWN", lambda: c.cmd("GET", "{1}i1").raw == down, timeout=5)
+            hits = info_number(c, "cache_hits")
+            assert [c.cmd("GET", "{1}i1").raw for _ in range(3)] == [down] * 3
+            assert info_number(c, "cache_hits") == hits
+    finally:
+        for f in fronts.values():
+            f.close()
+
+
 @pytest.fixture
 def two_masters(redis_factory):
     return make_two_masters(redis_factory)
