@@ -18,6 +18,7 @@ import resource
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import redis
@@ -836,6 +837,27 @@ def _short(v):
     if isinstance(v, (bytes, bytearray)) and len(v) > 300:
         return bytes(v[:300]) + b"...(%d bytes)" % len(v)
     return v
+
+
+class Listener:
+    """A listener on a port of host's own whose accepted connections go to
+    self._accepted (in a thread of their own), until it is closed."""
+
+    def __init__(self, host=HOST):
+        self.ls = socket.socket()
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind((host, 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                s, _ = self.ls.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._accepted, args=(s,), daemon=True).start()
 
 
 def pump(a, b):

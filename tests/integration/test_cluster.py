@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from helpers import REDIS_VERSION, encode, pump
+from helpers import REDIS_VERSION, Listener, encode, pump
 
 pytestmark = pytest.mark.proxy_only
 
@@ -134,7 +134,7 @@ def test_a_node_that_says_the_cluster_is_down_serves_nothing_from_the_cache(prox
     assert "the cluster is down for this node" in open(p.logpath).read()
 
 
-class BusFront:
+class BusFront(Listener):
     """In front of one cluster node's bus (ip:bus_port), on ip:self.port:
     drops the connections from the addresses in self.blocked (each node
     binds an address of its own and sends from it: bind-source-addr)."""
@@ -143,30 +143,21 @@ class BusFront:
         self.ip, self.bus_port = ip, bus_port
         self.blocked = set()
         self.conns = []
-        self.ls = socket.socket()
-        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.ls.bind((ip, 0))
-        self.ls.listen(64)
-        self.port = self.ls.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(ip)
 
-    def _accept(self):
-        while True:
-            try:
-                c, (src, _) = self.ls.accept()
-            except OSError:
-                return
-            if src in self.blocked:
-                c.close()
-                continue
-            try:
-                t = socket.create_connection((self.ip, self.bus_port))
-            except OSError:
-                c.close()
-                continue
-            self.conns.append((src, c, t))
-            for a, b in ((c, t), (t, c)):
-                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+    def _accepted(self, c):
+        src = c.getpeername()[0]
+        if src in self.blocked:
+            c.close()
+            return
+        try:
+            t = socket.create_connection((self.ip, self.bus_port))
+        except OSError:
+            c.close()
+            return
+        self.conns.append((src, c, t))
+        for a, b in ((c, t), (t, c)):
+            threading.Thread(target=pump, args=(a, b), daemon=True).start()
 
     def block(self, ips):
         self.blocked |= set(ips)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from cachehelpers import RELAY_ARGS, Relay, Stats, wait_tracking_active, warm
-from helpers import HOST, REDIS_SERVER, ConnectionClosed, RedisServer, encode, pump, wait_until
+from helpers import HOST, REDIS_SERVER, ConnectionClosed, Listener, RedisServer, encode, pump, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -170,27 +170,7 @@ def test_hung_sentinel_first_in_list_does_not_stall(redis_factory, tmp_path_fact
         s.stop()
 
 
-class _Listener:
-    """A loopback listener whose accepted connections go to self._accepted
-    (in a thread of their own), until the listener is closed."""
-
-    def __init__(self):
-        self.ls = socket.socket()
-        self.ls.bind((HOST, 0))
-        self.ls.listen(64)
-        self.port = self.ls.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                s, _ = self.ls.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._accepted, args=(s,), daemon=True).start()
-
-
-class FakeSentinel(_Listener):
+class FakeSentinel(Listener):
     """Answers SENTINEL get-master-addr-by-name with self.master (changeable)."""
 
     def __init__(self, port):
@@ -220,7 +200,7 @@ class FakeSentinel(_Listener):
         self.ls.close()
 
 
-class Forwarder(_Listener):
+class Forwarder(Listener):
     """TCP forwarder to a Redis; stop_accepting() refuses new connections and
     keeps the ones made."""
 
