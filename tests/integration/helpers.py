@@ -840,13 +840,13 @@ def _short(v):
 
 
 class Listener:
-    """A listener on a port of host's own whose accepted connections go to
-    self._accepted (in a thread of their own), until it is closed."""
+    """A listener on host (a free port, or port) whose accepted connections
+    go to self._accepted (in a thread of their own), until it is closed."""
 
-    def __init__(self, host=HOST):
+    def __init__(self, host=HOST, port=0):
         self.ls = socket.socket()
         self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.ls.bind((host, 0))
+        self.ls.bind((host, port))
         self.ls.listen(64)
         self.port = self.ls.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
@@ -858,6 +858,31 @@ class Listener:
             except OSError:
                 return
             threading.Thread(target=self._accepted, args=(s,), daemon=True).start()
+
+    def stop_accepting(self):
+        """Refuses new connects from then on; the connections taken go on."""
+        try:
+            self.ls.shutdown(socket.SHUT_RDWR)  # (close alone leaves a blocked accept listening)
+        except OSError:
+            pass
+        self.ls.close()
+
+
+class Forwarder(Listener):
+    """A TCP forwarder to the local port target, an address of its own for
+    a server. target is read at each accept: changing it sends new
+    connections elsewhere while those made stay (an address that follows a
+    master). stop_accepting(): a node that refuses new connects, keeping
+    those it has."""
+
+    def __init__(self, target, port=0):
+        self.target = target
+        super().__init__(port=port)
+
+    def _accepted(self, c):
+        t = socket.create_connection((HOST, self.target))
+        for a, b in ((c, t), (t, c)):
+            threading.Thread(target=pump, args=(a, b), daemon=True).start()
 
 
 def pump(a, b):

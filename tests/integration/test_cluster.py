@@ -169,13 +169,6 @@ class BusFront(Listener):
                     except OSError:
                         pass
 
-    def close(self):
-        try:
-            self.ls.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.ls.close()
-
 
 @pytest.mark.skipif(REDIS_VERSION < (7, 0), reason="bind-source-addr is Redis 7's")
 @pytest.mark.timeout(120)
@@ -234,7 +227,7 @@ def test_a_master_cut_off_in_a_minority_partition_serves_nothing_from_the_cache(
             assert info_number(c, "cache_hits") == hits
     finally:
         for f in fronts.values():
-            f.close()
+            f.stop_accepting()
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ tests/integration/test_failover_address.py - a failover behind an address
 that follows the master (a virtual IP, a Kubernetes Service, an L4 load
 balancer: docs/DEPLOY.md, "Failover"). New connections to the address reach
 the new master; established ones stay on the old node, demoted, as long as
-it lives (conntrack keeps their flows). A forwarder (test_name_lookup.Front)
+it lives (conntrack keeps their flows). A forwarder (helpers.Forwarder)
 stands for the address: its target changes for new connections only.
 
 sidecache must not stay on the demoted node (a direct go-redis client closes
@@ -16,8 +16,7 @@ import time
 import pytest
 
 from cachehelpers import Stats, wait_tracking_active, warm
-from helpers import HOST, free_port, wait_until
-from test_name_lookup import Front
+from helpers import HOST, Forwarder, free_port, wait_until
 
 pytestmark = [pytest.mark.proxy_only, pytest.mark.timeout(60)]
 
@@ -27,7 +26,7 @@ def front():
     fronts = []
 
     def make(server):
-        f = Front(server)
+        f = Forwarder(server.port)
         fronts.append(f)
         return f
 
@@ -73,7 +72,7 @@ def test_a_readonly_moves_the_connections_to_the_address_again(redis_factory, pr
     warm(c, st, ("GET", "i1"))
 
     b.client().replicaof("no", "one")
-    fwd.server_port = b.port
+    fwd.target = b.port
     a.client().replicaof(HOST, str(free_port()))
     b.client().set("i1", "v2")  # another client, on the new master
 
@@ -122,7 +121,7 @@ def test_tracking_back_after_a_loss_retires_the_data_connections(redis_factory, 
     a.client().replicaof(HOST, str(b.port))
     wait_until(lambda: a.client().info("replication")["master_link_status"] == "up", timeout=10,
                what="a to replicate b")
-    fwd.server_port = b.port
+    fwd.target = b.port
     a.client().client_kill_filter(_type="pubsub")  # a blip of the invalidation connection
     wait_until(lambda: any(x.get("name") == "sidecache-invalidation" for x in b.client().client_list()),
                timeout=5, what="the invalidation connection to reach b")

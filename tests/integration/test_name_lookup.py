@@ -15,13 +15,12 @@ The resolver is fake_resolver.c, preloaded into the proxy: names ending in
 import os
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
 
 from cachehelpers import Stats, wait_tracking_active, warm
-from helpers import HOST, ConnectionClosed, Err, pump, wait_until
+from helpers import HOST, ConnectionClosed, Err, Forwarder, wait_until
 from test_connect_timeout import timed
 
 pytestmark = [pytest.mark.proxy_only, pytest.mark.timeout(60)]
@@ -196,39 +195,6 @@ def test_a_readonly_has_the_name_looked_up_at_once(proxy_factory, upstream, redi
         upstream.client().execute_command("REPLICAOF", "NO", "ONE")
 
 
-class Front:
-    """A TCP forwarder to a redis-server: an address of its own for it.
-    stop_accepting() refuses new connects from then on, while the
-    connections it relays go on (a node that refuses new connects for a
-    moment, or times them out, keeping those it has)."""
-
-    def __init__(self, server, port=0):
-        self.ls = socket.socket()
-        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.ls.bind((HOST, port))
-        self.ls.listen(64)
-        self.port = self.ls.getsockname()[1]
-        self.server_port = server.port
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                a, _ = self.ls.accept()
-            except OSError:
-                return
-            b = socket.create_connection((HOST, self.server_port))
-            for x, y in ((a, b), (b, a)):
-                threading.Thread(target=pump, args=(x, y), daemon=True).start()
-
-    def stop_accepting(self):
-        try:
-            self.ls.shutdown(socket.SHUT_RDWR)  # (close alone leaves a blocked accept listening)
-        except OSError:
-            pass
-        self.ls.close()
-
-
 def subscribes(p, keep):
     """Whether a new client's SUBSCRIBE (a connection of its own, made
     now) works: the proxy closes a client whose connect failed."""
@@ -252,7 +218,7 @@ def test_a_name_taken_after_a_failed_connect_is_a_move(proxy_factory, upstream, 
     where those went, not where the last connect went; and a connect that
     reaches another address makes the move at the next check."""
     b = redis_factory(name="b")
-    a_front = Front(upstream)
+    a_front = Forwarder(upstream.port)
     p, move_to = proxy_on_a_name(proxy_factory, upstream, slow_resolver, tmp_path, at=(HOST, a_front.port))
     c = cached_from_a(p, upstream, b)
     move_to(b)
@@ -364,7 +330,7 @@ def test_a_name_narrowed_to_its_refused_first_address_is_a_move(proxy_factory, u
     p = proxy_factory(upstream_url="redis://%s:%d" % (name, upstream.port),
                       env=preload_env(slow_resolver, FAKE_HOSTS=str(hosts)))
     c = cached_from_a(p, upstream, b)
-    x_front = Front(b, port=xport)
+    x_front = Forwarder(b.port, port=xport)
     point(hosts, name, (HOST, xport))
     wait_until(lambda: c.cmd("GET", "i1", timeout=10).value == b"on-b", timeout=15, interval=0.2,
                what="the proxy to serve what X's Redis holds")

@@ -7,13 +7,12 @@ and serves nothing older than the switch.
 import contextlib
 import os
 import socket
-import threading
 import time
 
 import pytest
 
 from cachehelpers import RELAY_ARGS, Relay, Stats, wait_tracking_active, warm
-from helpers import HOST, REDIS_SERVER, ConnectionClosed, Listener, RedisServer, encode, pump, wait_until
+from helpers import HOST, REDIS_SERVER, ConnectionClosed, Forwarder, Listener, RedisServer, encode, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -197,24 +196,6 @@ class FakeSentinel(Listener):
                     buf = b""
 
     def close(self):
-        self.ls.close()
-
-
-class Forwarder(Listener):
-    """TCP forwarder to a Redis; stop_accepting() refuses new connections and
-    keeps the ones made."""
-
-    def __init__(self, target_port):
-        self.target = target_port
-        super().__init__()
-
-    def _accepted(self, c):
-        t = socket.create_connection((HOST, self.target))
-        for a, b in ((c, t), (t, c)):
-            threading.Thread(target=pump, args=(a, b), daemon=True).start()
-
-    def stop_accepting(self):
-        self.ls.shutdown(socket.SHUT_RDWR)  # wakes the accept() (close alone would not)
         self.ls.close()
 
 
