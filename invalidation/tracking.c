@@ -262,11 +262,12 @@ static void send_ping(inv_conn *t, int64_t now) {
  * script ends. So hits wait for a fresh PING: Redis answers it after the
  * invalidations of every write it answered before, or BUSY while the
  * script still runs (on_busy). A fresh PING answered late is such a PING
- * too (Redis may have run it, a write and a script in one pass). The silence is counted from when the answer
- * could have come at the soonest: the last answer, or the PING's send and
- * the shortest round trip, whichever is later; else every PING would send
- * another when the network is slower than hold_ms. That round trip counts
- * from the second one a connection measures: its first may be slow. */
+ * too (Redis may have run it, a write and a script in one pass). The
+ * silence is counted from when the answer could have come at the
+ * soonest: the last answer, or the PING's send and the shortest round
+ * trip, whichever is later; else every PING would send another when the
+ * network is slower than hold_ms. That round trip counts from the second
+ * one a connection measures: its first may be slow. */
 #define STALL_MIN_MS 10
 static void stall_ended(inv_conn *t) {
     if (t->state != INV_ACTIVE) return;

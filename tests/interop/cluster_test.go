@@ -98,7 +98,6 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// cacheHits reads cache_hits from the proxy's INFO.
 // waitTrackingActive waits until sidecache behind c reports tracking active
 // (its listener opens before the invalidation connection is set up).
 func waitTrackingActive(t *testing.T, ctx context.Context, c *redis.Client) {
@@ -112,6 +111,7 @@ func waitTrackingActive(t *testing.T, ctx context.Context, c *redis.Client) {
 	}
 }
 
+// cacheHits reads cache_hits from the proxy's INFO.
 func cacheHits(t *testing.T, ctx context.Context, c *redis.Client) int {
 	t.Helper()
 	info, err := c.Info(ctx, "sidecache").Result()
