@@ -23,6 +23,7 @@
 #include <event2/event.h>
 #include <openssl/ssl.h>
 
+#include "protocol/info.h"
 #include "protocol/resp.h"
 #include "proxy/log.h"
 #include "proxy/sockopt.h"
@@ -36,7 +37,16 @@
 #define INV_CLIENT_NAME "sidecache-invalidation"
 
 /* What the next reply answers, during SETUP. */
-enum inv_expect { EXP_AUTH, EXP_SETNAME, EXP_NOEVICT, EXP_COMMAND, EXP_CLIENT_ID, EXP_TRACKING, EXP_SUBSCRIBE };
+enum inv_expect {
+    EXP_AUTH,
+    EXP_SETNAME,
+    EXP_NOEVICT,
+    EXP_SERVER_ID,
+    EXP_COMMAND,
+    EXP_CLIENT_ID,
+    EXP_TRACKING,
+    EXP_SUBSCRIBE
+};
 
 #define PING_SLOTS 64
 
@@ -77,6 +87,7 @@ struct inv_conn {
     int ping_refused_logged;  /* an error answered a PING (logged once) */
     int64_t last_ping_ms;
     long long my_id;          /* from CLIENT ID */
+    char server_id[INFO_RUN_ID_LEN + 1]; /* the run_id INFO gave, "" if none */
     inv_stats stats;
 };
 
@@ -379,6 +390,11 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
      * a flush; Redis 7): an ACL or a Redis that refuses either is no reason
      * to go without a cache */
     if (e == EXP_SETNAME || e == EXP_NOEVICT) return;
+    /* nor is an INFO refused: the server then has no known identity */
+    if (e == EXP_SERVER_ID) {
+        info_run_id(buf, len, t->server_id);
+        return;
+    }
     if (type == '-' || type == '!') {
         const char *msg = buf + t->rp.payload_off;
         /* a transient error (resp_frame_is_transient_error) gets the
@@ -399,6 +415,7 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
     case EXP_AUTH:
     case EXP_SETNAME:
     case EXP_NOEVICT:
+    case EXP_SERVER_ID:
     case EXP_TRACKING:
         break;
     case EXP_COMMAND:
@@ -497,6 +514,9 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
         expect(t, EXP_SETNAME);
         send_cmd(t, "CLIENT", "NO-EVICT", "on", NULL);
         expect(t, EXP_NOEVICT);
+        t->server_id[0] = '\0';
+        send_cmd(t, "INFO", "server", NULL);
+        expect(t, EXP_SERVER_ID);
         send_cmd(t, "COMMAND", NULL);
         expect(t, EXP_COMMAND);
         send_cmd(t, "CLIENT", "ID", NULL);
@@ -719,4 +739,7 @@ int inv_hold_left_ms(const inv_conn *t, uint64_t mark) {
 
 int inv_ping_hold_ms(const inv_conn *t) { return inv_hold_left_ms(t, inv_hold_mark(t)); }
 long long inv_redirect_id(const inv_conn *t) { return t->state == INV_ACTIVE ? t->my_id : 0; }
+const char *inv_server_id(const inv_conn *t) {
+    return t->state == INV_ACTIVE && t->server_id[0] != '\0' ? t->server_id : NULL;
+}
 const inv_stats *inv_get_stats(const inv_conn *t) { return &t->stats; }

@@ -11,7 +11,8 @@
  *     │                 ▼                      ▼                      │
  *     └──back-off── BACKOFF ◄──────── error, refusal, ping deadline ───┘
  *                                                                     
- * SETUP sends, on one RESP2 connection: [AUTH], COMMAND (the owner learns
+ * SETUP sends, on one RESP2 connection: [AUTH], INFO server (the server's
+ * run_id, inv_server_id; a refusal leaves it unknown), COMMAND (the owner learns
  * which commands write which keys), CLIENT ID, then (bcast mode) CLIENT
  * TRACKING ON REDIRECT <own id> BCAST PREFIX p ... and SUBSCRIBE
  * __redis__:invalidate. In the default and optin modes the data connections
@@ -153,6 +154,11 @@ int inv_barrier_passed(const inv_conn *t, uint64_t seq);
 /* Redis's id of this connection while ACTIVE (the REDIRECT target of data
  * connections in the default and optin modes), else 0. */
 long long inv_redirect_id(const inv_conn *t);
+/* The run_id of the Redis this connection reached (INFO server, at each
+ * connect) while ACTIVE, or NULL (not active, INFO refused): data
+ * connections that reach another server are told apart by it (their reads
+ * would fill the cache with values this connection hears no change of). */
+const char *inv_server_id(const inv_conn *t);
 const char *inv_state_name(enum inv_state s);
 
 typedef struct inv_stats {

@@ -246,15 +246,17 @@ static void on_active(void *arg, int active) {
     pc->active = active;
     pc->epoch++;
     if (active) px_upstream_reached(srv, &pc->inv_sa, pc->inv_salen);
-    /* Tracking back after a loss: the shared connections were made before
-     * the invalidation connection, maybe to another server behind the same
-     * address (a virtual IP, a Service, that now leads to a new master).
-     * What they read there would fill the cache with values this
-     * connection hears no change of: they retire, and the next requests go
-     * on connections made after it. (Nothing they had in flight fills: the
-     * loss emptied the cache.) */
-    if (active && pc->was_active && srv->cfg->tracking_upstream[0] == '\0')
-        px_pools_retire_connections(srv, "tracking reconnected: data connections made again after it");
+    /* Tracking on: the data connections were made before the invalidation
+     * connection, maybe to another server behind the same address (a
+     * virtual IP, a Service, that now leads to a new master). What they
+     * read there would fill the cache with values this connection hears no
+     * change of: those whose handshake named another server fill nothing
+     * and retire, and so do, back after a loss, those whose server is not
+     * known; the next requests go on connections made after it. (Nothing
+     * they had in flight fills: the loss emptied the cache.) */
+    if (active && srv->cfg->tracking_upstream[0] == '\0')
+        px_upstreams_tracking_on(srv, inv_server_id(pc->inv), pc->was_active,
+                                 "tracking on: a data connection not known to be on its server made again");
     if (active) pc->was_active = 1;
     /* (held reads then go to Redis) */
     if (!active) wake_ping_waiters(srv);
@@ -272,6 +274,30 @@ void px_caching_upstream_moved(px_server *srv) {
     pc->moving = 1;
     inv_restart(pc->inv, "upstream master moved (failover)");
     pc->moving = 0;
+}
+
+int px_caching_wants_server_id(const px_server *srv) {
+    /* (a tracking-upstream is another server by design) */
+    return srv->caching != NULL && srv->cfg->tracking_upstream[0] == '\0';
+}
+
+void px_caching_upstream_identified(px_server *srv, px_upstream *u) {
+    struct px_caching *pc = srv->caching;
+    const char *inv_id = pc != NULL ? inv_server_id(pc->inv) : NULL;
+    if (inv_id == NULL || u->server_id[0] == '\0' || strcmp(inv_id, u->server_id) == 0) return;
+    /* The address now leads to another server than the one the
+     * invalidation connection reached (a virtual IP or a Service that
+     * follows the master, a restart elsewhere): what this connection reads
+     * there, nothing here would hear change. It fills nothing, what its
+     * requests sent meanwhile began to fill is dropped, and every
+     * connection moves to the address again, the invalidation one too. */
+    u->other_server = 1;
+    flush_cache(pc);
+    pc->flush_failover++;
+    px_notice("upstream connection %llu reached another Redis (run_id %.12s...) than the invalidation connection "
+              "(%.12s...): cache emptied, reads on it fill nothing",
+              (unsigned long long)u->id, u->server_id, inv_id);
+    px_upstreams_move_again(srv, PX_MOVE_OTHER_SERVER);
 }
 
 void px_caching_acl_changed(px_server *srv, int first) {
@@ -337,6 +363,7 @@ void px_caching_caching_refused(px_server *srv, px_upstream *u, const char *err,
 
 /* May a read sent on u fill the cache? */
 static int conn_tracked(struct px_caching *pc, px_upstream *u) {
+    if (u != NULL && u->other_server) return 0;
     return pc->mode == PX_TRACKING_BCAST || (u != NULL && u->tracked_epoch == pc->epoch && pc->epoch != 0 &&
                                              u->caching_refused != px_acl_mark(u->srv));
 }

@@ -204,6 +204,16 @@ void px_caching_slot_stable_after(px_server *srv, int64_t ms);
  * moves the invalidation connection there. */
 void px_caching_upstream_moved(px_server *srv);
 
+/* Whether a data connection's handshake asks which server it reached
+ * (INFO server's run_id): while caching, unless tracking-upstream names
+ * another path for the invalidation connection. */
+int px_caching_wants_server_id(const px_server *srv);
+/* u's handshake gave its server's run_id (u->server_id). One that is not
+ * the invalidation connection's (inv_server_id, while tracking is on)
+ * marks u other_server (its reads fill nothing), empties the cache and
+ * moves every connection to the address again (px_upstreams_move_again). */
+void px_caching_upstream_identified(px_server *srv, struct px_upstream *u);
+
 /* Fills the cache's numbers of a stats snapshot (proxy/stats.h). */
 struct px_stats;
 void px_caching_collect(px_server *srv, struct px_stats *s);

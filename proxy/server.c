@@ -268,8 +268,8 @@ static void sentinel_cb(evutil_socket_t fd, short what, void *arg) {
     px_sentinel_check(arg);
 }
 
-static void readonly_cb(evutil_socket_t fd, short what, void *arg) {
-    px_upstreams_readonly_move(arg);
+static void move_again_cb(evutil_socket_t fd, short what, void *arg) {
+    px_upstreams_move_again_now(arg);
 }
 
 int px_server_run(px_config *cfg, int argc, char **argv) {
@@ -317,7 +317,7 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     srv.sig_int = evsignal_new(srv.base, SIGINT, on_stop_signal, &srv);
     srv.sig_hup = evsignal_new(srv.base, SIGHUP, on_reload_signal, &srv);
     srv.stop_ev = evtimer_new(srv.base, stop_deadline_cb, &srv);
-    srv.readonly_ev = evtimer_new(srv.base, readonly_cb, &srv);
+    srv.move_again_ev = evtimer_new(srv.base, move_again_cb, &srv);
     struct timeval second = {1, 0};
     event_add(srv.cron_ev, &second);
     event_add(srv.sig_term, NULL);
@@ -418,7 +418,7 @@ out:
     event_free(srv.sig_int);
     event_free(srv.sig_hup);
     if (srv.stop_ev != NULL) event_free(srv.stop_ev);
-    if (srv.readonly_ev != NULL) event_free(srv.readonly_ev);
+    if (srv.move_again_ev != NULL) event_free(srv.move_again_ev);
     event_free(srv.flush_ev);
     event_base_free(srv.base);
     return srv.exit_code;

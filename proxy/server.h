@@ -143,9 +143,11 @@ typedef struct px_server {
     struct event *sentinel_soon_ev; /* ... and soon after a sign of a move (px_sentinel_ask_soon) */
     int64_t sentinel_next_ms;  /* ... but not before this after failures */
     int64_t sentinel_asked_ms; /* when the sentinels were last asked */
-    struct event *readonly_ev; /* moves the connections after a READONLY (upstream.c) */
-    int64_t readonly_moved_ms; /* ... when it last did */
-    int readonly_wait_ms;      /* ... the least time between two such moves */
+    struct event *move_again_ev; /* moves the connections to the address
+                                    again (px_upstreams_move_again) */
+    int move_again_why;        /* ... why (enum px_move_again) */
+    int64_t move_again_ms;     /* ... when it last did */
+    int move_again_wait_ms;    /* ... the least time between two such moves */
     int sentinel_backoff_ms;
     int sentinel_first;        /* the sentinel asked first: the last that answered */
     char sentinel_master_logged[64]; /* the master's address last logged */

@@ -235,6 +235,38 @@ void px_pools_retire_connections(px_server *srv, const char *why) {
     for (px_pool *p = srv->pools; p != NULL; p = p->next) pool_retire_connections(p, why);
 }
 
+/* Whether u reached the server whose run_id is id: 1 yes, 0 another one,
+ * -1 not known (either id unknown). */
+static int up_on_server(const px_upstream *u, const char *id) {
+    if (id == NULL || u->server_id[0] == '\0') return -1;
+    return strcmp(u->server_id, id) == 0;
+}
+
+/* A data connection on another server than id's fills nothing; a shared
+ * or idle one on another server, or (retire_unknown) on one not known,
+ * goes. Returns whether it went. */
+static int up_check_server(px_upstream *u, const char *id, int retire_unknown, const char *why) {
+    if (u == NULL || u->state == PX_UP_CLOSED) return 0;
+    int on = up_on_server(u, id);
+    if (on == 0) u->other_server = 1;
+    if (u->owner != NULL || u->retired || on == 1 || (on < 0 && !retire_unknown)) return 0;
+    up_retire(u, why);
+    return 1;
+}
+
+void px_upstreams_tracking_on(px_server *srv, const char *id, int retire_unknown, const char *why) {
+    for (px_pool *p = srv->pools; p != NULL; p = p->next) {
+        for (int i = 0; i < p->nshared; i++) up_check_server(p->shared[i], id, retire_unknown, why);
+        for (px_upstream *u = p->idle, *next; u != NULL; u = next) {
+            next = u->next_idle;
+            if (up_on_server(u, id) != 1 && (retire_unknown || up_on_server(u, id) == 0))
+                px_upstream_close(u, why);
+        }
+    }
+    for (px_client *c = srv->clients; c != NULL; c = c->next) up_check_server(c->pinned, id, retire_unknown, why);
+    for (px_upstream *u = srv->retired; u != NULL; u = u->next_retired) up_check_server(u, id, 0, why);
+}
+
 void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsigned salen, int gently) {
     memcpy(&srv->up_sa, sa, salen);
     srv->up_salen = salen;
@@ -377,45 +409,45 @@ void px_upstream_recheck_name(px_server *srv) {
     if (up_by_name(srv)) px_resolve_expire(srv->cfg->up.host, srv->cfg->up.port);
 }
 
-/* After a READONLY move, the next waits at least this long, doubled after
- * each move up to the max (an upstream that is a replica answers every
- * write READONLY: its cache would be emptied at each), and back to the
- * least after a minute without one. */
-#define PX_READONLY_MOVE_MS 1000
-#define PX_READONLY_MOVE_MAX_MS 30000
+/* The least time between two moves to the address again, doubled after
+ * each up to the max, back to the least after a minute without one
+ * (px_upstreams_move_again). */
+#define PX_MOVE_AGAIN_MS 1000
+#define PX_MOVE_AGAIN_MAX_MS 30000
 
-/* The master was demoted, and no sentinel says where it went. An address
- * that follows the master (a virtual IP, a Kubernetes Service, a load
- * balancer) leads new connections to the new one, while established ones
- * stay on the old node (conntrack keeps their flows). A direct go-redis
- * client closes a connection that answers READONLY and reaches the new
- * master with its next; here every connection moves to the same address
- * again, the invalidation connection too (px_upstreams_move: the cache is
- * emptied first), after the reply. */
-static void up_readonly(px_server *srv) {
-    if (srv->readonly_ev == NULL || evtimer_pending(srv->readonly_ev, NULL)) return;
+/* (A direct go-redis client closes a connection that answers READONLY and
+ * reaches the new master with its next.) */
+void px_upstreams_move_again(px_server *srv, enum px_move_again why) {
+    if (srv->move_again_ev == NULL || evtimer_pending(srv->move_again_ev, NULL)) return;
+    /* a connect reached another address than the connections so far (the
+     * name now gives another): the name's check moves them all there */
+    if (why == PX_MOVE_OTHER_SERVER && srv->up_reached_salen != 0) return;
+    srv->move_again_why = (int)why;
     int64_t now = px_now_ms();
-    if (srv->readonly_wait_ms == 0 || now - srv->readonly_moved_ms > 60000) srv->readonly_wait_ms = PX_READONLY_MOVE_MS;
-    int64_t wait = srv->readonly_moved_ms == 0 ? 0 : srv->readonly_moved_ms + srv->readonly_wait_ms - now;
+    if (srv->move_again_wait_ms == 0 || now - srv->move_again_ms > 60000) srv->move_again_wait_ms = PX_MOVE_AGAIN_MS;
+    int64_t wait = srv->move_again_ms == 0 ? 0 : srv->move_again_ms + srv->move_again_wait_ms - now;
     struct timeval tv = px_ms_timeval(wait < 0 ? 0 : wait);
-    evtimer_add(srv->readonly_ev, &tv);
+    evtimer_add(srv->move_again_ev, &tv);
 }
 
-void px_upstreams_readonly_move(px_server *srv) {
+void px_upstreams_move_again_now(px_server *srv) {
     struct sockaddr_storage to;
     unsigned tolen = srv->up_conn_salen != 0 ? srv->up_conn_salen : srv->up_salen;
     if (tolen == 0 || srv->stopping) return;
     memcpy(&to, srv->up_conn_salen != 0 ? &srv->up_conn_sa : &srv->up_sa, tolen);
-    if (srv->readonly_moved_ms != 0) {
-        int doubled = srv->readonly_wait_ms * 2;
-        srv->readonly_wait_ms = doubled > PX_READONLY_MOVE_MAX_MS ? PX_READONLY_MOVE_MAX_MS : doubled;
+    if (srv->move_again_ms != 0) {
+        int doubled = srv->move_again_wait_ms * 2;
+        srv->move_again_wait_ms = doubled > PX_MOVE_AGAIN_MAX_MS ? PX_MOVE_AGAIN_MAX_MS : doubled;
     }
-    srv->readonly_moved_ms = px_now_ms();
+    srv->move_again_ms = px_now_ms();
     char dest[300];
     px_format_address(&to, tolen, dest, sizeof dest);
-    px_notice("upstream answered READONLY (no longer the master): cache emptied, connections made again to %s, "
-              "which may lead to the new master (next such move in %d ms at the earliest)",
-              dest, srv->readonly_wait_ms);
+    px_notice("%s: cache emptied, connections made again to %s, which may lead to the new master (next such move "
+              "in %d ms at the earliest)",
+              srv->move_again_why == PX_MOVE_READONLY
+                  ? "upstream answered READONLY (no longer the master)"
+                  : "upstream address leads to another Redis than the invalidation connection reached",
+              dest, srv->move_again_wait_ms);
     px_upstreams_move(srv, &to, tolen, 1);
 }
 
@@ -531,6 +563,13 @@ static int up_write_handshake(px_upstream *u, resp_buf *b) {
         resp_enc_commandv(b, "SELECT", portbuf, NULL);
         n++;
     }
+    int id_at = n;
+    if (px_caching_wants_server_id(u->srv)) {
+        /* Which server is this? One behind the address the invalidation
+         * connection did not reach must fill nothing (caching.h) */
+        resp_enc_commandv(b, "INFO", "server", NULL);
+        n++;
+    }
     if (p->pass == NULL) {
         /* Does Redis let a client without credentials in? The answer tells
          * whether the proxy may answer PING and friends itself for such a
@@ -539,6 +578,8 @@ static int up_write_handshake(px_upstream *u, resp_buf *b) {
         u->probe_access = 1;
         n++;
     }
+    /* its answer is the (id_at + 1)-th: handshake_left is then n - id_at */
+    u->server_id_left = id_at < n && px_caching_wants_server_id(u->srv) ? n - id_at : 0;
     return n;
 }
 
@@ -1000,7 +1041,7 @@ static void note_role(px_upstream *u, const px_req *r, const char *data, size_t 
             px_sentinel_ask_soon(u->srv);
         } else if (!u->retired) {
             px_upstream_recheck_name(u->srv);
-            up_readonly(u->srv);
+            px_upstreams_move_again(u->srv, PX_MOVE_READONLY);
         }
     } else if (resp_frame_starts_with(data, len, "-MOVED ") && !u->retired)
         /* (a retired connection's node is where Redis was: its MOVED
@@ -1227,6 +1268,15 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
          * handshake has at least one reply: AUTH, HELLO or PING) */
         if (!u->srv->upstream_reached) px_server_upstream_reached(u->srv, up_addr(u->srv, addr, sizeof addr));
         if (is_err && is_noauth(data, len)) learn_noauth(u->srv);
+        if (u->server_id_left != 0 && u->handshake_left == u->server_id_left) {
+            /* INFO server: refused (an ACL, NOAUTH before the probe's), the
+             * server stays unknown; only a full Redis's error (it closes
+             * the connection) is the handshake's failure */
+            u->server_id_left = 0;
+            if (!is_err) info_run_id(data, len, u->server_id);
+            if (!is_max_clients(data, len)) is_err = 0;
+            if (!is_err) px_caching_upstream_identified(u->srv, u);
+        }
         if (u->probe_access && u->handshake_left == 1) {
             /* the last handshake reply: the access probe, a failure only
              * when Redis is full (it closes the connection after that

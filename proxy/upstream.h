@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "protocol/info.h"
 #include "protocol/resp.h"
 #include "proxy/io.h"
 #include "proxy/server.h"
@@ -236,6 +237,12 @@ typedef struct px_upstream {
     int ever_ready;            /* a handshake completed on this connection */
     int probe_access;          /* an access probe is on its way: the handshake's
                                   last request, or a PX_REQ_PROBE */
+    int server_id_left;        /* the handshake's INFO server answers when
+                                  handshake_left is this (0: none asked) */
+    char server_id[INFO_RUN_ID_LEN + 1]; /* the run_id it gave ("": unknown) */
+    int other_server;          /* that run_id is not the invalidation
+                                  connection's: its reads fill nothing
+                                  (px_caching_upstream_identified) */
     px_req *head, *tail;       /* requests in flight, in order */
     int npending;
     resp_reply_parser rp;
@@ -425,14 +432,34 @@ void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsign
 /* Every shared connection retires (px_upstream.retired): the next requests
  * go on new ones. */
 void px_pools_retire_connections(px_server *srv, const char *why);
+/* Tracking is on, its connection on the server whose run_id is id (NULL:
+ * not known). Every data connection on another server fills nothing from
+ * now on (px_upstream.other_server); the shared and idle ones among them
+ * retire, and with retire_unknown those whose server is not known too
+ * (why, for the log). A connection of a client's own is left to it. */
+void px_upstreams_tracking_on(px_server *srv, const char *id, int retire_unknown, const char *why);
 /* A READONLY came from the upstream given by name: its answer is asked
  * again at the next check (px_upstreams_cron), which moves the
  * connections if the name points elsewhere now. */
 void px_upstream_recheck_name(px_server *srv);
-/* From srv->readonly_ev, set off by a READONLY from the upstream (no
- * sentinel names the master): the connections move to the same address
- * again, which may lead new ones to the new master (up_readonly). */
-void px_upstreams_readonly_move(px_server *srv);
+/* Why every connection moves to the address it reached again
+ * (px_upstreams_move_again). */
+enum px_move_again {
+    PX_MOVE_READONLY = 1, /* the upstream answered READONLY: demoted, and no
+                             sentinel names the master */
+    PX_MOVE_OTHER_SERVER  /* a data connection reached another Redis than
+                             the invalidation connection (caching.h) */
+};
+/* The address may lead new connections to the new master (a virtual IP, a
+ * Service) while established ones stay where they were: every connection,
+ * the invalidation one too, moves to it again (px_upstreams_move, gently:
+ * the cache is emptied first). After the reply being read (from
+ * srv->move_again_ev), and at least srv->move_again_wait_ms after the last
+ * such move: doubled at each, up to 30 s (an upstream that is a replica
+ * answers every write READONLY), back to 1 s after a minute without one. */
+void px_upstreams_move_again(px_server *srv, enum px_move_again why);
+/* srv->move_again_ev's move. */
+void px_upstreams_move_again_now(px_server *srv);
 /* A connection to the upstream (data or invalidation) reached sa. */
 void px_upstream_reached(px_server *srv, const struct sockaddr_storage *sa, unsigned salen);
 /* Closes every pool and connection (shutdown). */

@@ -134,3 +134,93 @@ def test_tracking_back_after_a_loss_retires_the_data_connections(redis_factory, 
     assert c.cmd("GET", "i1").raw == b"$2\r\nv2\r\n"
     wait_until(lambda: a.client().get("i1") == b"v2", timeout=5, what="a to catch up")
     assert [c.cmd("GET", "i1").raw for _ in range(3)] == [b"$2\r\nv2\r\n"] * 3
+
+
+def other_server_moves(p):
+    return open(p.logpath).read().count("leads to another Redis than the invalidation connection reached")
+
+
+def test_a_data_connection_made_anew_on_the_new_master_moves_tracking_there(redis_factory, proxy_factory,
+                                                                             front):
+    """b is promoted behind the address, a, demoted, is cut off from it and
+    keeps the invalidation connection; no write goes through sidecache.
+    A data connection made anew (a's were closed) reaches b, and its
+    handshake's INFO names another run_id than the invalidation
+    connection's: what it reads fills nothing, and every connection, the
+    invalidation one too, moves to the address again (before: i2 read on
+    b was cached, and b's later change of it, which a never hears of, was
+    never invalidated: the old value served for good)."""
+    a, b = master_and_replica(redis_factory)
+    fwd = front(a)
+    p, st, c = cached_behind(proxy_factory, fwd, a, b)
+
+    b.client().replicaof("no", "one")
+    fwd.target = b.port
+    a.client().replicaof(HOST, str(free_port()))
+    b.client().set("i2", "x1")
+    a.client().client_kill_filter(_type="normal")  # the data connections; not the invalidation one (pubsub)
+
+    # on a connection made anew, to b (one written before sidecache read
+    # the old one's end gets an error, as a direct client's would)
+    wait_until(lambda: c.cmd("GET", "i2").raw == b"$2\r\nx1\r\n", timeout=3, what="b's i2")
+    b.client().set("i2", "x2")
+    wait_until(lambda: c.cmd("GET", "i2").raw == b"$2\r\nx2\r\n", timeout=3, what="b's new value of i2")
+    assert other_server_moves(p) == 1
+    wait_until(lambda: any(x.get("name") == "sidecache-invalidation" for x in b.client().client_list()),
+               timeout=5, what="the invalidation connection to reach b")
+    wait_tracking_active(p, stats=st)
+    # caching again, coherent with b
+    assert warm(c, st, ("GET", "i2")) == [b"x2"]
+    b.client().set("i2", "x3")
+    wait_until(lambda: c.cmd("GET", "i2").raw == b"$2\r\nx3\r\n", timeout=3, what="b's invalidation of i2")
+    assert other_server_moves(p) == 1
+
+
+def test_a_user_without_info_caches_as_before(redis_factory, proxy_factory):
+    """The upstream user may not run INFO: each connection's server stays
+    unknown, nothing is compared, and the handshake and the cache go on."""
+    r = redis_factory()
+    r.client().execute_command("ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info")
+    p = proxy_factory(up=r, upstream_url="redis://noinfo:pw@%s:%d" % (HOST, r.port))
+    st = Stats(p)
+    wait_tracking_active(p, stats=st)
+    c = p.raw()
+    assert c.cmd("SET", "i1", "v1").raw == b"+OK\r\n"
+    assert warm(c, st, ("GET", "i1")) == [b"v1"]
+    r.client().set("i1", "v2")
+    wait_until(lambda: c.cmd("GET", "i1").raw == b"$2\r\nv2\r\n", timeout=3, what="the invalidation of i1")
+    assert other_server_moves(p) == 0
+    assert "handshake refused" not in open(p.logpath).read()
+
+
+def sidecache_data_connections(r):
+    """The ids of the normal (not pub/sub: the invalidation connection is
+    one) connections on r but the asking one's."""
+    own = str(r.client_id())
+    return {x["id"] for x in r.client_list(_type="normal") if x["id"] != own}
+
+
+def test_tracking_back_on_the_same_server_keeps_the_data_connections(redis_factory, proxy_factory):
+    """A blip of the invalidation connection alone: it comes back to the
+    same Redis (the same run_id as every data connection's), which the data
+    connections never left; they stay (before: all made again at each
+    blip), and the cache is coherent with that Redis again."""
+    r = redis_factory()
+    p = proxy_factory(up=r)
+    st = Stats(p)
+    wait_tracking_active(p, stats=st)
+    c = p.raw()
+    assert c.cmd("SET", "i1", "v1").raw == b"+OK\r\n"
+    assert warm(c, st, ("GET", "i1")) == [b"v1"]
+    admin = r.client()
+    before = sidecache_data_connections(admin)
+    inv = [x["id"] for x in admin.client_list() if x.get("name") == "sidecache-invalidation"]
+    admin.client_kill_filter(_type="pubsub")
+    wait_until(lambda: any(x.get("name") == "sidecache-invalidation" and x["id"] not in inv
+                           for x in admin.client_list()), timeout=5, what="tracking to come back")
+    wait_tracking_active(p, stats=st)
+    assert sidecache_data_connections(admin) == before
+    admin.set("i1", "v2")
+    wait_until(lambda: c.cmd("GET", "i1").raw == b"$2\r\nv2\r\n", timeout=3, what="the invalidation of i1")
+    assert warm(c, st, ("GET", "i1")) == [b"v2"]
+    assert sidecache_data_connections(admin) == before
