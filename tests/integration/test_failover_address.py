@@ -200,13 +200,16 @@ def sidecache_data_connections(r):
     return {x["id"] for x in r.client_list(_type="normal") if x["id"] != own}
 
 
-def test_tracking_back_on_the_same_server_keeps_the_data_connections(redis_factory, proxy_factory):
+@pytest.mark.parametrize("mode", ["bcast", "default", "optin"])
+def test_tracking_back_on_the_same_server_keeps_the_data_connections(redis_factory, proxy_factory, mode):
     """A blip of the invalidation connection alone: it comes back to the
     same Redis (the same run_id as every data connection's), which the data
     connections never left; they stay (before: all made again at each
-    blip), and the cache is coherent with that Redis again."""
+    blip), and the cache is coherent with that Redis again (default,
+    optin: the kept connections redirect their tracking to the new
+    invalidation connection)."""
     r = redis_factory()
-    p = proxy_factory(up=r)
+    p = proxy_factory(up=r, args=("--tracking-mode", mode))
     st = Stats(p)
     wait_tracking_active(p, stats=st)
     c = p.raw()
