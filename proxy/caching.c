@@ -292,6 +292,9 @@ void px_caching_upstream_identified(px_server *srv, px_upstream *u) {
      * requests sent meanwhile began to fill is dropped, and every
      * connection moves to the address again, the invalidation one too. */
     u->other_server = 1;
+    /* (a retired one goes, with the move that retired it: the cache was
+     * emptied then, and it takes no new request) */
+    if (u->retired) return;
     flush_cache(pc);
     pc->flush_failover++;
     px_notice("upstream connection %llu reached another Redis (run_id %.12s...) than the invalidation connection "
@@ -363,7 +366,7 @@ void px_caching_caching_refused(px_server *srv, px_upstream *u, const char *err,
 
 /* May a read sent on u fill the cache? */
 static int conn_tracked(struct px_caching *pc, px_upstream *u) {
-    if (u != NULL && u->other_server) return 0;
+    if (u != NULL && (u->other_server || u->server_id_again)) return 0;
     return pc->mode == PX_TRACKING_BCAST || (u != NULL && u->tracked_epoch == pc->epoch && pc->epoch != 0 &&
                                              u->caching_refused != px_acl_mark(u->srv));
 }

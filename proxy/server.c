@@ -318,6 +318,11 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     srv.sig_hup = evsignal_new(srv.base, SIGHUP, on_reload_signal, &srv);
     srv.stop_ev = evtimer_new(srv.base, stop_deadline_cb, &srv);
     srv.move_again_ev = evtimer_new(srv.base, move_again_cb, &srv);
+    /* The highest priority, as the invalidation connection's: a client that
+     * had the READONLY and sent its next command at once may be read in
+     * the same pass as this move is due; the move goes first, and that
+     * command to the new master */
+    if (srv.move_again_ev != NULL) event_priority_set(srv.move_again_ev, 0);
     struct timeval second = {1, 0};
     event_add(srv.cron_ev, &second);
     event_add(srv.sig_term, NULL);

@@ -242,16 +242,14 @@ static int up_on_server(const px_upstream *u, const char *id) {
     return strcmp(u->server_id, id) == 0;
 }
 
-/* A data connection on another server than id's fills nothing; a shared
- * or idle one on another server, or (retire_unknown) on one not known,
- * goes. Returns whether it went. */
-static int up_check_server(px_upstream *u, const char *id, int retire_unknown, const char *why) {
-    if (u == NULL || u->state == PX_UP_CLOSED) return 0;
+/* A shared data connection on another server than id's, or
+ * (retire_unknown) on one not known, fills nothing and retires. */
+static void up_check_server(px_upstream *u, const char *id, int retire_unknown, const char *why) {
+    if (u == NULL || u->state == PX_UP_CLOSED) return;
     int on = up_on_server(u, id);
-    if (on == 0) u->other_server = 1;
-    if (u->owner != NULL || u->retired || on == 1 || (on < 0 && !retire_unknown)) return 0;
+    if (on == 1 || (on < 0 && !retire_unknown)) return;
+    u->other_server = 1;
     up_retire(u, why);
-    return 1;
 }
 
 void px_upstreams_tracking_on(px_server *srv, const char *id, int retire_unknown, const char *why) {
@@ -263,8 +261,8 @@ void px_upstreams_tracking_on(px_server *srv, const char *id, int retire_unknown
                 px_upstream_close(u, why);
         }
     }
-    for (px_client *c = srv->clients; c != NULL; c = c->next) up_check_server(c->pinned, id, retire_unknown, why);
-    for (px_upstream *u = srv->retired; u != NULL; u = u->next_retired) up_check_server(u, id, 0, why);
+    /* (A client's own connection is left to it: the reads that fill go on
+     * shared ones. The retired are going: they take no new request.) */
 }
 
 void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsigned salen, int gently) {
@@ -451,8 +449,11 @@ void px_upstreams_move_again_now(px_server *srv) {
     px_upstreams_move(srv, &to, tolen, 1);
 }
 
+static void up_ask_server_ids(px_server *srv);
+
 void px_upstreams_cron(px_server *srv, int64_t now_ms) {
     if (srv->open_access < 0) up_probe_again(srv);
+    up_ask_server_ids(srv);
     up_check_name(srv);
     int timeout = srv->cfg->upstream_timeout;
     if (timeout <= 0) return;
@@ -903,7 +904,7 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, cons
         }
         if (r->kind == PX_REQ_DISCARD || r->kind == PX_REQ_TRACKING || r->kind == PX_REQ_CACHING ||
             r->kind == PX_REQ_TXN_CTL || r->kind == PX_REQ_PROBE || r->kind == PX_REQ_TTL ||
-            r->kind == PX_REQ_ACL_LIST || r->kind == PX_REQ_SLOT_PROBE) {
+            r->kind == PX_REQ_ACL_LIST || r->kind == PX_REQ_SLOT_PROBE || r->kind == PX_REQ_SERVER_ID) {
             if (r->kind == PX_REQ_TTL) px_caching_on_ttl_reply(u->srv, r, err, errlen);
             if (r->kind == PX_REQ_ACL_LIST) px_aclwatch_on_reply(u->srv, r, err, errlen, 1);
             if (r->kind == PX_REQ_SLOT_PROBE) px_slotwatch_on_reply(u->srv, (int)r->fill_token, err, errlen, 1);
@@ -1258,6 +1259,36 @@ static int reset_marker_reply(const px_upstream *u, const char *data, size_t len
     return 0;
 }
 
+/* The answer to INFO server, the handshake's or one asked again. A
+ * refusal (an ACL without INFO, a NOAUTH before the access probe's) leaves
+ * the server unknown, as Redis will not say; a transient error (BUSY while
+ * a script runs past busy-reply-threshold, LOADING) is asked again
+ * (up_ask_server_ids), and the connection's reads fill nothing until the
+ * server is known. */
+static void up_server_id_reply(px_upstream *u, const char *data, size_t len, int is_err) {
+    u->server_id_again = is_err && resp_frame_is_transient_error(data, len);
+    if (is_err) return;
+    info_run_id(data, len, u->server_id);
+    px_caching_upstream_identified(u->srv, u);
+}
+
+/* Each second: INFO server again on the shared connections whose server a
+ * transient error left unknown. (Not on a client's own connection, where it
+ * could fall inside the client's MULTI: its reads fill nothing until it
+ * goes.) */
+static void up_ask_server_ids(px_server *srv) {
+    static const char info[] = "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
+    for (px_pool *p = srv->pools; p != NULL; p = p->next)
+        for (int i = 0; i < p->nshared; i++) {
+            px_upstream *u = p->shared[i];
+            if (u == NULL || u->server_id_again != 1 || u->state != PX_UP_READY || u->tunnel) continue;
+            px_req *r = px_req_new(srv, NULL, PX_REQ_SERVER_ID);
+            if (r == NULL) return;
+            u->server_id_again = 2;
+            px_upstream_send(u, r, info, sizeof info - 1);
+        }
+}
+
 /* One whole reply frame from Redis. */
 static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     char type = u->rp.type;
@@ -1269,13 +1300,13 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         if (!u->srv->upstream_reached) px_server_upstream_reached(u->srv, up_addr(u->srv, addr, sizeof addr));
         if (is_err && is_noauth(data, len)) learn_noauth(u->srv);
         if (u->server_id_left != 0 && u->handshake_left == u->server_id_left) {
-            /* INFO server: refused (an ACL, NOAUTH before the probe's), the
-             * server stays unknown; only a full Redis's error (it closes
-             * the connection) is the handshake's failure */
+            /* INFO server: only a full Redis's error (it closes the
+             * connection) is the handshake's failure */
             u->server_id_left = 0;
-            if (!is_err) info_run_id(data, len, u->server_id);
-            if (!is_max_clients(data, len)) is_err = 0;
-            if (!is_err) px_caching_upstream_identified(u->srv, u);
+            if (!is_max_clients(data, len)) {
+                up_server_id_reply(u, data, len, is_err);
+                is_err = 0;
+            }
         }
         if (u->probe_access && u->handshake_left == 1) {
             /* the last handshake reply: the access probe, a failure only
@@ -1378,6 +1409,9 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         }
         px_req_release(u->srv, r);
         px_slotwatch_on_reply(u->srv, what, data, len, 0);
+    } else if (r->kind == PX_REQ_SERVER_ID) {
+        px_req_release(u->srv, r);
+        up_server_id_reply(u, data, len, type == '-' || type == '!');
     } else if (r->kind == PX_REQ_PROBE) {
         px_req_release(u->srv, r);
         u->probe_access = 0;

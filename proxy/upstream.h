@@ -73,6 +73,8 @@ enum px_req_kind {
     PX_REQ_ACL_LIST,    /* internal: ACL LIST, the periodic check of
                            proxy/aclwatch.h */
     PX_REQ_SLOT_PROBE,  /* internal: EXISTS, the probe of proxy/slotwatch.h */
+    PX_REQ_SERVER_ID,   /* internal: INFO server asked again, after the
+                           handshake's met a transient error (BUSY) */
 };
 
 /*
@@ -240,9 +242,14 @@ typedef struct px_upstream {
     int server_id_left;        /* the handshake's INFO server answers when
                                   handshake_left is this (0: none asked) */
     char server_id[INFO_RUN_ID_LEN + 1]; /* the run_id it gave ("": unknown) */
-    int other_server;          /* that run_id is not the invalidation
-                                  connection's: its reads fill nothing
-                                  (px_caching_upstream_identified) */
+    int server_id_again;       /* INFO met a transient error (a script's
+                                  BUSY): asked again each second, a
+                                  PX_REQ_SERVER_ID (2: on its way), and its
+                                  reads fill nothing meanwhile */
+    int other_server;          /* not (known to be) on the invalidation
+                                  connection's server: its reads fill
+                                  nothing (px_caching_upstream_identified,
+                                  px_upstreams_tracking_on) */
     px_req *head, *tail;       /* requests in flight, in order */
     int npending;
     resp_reply_parser rp;
@@ -436,7 +443,7 @@ void px_pools_retire_connections(px_server *srv, const char *why);
  * not known). Every data connection on another server fills nothing from
  * now on (px_upstream.other_server); the shared and idle ones among them
  * retire, and with retire_unknown those whose server is not known too
- * (why, for the log). A connection of a client's own is left to it. */
+ * (why, for the log). A client's own is left to it (no read on it fills). */
 void px_upstreams_tracking_on(px_server *srv, const char *id, int retire_unknown, const char *why);
 /* A READONLY came from the upstream given by name: its answer is asked
  * again at the next check (px_upstreams_cron), which moves the

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from cachehelpers import Stats, wait_tracking_active, warm
-from helpers import HOST, Forwarder, free_port, wait_until
+from helpers import HOST, LONG_SCRIPT, Forwarder, busy_threshold_args, free_port, wait_until
 
 pytestmark = [pytest.mark.proxy_only, pytest.mark.timeout(60)]
 
@@ -136,6 +136,40 @@ def test_tracking_back_after_a_loss_retires_the_data_connections(redis_factory, 
     assert [c.cmd("GET", "i1").raw for _ in range(3)] == [b"$2\r\nv2\r\n"] * 3
 
 
+def test_tracking_back_after_a_loss_keeps_a_clients_own_connection_from_filling(redis_factory, proxy_factory,
+                                                                              front):
+    """The case above for a connection of a client's own (WATCH holds it):
+    made on a before the blip, it stays the client's until its EXEC, and
+    what it reads there while a lags must fill nothing (a's old i1, read
+    after b's invalidation went by, would be cached for good): reads fill
+    only from shared connections."""
+    a, b = master_and_replica(redis_factory)
+    fwd = front(a)
+    p, st, c = cached_behind(proxy_factory, fwd, a, b)
+    w = p.raw()
+    assert w.cmd("WATCH", "k").raw == b"+OK\r\n"
+    assert w.cmd("GET", "k").raw == b"$-1\r\n"  # its own connection, to a
+
+    b.client().replicaof("no", "one")
+    a.client().replicaof(HOST, str(b.port))
+    wait_until(lambda: a.client().info("replication")["master_link_status"] == "up", timeout=10,
+               what="a to replicate b")
+    fwd.target = b.port
+    a.client().client_kill_filter(_type="pubsub")
+    wait_until(lambda: any(x.get("name") == "sidecache-invalidation" for x in b.client().client_list()),
+               timeout=5, what="the invalidation connection to reach b")
+    wait_tracking_active(p, stats=st)
+
+    a.client().execute_command("CLIENT", "PAUSE", "500", "WRITE")  # a lags b
+    b.client().set("i1", "v2")
+    time.sleep(0.05)  # b's invalidation is in
+    assert w.cmd("GET", "i1").raw == b"$2\r\nv1\r\n"  # a's, on the watching client's connection
+    wait_until(lambda: a.client().get("i1") == b"v2", timeout=5, what="a to catch up")
+    assert [c.cmd("GET", "i1").raw for _ in range(3)] == [b"$2\r\nv2\r\n"] * 3
+    assert w.cmd("MULTI").raw == b"+OK\r\n"
+    assert w.cmd("EXEC").raw == b"*0\r\n"
+
+
 def other_server_moves(p):
     return open(p.logpath).read().count("leads to another Redis than the invalidation connection reached")
 
@@ -174,6 +208,44 @@ def test_a_data_connection_made_anew_on_the_new_master_moves_tracking_there(redi
     b.client().set("i2", "x3")
     wait_until(lambda: c.cmd("GET", "i2").raw == b"$2\r\nx3\r\n", timeout=3, what="b's invalidation of i2")
     assert other_server_moves(p) == 1
+
+
+def test_a_connection_whose_info_met_a_busy_script_fills_nothing_until_its_server_is_known(
+        redis_factory, proxy_factory, front):
+    """The case above, with b running a script past busy-reply-threshold
+    when the data connection is made anew there: INFO (and PING) answer
+    BUSY, and the handshake goes through with the server not known. That
+    connection fills nothing, INFO is asked again each second, and its
+    answer once the script ended moves every connection to b (before: the
+    connection filled from b once the script ended, and b's later change
+    was never invalidated)."""
+    a = redis_factory(name="a")
+    b = redis_factory(name="b", args=("--replicaof", HOST, str(a.port)) + busy_threshold_args(50))
+    wait_until(lambda: b.client().info("replication")["master_link_status"] == "up", timeout=10,
+               what="b to sync")
+    fwd = front(a)
+    p, st, c = cached_behind(proxy_factory, fwd, a, b)
+    b.client().replicaof("no", "one")
+    fwd.target = b.port
+    a.client().replicaof(HOST, str(free_port()))
+    b.client().set("i2", "x1")
+
+    script = b.raw()
+    script.send_cmd("EVAL", LONG_SCRIPT, 0, 3000000)
+    probe = b.raw()
+    wait_until(lambda: probe.cmd("PING").raw.startswith(b"-BUSY "), timeout=2, what="b to run the script")
+    a.client().client_kill_filter(_type="normal")
+    # a connection made anew to b, its handshake answered BUSY
+    wait_until(lambda: c.cmd("GET", "i2").raw.startswith(b"-BUSY "), timeout=2, what="a read to meet the script")
+    assert script.read_frame(timeout=10).raw == b":1\r\n"
+    assert [c.cmd("GET", "i2").raw for _ in range(3)] == [b"$2\r\nx1\r\n"] * 3
+    b.client().set("i2", "x2")
+    wait_until(lambda: c.cmd("GET", "i2").raw == b"$2\r\nx2\r\n", timeout=3, what="b's new value of i2")
+    wait_until(lambda: other_server_moves(p) == 1, timeout=5, what="INFO asked again, and the move")
+    wait_tracking_active(p, stats=st)
+    assert warm(c, st, ("GET", "i2")) == [b"x2"]
+    b.client().set("i2", "x3")
+    wait_until(lambda: c.cmd("GET", "i2").raw == b"$2\r\nx3\r\n", timeout=3, what="b's invalidation of i2")
 
 
 def test_a_user_without_info_caches_as_before(redis_factory, proxy_factory):
