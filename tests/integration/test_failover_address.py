@@ -60,6 +60,45 @@ def moves_logged(p):
     return open(p.logpath).read().count("upstream answered READONLY")
 
 
+def promote_b_cut_off_a(fwd, a, b):
+    """b the master, the address leading new connections to it, and a,
+    demoted, replicating from nowhere (it keeps its old values)."""
+    b.client().replicaof("no", "one")
+    fwd.target = b.port
+    a.client().replicaof(HOST, str(free_port()))
+
+
+def promote_b_behind_a_replica(fwd, a, b):
+    """b the master, the address leading new connections to it, and a a
+    healthy replica of b."""
+    b.client().replicaof("no", "one")
+    a.client().replicaof(HOST, str(b.port))
+    wait_until(lambda: a.client().info("replication")["master_link_status"] == "up", timeout=10,
+               what="a to replicate b")
+    fwd.target = b.port
+
+
+def wait_invalidation_connection_on(r):
+    wait_until(lambda: any(x.get("name") == "sidecache-invalidation" for x in r.client().client_list()),
+               timeout=5, what="the invalidation connection to reach :%d" % r.port)
+
+
+def tracking_blip_to_b(p, st, a, b):
+    """The invalidation connection on a lost once; it comes back through
+    the address, to b."""
+    a.client().client_kill_filter(_type="pubsub")
+    wait_invalidation_connection_on(b)
+    wait_tracking_active(p, stats=st)
+
+
+def a_lags_b_writing_i1(a, b):
+    """b writes i1 = v2 while a, paused, has not yet (a answers reads while
+    paused: v1 would come from there); b's invalidation is in."""
+    a.client().execute_command("CLIENT", "PAUSE", "500", "WRITE")
+    b.client().set("i1", "v2")
+    time.sleep(0.05)
+
+
 def test_a_readonly_moves_the_connections_to_the_address_again(redis_factory, proxy_factory, front):
     """b is promoted, the address leads to it, and a, demoted, is cut off
     from it (its master is gone) and keeps running. The first write through
@@ -71,9 +110,7 @@ def test_a_readonly_moves_the_connections_to_the_address_again(redis_factory, pr
     p, st, c = cached_behind(proxy_factory, fwd, a, b)
     warm(c, st, ("GET", "i1"))
 
-    b.client().replicaof("no", "one")
-    fwd.target = b.port
-    a.client().replicaof(HOST, str(free_port()))
+    promote_b_cut_off_a(fwd, a, b)
     b.client().set("i1", "v2")  # another client, on the new master
 
     replies = []
@@ -117,20 +154,9 @@ def test_tracking_back_after_a_loss_retires_the_data_connections(redis_factory, 
     fwd = front(a)
     p, st, c = cached_behind(proxy_factory, fwd, a, b)
 
-    b.client().replicaof("no", "one")
-    a.client().replicaof(HOST, str(b.port))
-    wait_until(lambda: a.client().info("replication")["master_link_status"] == "up", timeout=10,
-               what="a to replicate b")
-    fwd.target = b.port
-    a.client().client_kill_filter(_type="pubsub")  # a blip of the invalidation connection
-    wait_until(lambda: any(x.get("name") == "sidecache-invalidation" for x in b.client().client_list()),
-               timeout=5, what="the invalidation connection to reach b")
-    wait_tracking_active(p, stats=st)
-
-    a.client().execute_command("CLIENT", "PAUSE", "500", "WRITE")  # a lags b
-    b.client().set("i1", "v2")
-    time.sleep(0.05)  # b's invalidation is in
-    # (a answers reads while paused: v1 would come from there)
+    promote_b_behind_a_replica(fwd, a, b)
+    tracking_blip_to_b(p, st, a, b)
+    a_lags_b_writing_i1(a, b)
     assert c.cmd("GET", "i1").raw == b"$2\r\nv2\r\n"
     wait_until(lambda: a.client().get("i1") == b"v2", timeout=5, what="a to catch up")
     assert [c.cmd("GET", "i1").raw for _ in range(3)] == [b"$2\r\nv2\r\n"] * 3
@@ -150,19 +176,9 @@ def test_tracking_back_after_a_loss_keeps_a_clients_own_connection_from_filling(
     assert w.cmd("WATCH", "k").raw == b"+OK\r\n"
     assert w.cmd("GET", "k").raw == b"$-1\r\n"  # its own connection, to a
 
-    b.client().replicaof("no", "one")
-    a.client().replicaof(HOST, str(b.port))
-    wait_until(lambda: a.client().info("replication")["master_link_status"] == "up", timeout=10,
-               what="a to replicate b")
-    fwd.target = b.port
-    a.client().client_kill_filter(_type="pubsub")
-    wait_until(lambda: any(x.get("name") == "sidecache-invalidation" for x in b.client().client_list()),
-               timeout=5, what="the invalidation connection to reach b")
-    wait_tracking_active(p, stats=st)
-
-    a.client().execute_command("CLIENT", "PAUSE", "500", "WRITE")  # a lags b
-    b.client().set("i1", "v2")
-    time.sleep(0.05)  # b's invalidation is in
+    promote_b_behind_a_replica(fwd, a, b)
+    tracking_blip_to_b(p, st, a, b)
+    a_lags_b_writing_i1(a, b)
     assert w.cmd("GET", "i1").raw == b"$2\r\nv1\r\n"  # a's, on the watching client's connection
     wait_until(lambda: a.client().get("i1") == b"v2", timeout=5, what="a to catch up")
     assert [c.cmd("GET", "i1").raw for _ in range(3)] == [b"$2\r\nv2\r\n"] * 3
@@ -188,9 +204,7 @@ def test_a_data_connection_made_anew_on_the_new_master_moves_tracking_there(redi
     fwd = front(a)
     p, st, c = cached_behind(proxy_factory, fwd, a, b)
 
-    b.client().replicaof("no", "one")
-    fwd.target = b.port
-    a.client().replicaof(HOST, str(free_port()))
+    promote_b_cut_off_a(fwd, a, b)
     b.client().set("i2", "x1")
     a.client().client_kill_filter(_type="normal")  # the data connections; not the invalidation one (pubsub)
 
@@ -200,8 +214,7 @@ def test_a_data_connection_made_anew_on_the_new_master_moves_tracking_there(redi
     b.client().set("i2", "x2")
     wait_until(lambda: c.cmd("GET", "i2").raw == b"$2\r\nx2\r\n", timeout=3, what="b's new value of i2")
     assert other_server_moves(p) == 1
-    wait_until(lambda: any(x.get("name") == "sidecache-invalidation" for x in b.client().client_list()),
-               timeout=5, what="the invalidation connection to reach b")
+    wait_invalidation_connection_on(b)
     wait_tracking_active(p, stats=st)
     # caching again, coherent with b
     assert warm(c, st, ("GET", "i2")) == [b"x2"]
@@ -225,9 +238,7 @@ def test_a_connection_whose_info_met_a_busy_script_fills_nothing_until_its_serve
                what="b to sync")
     fwd = front(a)
     p, st, c = cached_behind(proxy_factory, fwd, a, b)
-    b.client().replicaof("no", "one")
-    fwd.target = b.port
-    a.client().replicaof(HOST, str(free_port()))
+    promote_b_cut_off_a(fwd, a, b)
     b.client().set("i2", "x1")
 
     script = b.raw()
