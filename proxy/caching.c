@@ -164,7 +164,11 @@ static void send_tracking_on(px_server *srv, px_upstream *u) {
     struct px_caching *pc = srv->caching;
     char id[32];
     long long rid = inv_redirect_id(pc->inv);
-    if (rid <= 0 || u->tunnel) return;
+    /* Not before the handshake said which server u is on: the REDIRECT
+     * names the invalidation connection by its id on its server, and on
+     * another that id may be an unrelated client's, which would get the
+     * invalidations (px_caching_upstream_identified sends it then). */
+    if (rid <= 0 || u->tunnel || u->server_id_left != 0 || u->server_id_again || u->other_server) return;
     snprintf(id, sizeof id, "%lld", rid);
     resp_buf b;
     resp_buf_init(&b);
@@ -283,8 +287,15 @@ int px_caching_wants_server_id(const px_server *srv) {
 
 void px_caching_upstream_identified(px_server *srv, px_upstream *u) {
     struct px_caching *pc = srv->caching;
-    const char *inv_id = pc != NULL ? inv_server_id(pc->inv) : NULL;
-    if (inv_id == NULL || u->server_id[0] == '\0' || strcmp(inv_id, u->server_id) == 0) return;
+    if (pc == NULL) return;
+    const char *inv_id = inv_server_id(pc->inv);
+    if (inv_id == NULL || u->server_id[0] == '\0' || strcmp(inv_id, u->server_id) == 0) {
+        /* default/optin: a shared connection's tracking waited for this
+         * (send_tracking_on); tracking not on yet, on_active sends it */
+        if (pc->mode != PX_TRACKING_BCAST && pc->active && u->owner == NULL && u->shared_index >= 0 && !u->retired)
+            send_tracking_on(srv, u);
+        return;
+    }
     /* The address now leads to another server than the one the
      * invalidation connection reached (a virtual IP or a Service that
      * follows the master, a restart elsewhere): what this connection reads

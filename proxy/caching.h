@@ -179,8 +179,9 @@ void px_caching_cron(px_server *srv);
 void px_caching_acl_changed(px_server *srv, int first);
 
 /* tracking-mode default/optin: a new upstream connection turns tracking
- * on, redirected to the invalidation connection; one whose reads filled
- * the cache empties it when lost (C4). No-ops in bcast mode. */
+ * on, redirected to the invalidation connection (once its INFO server is
+ * answered, when asked: px_caching_upstream_identified); one whose reads
+ * filled the cache empties it when lost (C4). No-ops in bcast mode. */
 void px_caching_on_connect(px_server *srv, struct px_upstream *u);
 void px_caching_on_upstream_lost(px_server *srv, struct px_upstream *u);
 /* optin: a cacheable read about to go to u is preceded by CLIENT CACHING YES. */
@@ -208,10 +209,13 @@ void px_caching_upstream_moved(px_server *srv);
  * (INFO server's run_id): while caching, unless tracking-upstream names
  * another path for the invalidation connection. */
 int px_caching_wants_server_id(const px_server *srv);
-/* u's handshake gave its server's run_id (u->server_id). One that is not
- * the invalidation connection's (inv_server_id, while tracking is on)
+/* u's INFO server was answered: its server's run_id in u->server_id, or
+ * "" (refused; u->server_id_again after a transient error). One that is
+ * not the invalidation connection's (inv_server_id, while tracking is on)
  * marks u other_server (its reads fill nothing), empties the cache and
- * moves every connection to the address again (px_upstreams_move_again). */
+ * moves every connection to the address again (px_upstreams_move_again);
+ * otherwise, in tracking-mode default/optin, a shared u turns tracking on
+ * (px_caching_on_connect left it to this). */
 void px_caching_upstream_identified(px_server *srv, struct px_upstream *u);
 
 /* Fills the cache's numbers of a stats snapshot (proxy/stats.h). */

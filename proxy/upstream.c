@@ -1267,8 +1267,8 @@ static int reset_marker_reply(const px_upstream *u, const char *data, size_t len
  * server is known. */
 static void up_server_id_reply(px_upstream *u, const char *data, size_t len, int is_err) {
     u->server_id_again = is_err && resp_frame_is_transient_error(data, len);
-    if (is_err) return;
-    info_run_id(data, len, u->server_id);
+    if (u->server_id_again) return;
+    if (!is_err) info_run_id(data, len, u->server_id);
     px_caching_upstream_identified(u->srv, u);
 }
 

@@ -11,6 +11,7 @@ a connection that answers READONLY and reaches the new master with its
 next), and must never read from one server what the invalidation connection
 of another would have to tell it about (review-cluster-failover F1).
 """
+import socket
 import time
 
 import pytest
@@ -257,6 +258,56 @@ def test_a_connection_whose_info_met_a_busy_script_fills_nothing_until_its_serve
     assert warm(c, st, ("GET", "i2")) == [b"x2"]
     b.client().set("i2", "x3")
     wait_until(lambda: c.cmd("GET", "i2").raw == b"$2\r\nx3\r\n", timeout=3, what="b's invalidation of i2")
+
+
+def monitored(mon, seconds):
+    """What a MONITOR connection printed within `seconds`, one line each."""
+    lines = []
+    end = time.monotonic() + seconds
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return lines
+        try:
+            lines.append(mon.read_frame(timeout=left).value.decode())
+        except socket.timeout:
+            return lines
+
+
+@pytest.mark.parametrize("mode", ["default", "optin"])
+def test_a_connection_on_another_server_turns_no_tracking_on_there(redis_factory, proxy_factory, front, mode):
+    """default/optin: a data connection turns tracking on redirected to the
+    invalidation connection, by its id on its server. Made anew on b while
+    the invalidation connection is on a, it would name an id that on b may
+    be an unrelated client's, which would get the invalidations: it waits
+    for its INFO, which names another server, and sends no CLIENT TRACKING
+    (before: sent at once). Once every connection moved to b, tracking
+    there redirects to the new invalidation connection, and the cache is
+    coherent with b."""
+    a, b = master_and_replica(redis_factory)
+    fwd = front(a)
+    p = proxy_factory(up=a, upstream_url="redis://%s:%d" % (HOST, fwd.port), args=("--tracking-mode", mode))
+    st = Stats(p)
+    wait_tracking_active(p, stats=st)
+    inv_on_a = [x["id"] for x in a.client().client_list() if x.get("name") == "sidecache-invalidation"]
+    c = p.raw()
+    assert c.cmd("SET", "i1", "v1").raw == b"+OK\r\n"
+    wait_until(lambda: b.client().get("i1") == b"v1", what="replication")
+
+    mon = b.raw()
+    assert mon.cmd("MONITOR").raw == b"+OK\r\n"
+    promote_b_cut_off_a(fwd, a, b)
+    a.client().client_kill_filter(_type="normal")
+    wait_until(lambda: c.cmd("GET", "i1").raw == b"$2\r\nv1\r\n", timeout=3, what="a read on b")
+    wait_until(lambda: other_server_moves(p) == 1, timeout=3, what="the move")
+    wait_invalidation_connection_on(b)
+    wait_tracking_active(p, stats=st)
+    redirects = [ln for ln in monitored(mon, 0.3) if '"tracking" "on" "redirect"' in ln.lower()]
+    assert not [ln for ln in redirects if '"%s"' % inv_on_a[0] in ln], redirects
+
+    assert warm(c, st, ("GET", "i1"), attempts=20) == [b"v1"]
+    b.client().set("i1", "v2")
+    wait_until(lambda: c.cmd("GET", "i1").raw == b"$2\r\nv2\r\n", timeout=3, what="b's invalidation of i1")
 
 
 def test_a_user_without_info_caches_as_before(redis_factory, proxy_factory):
