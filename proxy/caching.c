@@ -292,7 +292,7 @@ void px_caching_upstream_identified(px_server *srv, px_upstream *u) {
     if (inv_id == NULL || u->server_id[0] == '\0' || strcmp(inv_id, u->server_id) == 0) {
         /* default/optin: a shared connection's tracking waited for this
          * (send_tracking_on); tracking not on yet, on_active sends it */
-        if (pc->mode != PX_TRACKING_BCAST && pc->active && u->owner == NULL && u->shared_index >= 0 && !u->retired)
+        if (pc->mode != PX_TRACKING_BCAST && u->owner == NULL && u->shared_index >= 0 && !u->retired)
             send_tracking_on(srv, u);
         return;
     }

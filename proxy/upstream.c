@@ -242,23 +242,24 @@ static int up_on_server(const px_upstream *u, const char *id) {
     return strcmp(u->server_id, id) == 0;
 }
 
-/* A shared data connection on another server than id's, or
- * (retire_unknown) on one not known, fills nothing and retires. */
-static void up_check_server(px_upstream *u, const char *id, int retire_unknown, const char *why) {
-    if (u == NULL || u->state == PX_UP_CLOSED) return;
+/* Whether u must go when tracking comes on at id's server: it is on
+ * another, or (retire_unknown) on one not known. */
+static int up_off_server(const px_upstream *u, const char *id, int retire_unknown) {
     int on = up_on_server(u, id);
-    if (on == 1 || (on < 0 && !retire_unknown)) return;
-    u->other_server = 1;
-    up_retire(u, why);
+    return on == 0 || (on < 0 && retire_unknown);
 }
 
 void px_upstreams_tracking_on(px_server *srv, const char *id, int retire_unknown, const char *why) {
     for (px_pool *p = srv->pools; p != NULL; p = p->next) {
-        for (int i = 0; i < p->nshared; i++) up_check_server(p->shared[i], id, retire_unknown, why);
+        for (int i = 0; i < p->nshared; i++) {
+            px_upstream *u = p->shared[i];
+            if (u == NULL || u->state == PX_UP_CLOSED || !up_off_server(u, id, retire_unknown)) continue;
+            u->other_server = 1; /* (its reads fill nothing from now on) */
+            up_retire(u, why);
+        }
         for (px_upstream *u = p->idle, *next; u != NULL; u = next) {
             next = u->next_idle;
-            if (up_on_server(u, id) != 1 && (retire_unknown || up_on_server(u, id) == 0))
-                px_upstream_close(u, why);
+            if (up_off_server(u, id, retire_unknown)) px_upstream_close(u, why);
         }
     }
     /* (A client's own connection is left to it: the reads that fill go on
@@ -564,12 +565,12 @@ static int up_write_handshake(px_upstream *u, resp_buf *b) {
         resp_enc_commandv(b, "SELECT", portbuf, NULL);
         n++;
     }
-    int id_at = n;
+    int id_at = -1; /* INFO's place among the replies */
     if (px_caching_wants_server_id(u->srv)) {
         /* Which server is this? One behind the address the invalidation
          * connection did not reach must fill nothing (caching.h) */
         resp_enc_commandv(b, "INFO", "server", NULL);
-        n++;
+        id_at = n++;
     }
     if (p->pass == NULL) {
         /* Does Redis let a client without credentials in? The answer tells
@@ -580,7 +581,7 @@ static int up_write_handshake(px_upstream *u, resp_buf *b) {
         n++;
     }
     /* its answer is the (id_at + 1)-th: handshake_left is then n - id_at */
-    u->server_id_left = id_at < n && px_caching_wants_server_id(u->srv) ? n - id_at : 0;
+    u->server_id_left = id_at >= 0 ? n - id_at : 0;
     return n;
 }
 
