@@ -306,6 +306,17 @@ void px_caching_upstream_identified(px_server *srv, px_upstream *u) {
     /* (a retired one goes, with the move that retired it: the cache was
      * emptied then, and it takes no new request) */
     if (u->retired) return;
+    /* Nothing began to fill on u (conn_tracked), and what the others fill
+     * the invalidation connection's server tells of: the cache is emptied
+     * at the first such connection, not again at each one made while the
+     * move waits for its time (behind a front that spreads connections
+     * over two servers, every other one would empty it). */
+    if (px_upstreams_moving_again(srv, PX_MOVE_OTHER_SERVER)) {
+        px_notice("upstream connection %llu reached another Redis (run_id %.12s...) than the invalidation "
+                  "connection (%.12s...) too: reads on it fill nothing, the move waits for its time",
+                  (unsigned long long)u->id, u->server_id, inv_id);
+        return;
+    }
     flush_cache(pc);
     pc->flush_failover++;
     px_notice("upstream connection %llu reached another Redis (run_id %.12s...) than the invalidation connection "
@@ -377,7 +388,8 @@ void px_caching_caching_refused(px_server *srv, px_upstream *u, const char *err,
 
 /* May a read sent on u fill the cache? */
 static int conn_tracked(struct px_caching *pc, px_upstream *u) {
-    if (u != NULL && (u->other_server || u->server_id_again)) return 0;
+    /* (nor one whose server is not known yet: its INFO is unanswered) */
+    if (u != NULL && (u->server_id_left != 0 || u->other_server || u->server_id_again)) return 0;
     return pc->mode == PX_TRACKING_BCAST || (u != NULL && u->tracked_epoch == pc->epoch && pc->epoch != 0 &&
                                              u->caching_refused != px_acl_mark(u->srv));
 }

@@ -429,6 +429,10 @@ void px_upstreams_move_again(px_server *srv, enum px_move_again why) {
     evtimer_add(srv->move_again_ev, &tv);
 }
 
+int px_upstreams_moving_again(const px_server *srv, enum px_move_again why) {
+    return srv->move_again_ev != NULL && evtimer_pending(srv->move_again_ev, NULL) && srv->move_again_why == (int)why;
+}
+
 void px_upstreams_move_again_now(px_server *srv) {
     struct sockaddr_storage to;
     unsigned tolen = srv->up_conn_salen != 0 ? srv->up_conn_salen : srv->up_salen;

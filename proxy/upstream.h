@@ -465,6 +465,8 @@ enum px_move_again {
  * such move: doubled at each, up to 30 s (an upstream that is a replica
  * answers every write READONLY), back to 1 s after a minute without one. */
 void px_upstreams_move_again(px_server *srv, enum px_move_again why);
+/* Whether a move for why waits for its time (px_upstreams_move_again). */
+int px_upstreams_moving_again(const px_server *srv, enum px_move_again why);
 /* srv->move_again_ev's move. */
 void px_upstreams_move_again_now(px_server *srv);
 /* A connection to the upstream (data or invalidation) reached sa. */

@@ -361,3 +361,75 @@ def test_tracking_back_on_the_same_server_keeps_the_data_connections(redis_facto
     wait_until(lambda: c.cmd("GET", "i1").raw == b"$2\r\nv2\r\n", timeout=3, what="the invalidation of i1")
     assert warm(c, st, ("GET", "i1")) == [b"v2"]
     assert sidecache_data_connections(admin) == before
+
+
+def mismatches_logged(p):
+    """(connections on another server that emptied the cache, those that
+    did not: a move for an earlier one was waiting)"""
+    log = open(p.logpath).read()
+    return (log.count("than the invalidation connection (") - log.count(") too: reads on it fill nothing"),
+            log.count(") too: reads on it fill nothing"))
+
+
+def test_connections_on_another_server_empty_the_cache_once_a_move(redis_factory, proxy_factory, front):
+    """An address that leads new connections to either of two servers (a
+    Service whose selector matches two pods; docs/DEPLOY.md asks for one
+    server at a time). The first data connection made on the other server
+    than the invalidation connection's empties the cache and asks for a
+    move; those made while the move waits for its time (1 s, doubling) fill
+    nothing, not even with the reads sent before their INFO was answered,
+    and empty the cache no more (before: each one emptied it, and a front
+    that alternates left sidecache caching next to nothing)."""
+    a = redis_factory(name="a")
+    b = redis_factory(name="b")
+    for db in range(6):
+        a.client(db=db).set("i1", "a")
+        b.client(db=db).set("i1", "b")
+    fwd = front(a)
+    p = proxy_factory(up=a, upstream_url="redis://%s:%d" % (HOST, fwd.port))
+    st = Stats(p)
+    wait_tracking_active(p, stats=st)
+    c = p.raw()
+    assert warm(c, st, ("GET", "i1")) == [b"a"]
+    # sessions in dbs 2 to 5, whose connections the move below remakes
+    clients = []
+    for db in range(2, 6):
+        x = p.raw()
+        assert x.cmd("SELECT", db).raw == b"+OK\r\n"
+        clients.append(x)
+
+    # the first on b: the cache is emptied, every connection moves to b
+    fwd.target = b.port
+    c1 = p.raw()
+    assert c1.cmd("SELECT", 1).raw == b"+OK\r\n"
+    assert c1.cmd("GET", "i1").raw == b"$1\r\nb\r\n"
+    wait_until(lambda: other_server_moves(p) == 1, timeout=3, what="the first move")
+    wait_invalidation_connection_on(b)
+    wait_tracking_active(p, stats=st)
+    assert warm(c, st, ("GET", "i1")) == [b"b"]
+
+    # within a second of that move, connections made on a (each GET goes
+    # right behind its connection's handshake): the first empties the
+    # cache and asks for a move, which waits for its time
+    fwd.target = a.port
+
+    def read_on_a(xs):
+        for x in xs:
+            x.send_cmd("GET", "i1")
+        assert [x.read_frame().raw for x in xs] == [b"$1\r\na\r\n"] * len(xs)
+
+    read_on_a(clients[:1])
+    wait_until(lambda: mismatches_logged(p) == (2, 0), timeout=3, what="the connection on a to be told apart")
+    assert warm(c, st, ("GET", "i1")) == [b"b"]
+    # the next ones do not empty it
+    read_on_a(clients[1:])
+    wait_until(lambda: mismatches_logged(p) == (2, 3), timeout=3, what="the connections on a to be told apart")
+    with st.delta() as d:
+        assert c.cmd("GET", "i1").raw == b"$1\r\nb\r\n"
+    assert d["cache_hits"] == 1
+    # a changes i1 in db 3: nothing on b tells sidecache, and what the
+    # connection there read before its INFO's answer was not cached
+    a.client(db=3).set("i1", "a2")
+    assert [clients[1].cmd("GET", "i1").raw for _ in range(3)] == [b"$2\r\na2\r\n"] * 3
+    assert other_server_moves(p) == 1, "the move came too early to see what this tests"
+    wait_until(lambda: other_server_moves(p) == 2, timeout=3, what="the move asked for")
