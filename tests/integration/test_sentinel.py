@@ -196,7 +196,7 @@ class FakeSentinel(Listener):
                     buf = b""
 
     def close(self):
-        self.ls.close()
+        self.stop_accepting()  # (close alone leaves its accept thread listening)
 
 
 def test_failover_disconnects_every_client_with_its_own_connection(redis_factory, proxy_factory):
