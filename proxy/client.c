@@ -941,6 +941,28 @@ void px_client_write_reply(px_client *c, const char *data, size_t len) {
     client_write(c, data, len);
 }
 
+/* A protocol error, or a request over the query buffer limit, ends the
+ * session as in Redis: the error follows the replies to every command
+ * before it, and the connection closes. In a tunnel those replies are not
+ * matched: a RESET of sidecache's own, with the marker behind it, tells
+ * when Redis has sent them all (px_client_on_tunnel_reset; the session
+ * ends, so what RESET undoes does not matter), and nothing more is read. */
+static void fail_after_replies(px_client *c, const char *err) {
+    if (c->mode == PX_MODE_TUNNEL && c->pinned != NULL && c->tunnel_fail == NULL) {
+        size_t n = strlen(err);
+        c->tunnel_fail = malloc(n + 1);
+        if (c->tunnel_fail != NULL) {
+            memcpy(c->tunnel_fail, err, n + 1);
+            px_upstream_send_reset_own(c->pinned);
+            c->barrier = 1;
+            pause_input(c);
+            return;
+        }
+    }
+    reply_error(c, "%s", err);
+    close_after_replies(c);
+}
+
 /* Starts closing once what is queued is written. */
 static void close_after_replies(px_client *c) {
     if (c->state != PX_CLIENT_ACTIVE) return;
@@ -1620,6 +1642,12 @@ static void tunnel_acl_settle(px_client *c) {
 void px_client_on_tunnel_reset(px_client *c) {
     if (c->state == PX_CLIENT_CLOSED || c->mode != PX_MODE_TUNNEL) return;
     tunnel_acl_settle(c);
+    if (c->tunnel_fail != NULL) {
+        /* every reply to what came before the error was relayed */
+        reply_error(c, "%s", c->tunnel_fail);
+        close_after_replies(c);
+        return;
+    }
     /* every reply up to the RESET's was relayed (Redis's +RESET among them,
      * if it sent one); the connection is closed (a tunnel's is never
      * reused), the session starts afresh */
@@ -2177,8 +2205,9 @@ static int client_process_input(px_client *c) {
         if (rc == RESP_ERR) {
             px_verbose("client protocol error id=%llu addr=%s err=\"%s\"", (unsigned long long)c->id, c->addr,
                        c->rq.err);
-            reply_error(c, "ERR %s", c->rq.err);
-            close_after_replies(c);
+            char err[300];
+            snprintf(err, sizeof err, "ERR %s", c->rq.err);
+            fail_after_replies(c, err);
             return 0;
         }
         size_t flen = c->rq.frame_len;
@@ -2194,8 +2223,7 @@ static int client_process_input(px_client *c) {
 
 too_big:
     px_warning("client query buffer limit reached id=%llu addr=%s", (unsigned long long)c->id, c->addr);
-    reply_error(c, "ERR Protocol error: query buffer limit reached");
-    close_after_replies(c);
+    fail_after_replies(c, "ERR Protocol error: query buffer limit reached");
     return 0;
 }
 
@@ -2376,6 +2404,7 @@ void px_client_free(px_client *c) {
     free(c->name);
     free(c->lib_name);
     free(c->lib_ver);
+    free(c->tunnel_fail);
     clear_pending_state(c);
     free(c);
 }

@@ -146,6 +146,8 @@ typedef struct px_client {
     int inflight;              /* requests awaiting an upstream reply */
     px_upstream *inflight_on;  /* the connection they were sent on */
     int barrier;               /* a state change awaits its reply: read nothing */
+    char *tunnel_fail;         /* tunnel: the error that ends the session once
+                                  Redis has answered what came before it */
     int input_paused;          /* reading stopped (barrier, switch, or back-pressure) */
     int peer_closed;           /* the client closed its side with commands read
                                   but not yet run: they run (as in Redis),

@@ -1256,6 +1256,13 @@ void px_upstream_send_reset_marker(px_upstream *u) {
     u->reset_awaited = 1;
 }
 
+void px_upstream_send_reset_own(px_upstream *u) {
+    static const char reset[] = "*1\r\n$5\r\nRESET\r\n";
+    px_upstream_send_raw(u, reset, sizeof reset - 1);
+    px_upstream_send_reset_marker(u);
+    u->reset_own = 1;
+}
+
 static int reset_marker_reply(const px_upstream *u, const char *data, size_t len) {
     size_t n = strlen(u->reset_nonce);
     if (len < n + 3 || data[0] != '-') return 0;
@@ -1341,10 +1348,19 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     }
     if (u->tunnel && u->head == NULL) {
         /* internal requests sent before the tunnel opened answer first */
+        if (u->reset_own && len == 8 && memcmp(data, "+RESET\r\n", 8) == 0) {
+            /* sidecache's own RESET's reply (none after CLIENT REPLY SKIP).
+             * The client's commands before it answer so only as a script's
+             * status reply {ok='RESET'} would: the same bytes, so which of
+             * the two is dropped changes nothing. */
+            u->reset_own = 0;
+            return;
+        }
         if (u->reset_awaited && reset_marker_reply(u, data, len)) {
             /* everything up to the client's RESET, its reply included (if
              * Redis sent one: not after CLIENT REPLY SKIP), was relayed */
             u->reset_awaited = 0;
+            u->reset_own = 0;
             if (u->owner != NULL) px_client_on_tunnel_reset(u->owner);
             return;
         }

@@ -259,6 +259,8 @@ typedef struct px_upstream {
                                   more), and the marker behind it is to be
                                   answered (px_upstream_send_reset_marker) */
     char reset_nonce[40];      /* that marker's */
+    int reset_own;             /* ... behind sidecache's own RESET, whose
+                                  +RESET is not relayed (px_upstream_send_reset_own) */
     resp_buf held;             /* tunnel: bytes for Redis held back until no
                                   reply is awaited on it (px_upstream_send_alone) */
     int tunnel_wrote;          /* tunnel: a write of a key the cache may hold
@@ -373,6 +375,10 @@ void px_upstream_barrier_wake(px_server *srv);
 /* Behind a client's RESET in a tunnel: a command whose reply ends the
  * tunnel (px_client_on_tunnel_reset) once all before it was relayed. */
 void px_upstream_send_reset_marker(px_upstream *u);
+/* The same behind a RESET of sidecache's own (the client never sent it:
+ * its reply is not relayed), for a session that ends once Redis has
+ * answered everything sent before it (a protocol error in the tunnel). */
+void px_upstream_send_reset_own(px_upstream *u);
 
 /* The error code of a reply to a command that Redis could not be reached
  * for (so it did not run): "MASTERDOWN", as a replica answers while the
