@@ -152,7 +152,8 @@ static void check_result(const resp_req_parser *p, int rc, const char *buf, size
         CHECK(buf[0] != '*');
         CHECK(buf[p->frame_len - 1] == '\n');
         CHECK(memchr(buf, '\n', p->frame_len - 1) == NULL);
-        CHECK(p->frame_len - 1 <= p->lim.max_inline_len);
+        /* a line of max_inline_len bytes, then "\r\n" or "\n" (resp.h, since e9ce5a9) */
+        CHECK(p->frame_len - 1 - (p->frame_len >= 2 && buf[p->frame_len - 2] == '\r') <= p->lim.max_inline_len);
         for (int i = 0; i < p->argc; i++) {
             const resp_arg *a = &p->argv[i];
             CHECK(p->scratch != NULL);
@@ -385,9 +386,15 @@ static int ref_frame(const uint8_t *b, size_t len, const resp_limits *lim, int u
     if (b[0] != '*') {
         size_t nl, line;
         *is_inline = 1;
-        if ((r = ref_line(b, len, 0, 0, '\n', lim->max_inline_len, &nl)) != 1)
+        if ((r = ref_line(b, len, 0, 0, '\n', lim->max_inline_len + 1, &nl)) != 1) {
+            /* max_inline_len + 1 bytes here, no '\n', and the last is no '\r': too big already */
+            if (r == 0 && len == lim->max_inline_len + 1 && b[len - 1] != '\r')
+                return -1;
             return r;
+        }
         line = nl > 0 && b[nl - 1] == '\r' ? nl - 1 : nl;
+        if (line > lim->max_inline_len)
+            return -1;
         char *s = copy_of(b, line + 1);
         s[line] = '\0';
         free(a->store);
