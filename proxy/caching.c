@@ -37,6 +37,9 @@ static const char *const juicefs_lookup_scripts[] = {
     "8526c64984678fc27f67f44755c8ba7dcdf7ea60",
     "72af033cd6d0773efd6a53eaf9490b4a138f55af",
 };
+_Static_assert(PX_MAX_LOOKUP_SCRIPTS + sizeof juicefs_lookup_scripts / sizeof *juicefs_lookup_scripts <=
+                   PX_LOOKUP_MAX_SCRIPTS,
+               "every cache-lookup-script fits beside the profile's");
 
 /* JuiceFS's resolve scripts (1.x, 0.x): the gateway and the SDKs send one
  * for every path they open. They read only (HGET d..., GET i...), so they

@@ -40,6 +40,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/types.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------ */
 /* The table.                                                               */
@@ -117,8 +120,9 @@ static const px_directive px_directives[] = {
      .def = "10000", .arg = "<n>", .help = "Most clients connected at once"},
     {.name = "timeout", .type = PX_CT_INT, PX_FIELD(timeout), .min = 0, .max = INT_MAX,
      .def = "0", .arg = "<seconds>", .help = "Close a client idle this long; 0 = never"},
+    /* (at most what Linux takes for TCP_KEEPIDLE) */
     {.name = "tcp-keepalive", .type = PX_CT_INT, PX_FIELD(tcp_keepalive), .min = 0,
-     .max = INT_MAX, .def = "300", .arg = "<seconds>",
+     .max = 32767, .def = "300", .arg = "<seconds>",
      .help = "TCP keepalive period of client and upstream sockets; 0 = off"},
     {.name = "tcp-nodelay", .type = PX_CT_BOOL, PX_FIELD(tcp_nodelay), .def = "yes",
      .arg = "<yes|no>", .help = "Set TCP_NODELAY on client and upstream sockets"},
@@ -210,7 +214,7 @@ static const px_directive px_directives[] = {
      .off2 = offsetof(px_config, nreadonly_scripts), .min = 1, .max = PX_MAX_SCRIPTS, .def = "",
      .arg = "<sha1>", .help = "EVALSHA of this script writes nothing: no cache flush (repeatable)"},
     {.name = "cache-lookup-script", .type = PX_CT_APPEND, PX_FIELD(lookup_scripts),
-     .off2 = offsetof(px_config, nlookup_scripts), .min = 1, .max = PX_MAX_SCRIPTS, .def = "",
+     .off2 = offsetof(px_config, nlookup_scripts), .min = 1, .max = PX_MAX_LOOKUP_SCRIPTS, .def = "",
      .arg = "<sha1>",
      .help = "EVALSHA sha 2 d<parent> name of this JuiceFS-style lookup script is answered from the cache (repeatable)"},
     {.name = "cache-max-memory", .type = PX_CT_LL, .flags = PX_CF_MEMORY, PX_FIELD(cache_max_memory),
@@ -478,7 +482,6 @@ static int set_append(const px_directive *d, px_config *c, int argc, char **argv
     int *count = field(c, d->off2);
     char *entries = field(c, d->off);
     size_t width = d->size / (size_t)d->max;
-    char buf[1024];
     /* A list of one (upstream-sentinel) is a plain directive: the last one
      * wins, so the command line overrides the file as for any other. */
     int at = d->max == 1 ? 0 : *count;
@@ -489,6 +492,10 @@ static int set_append(const px_directive *d, px_config *c, int argc, char **argv
     if (strcmp(d->name, "upstream-sentinel") == 0) {
         if (argv[0][0] == '\0' || strchr(argv[0], ' ') != NULL) {
             seterr(err, errlen, "%s: the master name must be one word, not empty", d->name);
+            return -1;
+        }
+        if (strlen(argv[0]) >= PX_SENTINEL_NAME_MAX) {
+            seterr(err, errlen, "%s: the master name is longer than %d bytes", d->name, PX_SENTINEL_NAME_MAX - 1);
             return -1;
         }
         /* host:port[,host:port...] */
@@ -508,6 +515,10 @@ static int set_append(const px_directive *d, px_config *c, int argc, char **argv
             if (ok) port = strtoll(colon + 1, NULL, 10);
             if (!ok || port < 1 || port > 65535) {
                 seterr(err, errlen, "%s: '%.*s' is not host:port", d->name, (int)(end - p), p);
+                return -1;
+            }
+            if (colon - p >= PX_SENTINEL_NAME_MAX) {
+                seterr(err, errlen, "%s: a host is longer than %d bytes", d->name, PX_SENTINEL_NAME_MAX - 1);
                 return -1;
             }
             if (comma == NULL) break;
@@ -531,13 +542,16 @@ static int set_append(const px_directive *d, px_config *c, int argc, char **argv
         seterr(err, errlen, "%s: '%.64s' is not a SHA1 (40 hex digits)", d->name, argv[0]);
         return -1;
     }
-    int n = argc == 2 ? snprintf(buf, sizeof buf, "%s %s", argv[0], argv[1])
-                      : snprintf(buf, sizeof buf, "%s", argv[0]);
-    if (n < 0 || (size_t)n >= width) {
+    size_t n = strlen(argv[0]) + (argc == 2 ? 1 + strlen(argv[1]) : 0);
+    if (n >= width) {
         seterr(err, errlen, "%s: too long (at most %zu bytes)", d->name, width - 1);
         return -1;
     }
-    memcpy(entries + (size_t)at * width, buf, (size_t)n + 1);
+    char *entry = entries + (size_t)at * width;
+    if (argc == 2)
+        snprintf(entry, width, "%s %s", argv[0], argv[1]);
+    else
+        snprintf(entry, width, "%s", argv[0]);
     *count = at + 1;
     return 0;
 }
@@ -746,27 +760,85 @@ fail:
 /* ------------------------------------------------------------------------ */
 /* Files and the command line.                                              */
 
+/* One line of f into *line (its '\n' kept, NUL-terminated): its length, 0
+ * at the end of the file, -1 on a read error (errno), -2 past max bytes
+ * (getline would hold the whole of /dev/zero). */
+static ssize_t read_line(FILE *f, char **line, size_t *cap, size_t max) {
+    size_t n = 0;
+    int ch;
+    errno = 0;
+    while ((ch = getc(f)) != EOF) {
+        if (n == max) return -2;
+        if (n + 2 > *cap) {
+            size_t want = *cap ? *cap * 2 : 256;
+            char *p = realloc(*line, want);
+            if (p == NULL) return errno = ENOMEM, -1;
+            *line = p;
+            *cap = want;
+        }
+        (*line)[n++] = (char)ch;
+        if (ch == '\n') break;
+    }
+    if (ch == EOF && ferror(f)) return errno ? -1 : (errno = EIO, -1);
+    if (n > 0) (*line)[n] = '\0';
+    return (ssize_t)n;
+}
+
+/* path opened for reading without blocking on a FIFO, and then read as any
+ * file; NULL with err set. */
+static FILE *open_config(const px_config *c, const char *path, char *err, size_t errlen) {
+    if (strcmp(path, "-") == 0) {
+        if (!c->file_regular_only) return stdin;
+        seterr(err, errlen, "the configuration was read from standard input (restart to change it)");
+        return NULL;
+    }
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        seterr(err, errlen, "%s: %s", path[0] ? path : "(empty path)", strerror(errno));
+        if (fd >= 0) close(fd);
+        return NULL;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        seterr(err, errlen, "%s: %s", path, strerror(EISDIR));
+        close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode) && c->file_regular_only) {
+        seterr(err, errlen, "%s is not a regular file (a pipe or FIFO is read once, at start: restart to "
+               "change it)", path);
+        close(fd);
+        return NULL;
+    }
+    FILE *f = fcntl(fd, F_SETFL, 0) == 0 ? fdopen(fd, "r") : NULL;
+    if (f == NULL) {
+        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
 int px_config_load_file(px_config *c, const char *path, char *err, size_t errlen) {
     int is_stdin = strcmp(path, "-") == 0;
-    FILE *f = is_stdin ? stdin : fopen(path, "r");
+    FILE *f = open_config(c, path, err, errlen);
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
     int lineno = 0, rc = -1;
     char reason[512];
 
-    if (f == NULL) {
-        seterr(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
+    if (f == NULL) return -1;
     for (;;) {
         px_words w;
         const char *p;
 
-        errno = 0;
-        if ((n = getline(&line, &cap, f)) < 0) {
-            if (ferror(f) || (errno != 0 && !feof(f))) {
-                seterr(err, errlen, "%s: %s", path, strerror(errno ? errno : EIO));
+        if ((n = read_line(f, &line, &cap, PX_CONFIG_MAX_LINE)) <= 0) {
+            if (n == -2) {
+                seterr(err, errlen, "%s:%d: line longer than %d bytes", path, lineno + 1, PX_CONFIG_MAX_LINE);
+                goto out;
+            }
+            if (n < 0) {
+                seterr(err, errlen, "%s: %s", path, strerror(errno));
                 goto out;
             }
             break;
@@ -776,7 +848,9 @@ int px_config_load_file(px_config *c, const char *path, char *err, size_t errlen
             seterr(err, errlen, "%s:%d: line contains a NUL byte", path, lineno);
             goto out;
         }
-        for (p = line; isspace((unsigned char)*p); p++) {}
+        p = line;
+        if (lineno == 1 && n >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3; /* a UTF-8 BOM */
+        for (; isspace((unsigned char)*p); p++) {}
         if (*p == '#' || *p == '\0') continue;
         if (split_line(p, &w, reason, sizeof(reason)) < 0) {
             /* Name the directive: the first word, up to a blank or quote. */
@@ -875,7 +949,9 @@ int px_config_from_args(px_config *c, int argc, char **argv, int *test_only,
                        "first; directives start with --)", word);
             return -1;
         }
-        while (end < argc && !is_directive_word(argv[end])) end++;
+        /* (with --test-config, a lone -v is its, wherever it stands) */
+        int stop_at_v = testing && strcmp(word, "--test-config") != 0;
+        while (end < argc && !is_directive_word(argv[end]) && !(stop_at_v && strcmp(argv[end], "-v") == 0)) end++;
         if (strcmp(word, "--test-config") == 0) {
             /* its arguments, -v or the file loaded above, were checked there */
             for (int k = first; k < end; k++)
@@ -930,6 +1006,31 @@ int px_config_check(const px_config *c, char *err, size_t errlen) {
                "invalidations would come from the old master");
         return -1;
     }
+    /* the invalidation connection logs in as the upstream's user, in its db:
+     * an identity given here would be ignored */
+    if (c->tracking_upstream[0] != '\0' &&
+        (c->tracking_up.has_user || c->tracking_up.has_pass || c->tracking_up.db != 0)) {
+        seterr(err, errlen, "tracking-upstream takes an address only (host:port or a unix path): the "
+               "invalidation connection logs in with the upstream's user and password");
+        return -1;
+    }
+    unsigned char addr[sizeof(struct in6_addr)];
+    if (c->metrics_port != 0 && strcmp(c->metrics_bind, "*") != 0 &&
+        inet_pton(AF_INET, c->metrics_bind, addr) != 1 && inet_pton(AF_INET6, c->metrics_bind, addr) != 1) {
+        seterr(err, errlen, "metrics-bind: '%.64s' is not an IPv4 or IPv6 address (or *)", c->metrics_bind);
+        return -1;
+    }
+    if (c->metrics_port != 0 && (c->metrics_port == c->port || c->metrics_port == c->tls_port)) {
+        seterr(err, errlen, "metrics-port %d is also %s", c->metrics_port,
+               c->metrics_port == c->port ? "port" : "tls-port");
+        return -1;
+    }
+    for (int i = 0; i < c->nbind; i++)
+        for (int j = 0; j < i; j++)
+            if (strcmp(c->bind[i], c->bind[j]) == 0) {
+                seterr(err, errlen, "bind: '%s' is given twice", c->bind[i]);
+                return -1;
+            }
     if (!c->up.is_unix && c->port != 0 && c->up.port == c->port) {
         for (int i = 0; i < c->nbind; i++) {
             if (reaches(c->bind[i], c->up.host)) {

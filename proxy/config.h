@@ -20,7 +20,11 @@
 #define PX_MAX_RULES 64
 #define PX_RULE_LEN 320
 #define PX_MAX_SCRIPTS 32
+/* cache-lookup-script lines: what the lookup table holds (proxy/lookup.h),
+ * less the juicefs profile's two */
+#define PX_MAX_LOOKUP_SCRIPTS 14
 #define PX_SENTINELS_MAX 64 /* addresses in upstream-sentinel */
+#define PX_SENTINEL_NAME_MAX 256 /* bytes of its master name, and of a host, with the NUL */
 
 enum px_profile { PX_PROFILE_NONE, PX_PROFILE_JUICEFS };
 enum px_tls_auth { PX_TLS_AUTH_NO, PX_TLS_AUTH_YES, PX_TLS_AUTH_OPTIONAL };
@@ -70,13 +74,13 @@ typedef struct px_config {
                                       files limit (proxy/fdlimit.h) */
     int timeout;                   /* client idle seconds, 0 = never */
     int tcp_keepalive;             /* seconds, 0 = off */
-    int tcp_nodelay;
+    int tcp_nodelay;               /* 1: TCP_NODELAY on client and upstream sockets */
     int metrics_port;              /* Prometheus /metrics; 0 = off */
     int tls_port;                  /* TLS clients; 0 = none (proxy/tls.h) */
     char tls_cert_file[1024], tls_key_file[1024], tls_ca_cert_file[1024];
     int tls_auth_clients;          /* enum px_tls_auth */
     char tls_upstream_ca_cert_file[1024], tls_upstream_cert_file[1024], tls_upstream_key_file[1024];
-    char metrics_bind[64];         /* its address */               /* 1: TCP_NODELAY on client and upstream sockets */
+    char metrics_bind[64];         /* metrics-port's address */
     int upstream_connections;      /* shared connections per pool */
     int upstream_timeout;          /* seconds without a reply byte before a connection is dropped; 0 = never */
     int upstream_connect_timeout;  /* ms a connect to Redis (TCP, TLS) may take; 0 = no deadline */
@@ -101,7 +105,7 @@ typedef struct px_config {
     int cache_ask_ttl;             /* cache-rule keys may have a TTL: each fill asks (PTTL) */
     char readonly_scripts[PX_MAX_SCRIPTS][41];   /* SHA1s of scripts that write nothing */
     int nreadonly_scripts;
-    char lookup_scripts[PX_MAX_SCRIPTS][41];     /* SHA1s of lookup scripts answered from the cache */
+    char lookup_scripts[PX_MAX_LOOKUP_SCRIPTS][41];     /* SHA1s of lookup scripts answered from the cache */
     int nlookup_scripts;
     int watch_ahead;               /* answer WATCH once sent, EXEC waits for Redis's +OK */
     int batch_max_commands;        /* writes per MULTI/EXEC block; 0 = no batching */
@@ -112,6 +116,11 @@ typedef struct px_config {
     int tracking_keepalive_ms;     /* PING period on the invalidation connection */
     int tracking_timeout_ms;       /* ... and how long its answer may take */
     int tracking_ping_hold_ms;     /* ... and how long a hit waits for it */
+    int file_regular_only;         /* set by the caller before loading (a
+                                      reload): a config file that is not a
+                                      regular file (standard input, a pipe, a
+                                      FIFO: read once, at start) is refused
+                                      unread */
 } px_config;
 
 /* Sets every directive to its default. */
@@ -130,8 +139,12 @@ int px_config_set(px_config *c, const char *name, int argc, char **argv,
 /*
  * Reads a file of directives. Returns 0, or -1 with err as
  * "<path>:<line>: <reason>" for the first bad line (or the reason the file
- * could not be read).
+ * could not be read). A line may hold PX_CONFIG_MAX_LINE bytes; a UTF-8
+ * byte order mark before the first is skipped. With c->file_regular_only,
+ * anything but a regular file is refused before a byte is read (a FIFO
+ * would block, a pipe read again would give nothing).
  */
+#define PX_CONFIG_MAX_LINE 65536
 int px_config_load_file(px_config *c, const char *path, char *err, size_t errlen);
 
 /*

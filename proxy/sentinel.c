@@ -34,7 +34,7 @@ static int copy_bulk(const char *buf, size_t len, size_t *at, char *out, size_t 
  * host/port, or -1 with why. */
 static int ask_one(const char *addr, size_t alen, const char *name, char *host, size_t hostlen, char *port,
                    size_t portlen, char *why, size_t whylen) {
-    char h[256], p[8];
+    char h[PX_SENTINEL_NAME_MAX], p[8];
     const char *colon = memrchr(addr, ':', alen);
     if (colon == NULL || (size_t)(colon - addr) >= sizeof h || alen - (size_t)(colon - addr) - 1 >= sizeof p) {
         snprintf(why, whylen, "bad sentinel address");
@@ -91,7 +91,7 @@ static int ask_one(const char *addr, size_t alen, const char *name, char *host, 
 static int ask_master(px_server *srv, struct sockaddr_storage *sa, unsigned *salen, char *why, size_t whylen) {
     const char *line = srv->cfg->sentinel[0];
     const char *sp = strchr(line, ' ');
-    char name[256], host[256], port[8];
+    char name[PX_SENTINEL_NAME_MAX], host[256], port[8];
     if (!px_sentinel_enabled(srv) || sp == NULL || (size_t)(sp - line) >= sizeof name) {
         snprintf(why, whylen, "no sentinel configured");
         return -1;

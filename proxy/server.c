@@ -210,17 +210,15 @@ static void warn_unapplied(const px_config *cfg, const px_config *fresh) {
  */
 static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
     px_server *srv = arg;
-    /* standard input was read to its end at start: read again, it would
-     * give nothing, and every directive would fall back to its default */
-    if (srv->argc > 1 && strcmp(srv->argv[1], "-") == 0) {
-        px_warning("reload refused: the configuration was read from standard input (restart to change it)");
-        return;
-    }
     px_config *fresh = malloc(sizeof *fresh);
     char err[1024];
     int test_only = 0;
     if (fresh == NULL) return;
     px_config_init(fresh);
+    /* standard input, a pipe, were read to their end at start: read again,
+     * they would give nothing, and every directive would fall back to its
+     * default; a FIFO would block the loop */
+    fresh->file_regular_only = 1;
     if (px_config_from_args(fresh, srv->argc, srv->argv, &test_only, err, sizeof err) != 0) {
         px_warning("reload refused: %s", err);
         goto out;

@@ -2,7 +2,8 @@
 # `make run`: runs sidecache in the foreground. When no upstream is set
 # anywhere (UPSTREAM, or `upstream`/`upstream-sentinel` in ARGS' config file
 # or directives), a local redis-server is started on a free port for it and
-# stopped, its directory removed, when the proxy exits.
+# stopped, its directory removed, when the proxy exits. The proxy replaces
+# the script's process: a signal to it (SIGTERM, SIGINT) stops the proxy.
 #   make run                                   # local redis, proxy on 6380
 #   make run UPSTREAM=redis://10.0.0.5:6379/1  # a real Redis
 #   make run ARGS="conf/sidecache.conf --port 7000"
@@ -59,4 +60,19 @@ if [ -z "$upstream" ] && ! args_name_upstream; then
   echo "run: started redis-server on 127.0.0.1:$port (log $dir/redis.log, removed on exit)" >&2
 fi
 [ -n "$upstream" ] && args+=(--upstream "$upstream")
-"$bin" "${args[@]}"
+if [ -n "$redis_pid" ]; then
+  # The proxy takes this shell's place (exec), so that a signal sent to the
+  # shell (by make, a supervisor, kill) reaches the proxy, which stops
+  # gently; a shell in between would hold it until the proxy exited. A
+  # watcher, deaf to the terminal's signals, stops the local redis-server
+  # and removes its directory once the proxy is gone.
+  trap - EXIT INT TERM
+  (
+    trap '' INT TERM HUP
+    while kill -0 "$$" 2>/dev/null; do sleep 0.2; done
+    kill "$redis_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$redis_pid" 2>/dev/null || break; sleep 0.1; done
+    rm -rf "$dir"
+  ) </dev/null &
+fi
+exec "$bin" "${args[@]}"

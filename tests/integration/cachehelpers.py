@@ -42,6 +42,7 @@ to that key passes through it. The randomized checker must find violations
 against it (test_checker_detects_a_stale_cache).
 """
 import collections
+import os
 import random
 import socket
 import threading
@@ -1047,6 +1048,15 @@ def relay(upstream, proxy_factory):
 
 
 MODES = ("bcast", "default", "optin")
+
+
+def suite_tracking_mode():
+    """The tracking mode SIDECACHE_ARGS gives every proxy of the run
+    (conftest.py), for tests that take the default: "bcast" unless it says
+    otherwise."""
+    args = os.environ.get("SIDECACHE_ARGS", "").split()
+    modes = [args[i + 1] for i in range(len(args) - 1) if args[i] == "--tracking-mode"]
+    return modes[-1] if modes else "bcast"
 
 
 def start_cached(proxy_factory, up=None, args=(), mode=None, upstream_url=None):

@@ -63,7 +63,8 @@ SIDECACHE_BIN = os.environ.get("SIDECACHE_BIN") or os.path.join(REPO, "sidecache
 DEFAULT_TIMEOUT = float(os.environ.get("SIDECACHE_TEST_TIMEOUT", "60"))
 # Extra proxy arguments for every proxy a test starts, put before the test's
 # own (which win): `SIDECACHE_ARGS="--tracking-mode optin"` runs a suite in
-# another tracking mode (make test does, for the cache contract).
+# another tracking mode (make test runs bcast, the default; tests of a
+# mode's own behaviour take it as a parameter).
 EXTRA_ARGS = tuple(os.environ.get("SIDECACHE_ARGS", "").split())
 
 # Processes started by the running test, for the failure report.

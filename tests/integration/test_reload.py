@@ -195,3 +195,33 @@ def test_sighup_with_configuration_from_stdin_changes_nothing(tmp_path, upstream
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, proc.stderr.read().decode(errors="replace")
+
+
+@pytest.mark.proxy_only
+def test_sighup_with_configuration_from_a_fifo_changes_nothing_and_blocks_nothing(tmp_path, upstream):
+    """A configuration read from a FIFO (or a pipe, `<(...)`) at start: read
+    again, a FIFO would block the proxy until something wrote to it, and a
+    pipe would give nothing (every directive back to its default). SIGHUP
+    is refused with a warning, and the proxy goes on serving (before: no
+    client was answered after the SIGHUP)."""
+    port = free_port()
+    log = tmp_path / "sidecache.log"
+    fifo = tmp_path / "sidecache.conf"
+    os.mkfifo(fifo)
+    text = ("upstream redis://127.0.0.1:%d\nport %d\nlogfile %s\ncache-max-memory 8mb\n"
+            % (upstream.port, port, log))
+    proc = subprocess.Popen([sidecache_bin(), str(fifo)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with open(fifo, "w") as f:  # (blocks until the proxy opens it)
+        f.write(text)
+    try:
+        wait_for(lambda: port_accepts(port))
+        wait_for(lambda: info_section(port).get("cache_max_bytes") == 8 * 1024 * 1024)
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload refused" in log.read_text())
+        assert "is not a regular file" in log.read_text()
+        c = redis.Redis(port=port, socket_timeout=2)
+        assert c.ping() is True
+        assert info_section(port)["cache_max_bytes"] == 8 * 1024 * 1024
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode(errors="replace")

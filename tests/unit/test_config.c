@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define CHECK_STR(a, b) do { const char *a_ = (a), *b_ = (b); \
@@ -32,12 +33,16 @@
 /* ------------------------------------------------------------------------ */
 /* Helpers.                                                                 */
 
-static char tmp_paths[64][256];
+static char tmp_paths[128][256];
 static int ntmp;
 
 /* Writes content to a new temporary file; returns its path. */
 static const char *write_tmp(const char *content) {
     const char *dir = getenv("TMPDIR");
+    if (ntmp == (int)(sizeof tmp_paths / sizeof tmp_paths[0])) {
+        fprintf(stderr, "write_tmp: more temporary files than tmp_paths holds\n");
+        exit(2);
+    }
     char *path = tmp_paths[ntmp++];
     int fd;
     snprintf(path, sizeof(tmp_paths[0]), "%s/sidecache-test-config-XXXXXX",
@@ -620,6 +625,82 @@ static void test_file_errors(void) {
     px_config_deinit(&c);
 }
 
+/* A line may not grow without bound (/dev/zero), a byte order mark is no
+ * part of the first directive, and a reload (file_regular_only) reads no
+ * pipe or FIFO: read again, a pipe gives nothing (every directive back to
+ * its default), and a FIFO blocks. */
+static void test_file_limits(void) {
+    px_config c;
+    char err[512], want[600];
+    const char *path;
+
+    static char longline[PX_CONFIG_MAX_LINE + 64];
+    memset(longline, 'x', sizeof longline - 1);
+    memcpy(longline, "port 1\n# ", 9);
+    longline[sizeof longline - 2] = '\n';
+    longline[sizeof longline - 1] = '\0';
+    CHECK_EQ_INT(load_str(&c, longline, err, sizeof(err), &path), -1);
+    snprintf(want, sizeof want, "%s:2: line longer than %d bytes", path, PX_CONFIG_MAX_LINE);
+    CHECK_STR(err, want);
+    px_config_deinit(&c);
+
+    CHECK_EQ_INT(load_str(&c, "\xEF\xBB\xBFport 7001\n", err, sizeof(err), NULL), 0);
+    CHECK_EQ_INT(c.port, 7001);
+    px_config_deinit(&c);
+
+    px_config_init(&c);
+    c.file_regular_only = 1;
+    CHECK_EQ_INT(px_config_load_file(&c, "-", err, sizeof(err)), -1);
+    CHECK_STR(err, "the configuration was read from standard input (restart to change it)");
+    char fifo[256];
+    snprintf(fifo, sizeof fifo, "%s/sidecache-test-fifo-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid());
+    unlink(fifo);
+    REQUIRE(mkfifo(fifo, 0600) == 0);
+    CHECK_EQ_INT(px_config_load_file(&c, fifo, err, sizeof(err)), -1); /* (it would block) */
+    snprintf(want, sizeof want, "%s is not a regular file (a pipe or FIFO is read once, at start: restart to "
+             "change it)", fifo);
+    CHECK_STR(err, want);
+    unlink(fifo);
+    px_config_deinit(&c);
+}
+
+/* upstream-sentinel's lines are as long as their entry (1200 bytes), its
+ * master name and hosts as the sentinel client takes them. */
+static void test_sentinel_bounds(void) {
+    px_config c;
+    char err[512], list[1300] = "", name[300];
+    size_t at = 0;
+    for (int i = 0; at < 1100; i++)
+        at += (size_t)snprintf(list + at, sizeof list - at, "%ssentinel-%d.sentinel.svc.cluster.local:26379",
+                               i ? "," : "", i);
+    px_config_init(&c);
+    char *argv[2] = {"mymaster", list};
+    CHECK_EQ_INT(px_config_set(&c, "upstream-sentinel", 2, argv, err, sizeof err), 0);
+    CHECK_EQ_INT((int)strlen(c.sentinel[0]), (int)(strlen("mymaster ") + strlen(list)));
+    CHECK_STR(c.sentinel[0] + strlen("mymaster "), list);
+    strcat(list, ",sentinel-99.sentinel.svc.cluster.local:26379,sentinel-100.sentinel.svc.cluster.local:26379");
+    CHECK_EQ_INT(px_config_set(&c, "upstream-sentinel", 2, argv, err, sizeof err), -1);
+    CHECK_STR(err, "upstream-sentinel: too long (at most 1199 bytes)");
+    memset(name, 'm', 256);
+    name[256] = '\0';
+    argv[0] = name;
+    argv[1] = "127.0.0.1:26379";
+    CHECK_EQ_INT(px_config_set(&c, "upstream-sentinel", 2, argv, err, sizeof err), -1);
+    CHECK_STR(err, "upstream-sentinel: the master name is longer than 255 bytes");
+    name[255] = '\0';
+    CHECK_EQ_INT(px_config_set(&c, "upstream-sentinel", 2, argv, err, sizeof err), 0);
+    snprintf(list, sizeof list, "%s:26379", name);
+    argv[0] = "mymaster";
+    argv[1] = list;
+    CHECK_EQ_INT(px_config_set(&c, "upstream-sentinel", 2, argv, err, sizeof err), 0);
+    name[255] = 'h';
+    snprintf(list, sizeof list, "%s:26379", name);
+    CHECK_EQ_INT(px_config_set(&c, "upstream-sentinel", 2, argv, err, sizeof err), -1);
+    CHECK_STR(err, "upstream-sentinel: a host is longer than 255 bytes");
+    px_config_deinit(&c);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The command line.                                                        */
 
@@ -757,6 +838,10 @@ static void test_args_flags(void) {
     CHECK_EQ_INT(t, 2);
     CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 3, path, "-v", "--test-config"), 0);
     CHECK_EQ_INT(t, 2);
+    /* -v anywhere: not the argument of the directive before it */
+    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 4, "--test-config", "--port", "7103", "-v"), 0);
+    CHECK_EQ_INT(t, 2);
+    CHECK_EQ_INT(c.port, 7103);
     CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 2, "--test-config", "/nonexistent"), -1);
     CHECK_HAS(err, "/nonexistent");
     px_config_deinit(&c);
@@ -826,6 +911,18 @@ static void test_check(void) {
          "from the old master"},
         {"upstream-sentinel mymaster 127.0.0.1:26379\n", NULL},
         {"tracking-upstream redis://127.0.0.1:6379\n", NULL},
+        {"tracking-upstream redis://bob:pw@127.0.0.1:6379\n",
+         "tracking-upstream takes an address only (host:port or a unix path): the invalidation connection logs in "
+         "with the upstream's user and password"},
+        {"tracking-upstream redis://127.0.0.1:6379/3\n",
+         "tracking-upstream takes an address only (host:port or a unix path): the invalidation connection logs in "
+         "with the upstream's user and password"},
+        {"metrics-port 9100\nmetrics-bind abc\n", "metrics-bind: 'abc' is not an IPv4 or IPv6 address (or *)"},
+        {"metrics-port 0\nmetrics-bind abc\n", NULL},
+        {"metrics-port 9100\nmetrics-bind ::1\n", NULL},
+        {"metrics-port 6380\n", "metrics-port 6380 is also port"},
+        {"metrics-port 6390\ntls-port 6390\n", "metrics-port 6390 is also tls-port"},
+        {"bind 127.0.0.1 ::1 127.0.0.1\n", "bind: '127.0.0.1' is given twice"},
     };
     px_config c;
     char err[512];
@@ -1273,6 +1370,8 @@ int main(void) {
     RUN(test_file_syntax);
     RUN(test_quoted_arguments);
     RUN(test_file_errors);
+    RUN(test_file_limits);
+    RUN(test_sentinel_bounds);
     RUN(test_args_precedence);
     RUN(test_args_errors);
     RUN(test_args_flags);
