@@ -309,11 +309,12 @@ void px_caching_upstream_identified(px_server *srv, px_upstream *u) {
     /* (a retired one goes, with the move that retired it: the cache was
      * emptied then, and it takes no new request) */
     if (u->retired) return;
-    /* Nothing began to fill on u (conn_tracked), and what the others fill
-     * the invalidation connection's server tells of: the cache is emptied
-     * at the first such connection, not again at each one made while the
-     * move waits for its time (behind a front that spreads connections
-     * over two servers, every other one would empty it). */
+    /* What began to fill on u completes nothing (answered_off_server),
+     * and what the others fill the invalidation connection's server tells
+     * of: the cache is emptied at the first such connection, not again at
+     * each one made while the move waits for its time (behind a front that
+     * spreads connections over two servers, every other one would empty
+     * it). */
     if (px_upstreams_moving_again(srv, PX_MOVE_OTHER_SERVER)) {
         px_notice("upstream connection %llu reached another Redis (run_id %.12s...) than the invalidation "
                   "connection (%.12s...) too: reads on it fill nothing, the move waits for its time",
@@ -389,10 +390,18 @@ void px_caching_caching_refused(px_server *srv, px_upstream *u, const char *err,
     }
 }
 
+/* Was r answered on a connection found to be on another server than the
+ * invalidation connection's, or whose server could not be told (INFO met a
+ * script's BUSY)? A read sent before that connection's INFO was answered
+ * began a fill (its server not known yet); its reply, which comes after
+ * INFO's, completes none. */
+static int answered_off_server(const px_req *r) {
+    return r->up != NULL && (r->up->other_server || r->up->server_id_again);
+}
+
 /* May a read sent on u fill the cache? */
 static int conn_tracked(struct px_caching *pc, px_upstream *u) {
-    /* (nor one whose server is not known yet: its INFO is unanswered) */
-    if (u != NULL && (u->server_id_left != 0 || u->other_server || u->server_id_again)) return 0;
+    if (u != NULL && (u->other_server || u->server_id_again)) return 0;
     return pc->mode == PX_TRACKING_BCAST || (u != NULL && u->tracked_epoch == pc->epoch && pc->epoch != 0 &&
                                              u->caching_refused != px_acl_mark(u->srv));
 }
@@ -1554,8 +1563,12 @@ static int mget_reply(struct px_caching *pc, px_server *srv, px_req *r, const ch
      * cached value whose key has a TTL may have expired while Redis read
      * the rest, with no invalidation (Redis sends one only when it deletes
      * the key). */
-    int resend = merge && (inv_ping_hold_ms(pc->inv) != 0 || ((h.seq != change_seq(pc) || h.may_expire) &&
-                                                             !plan_still_cached(pc, &h, plan, plen, now)));
+    /* ... Or Redis's part came from another server than the one the cached
+     * part is kept coherent with (answered_off_server): a mix neither
+     * held. */
+    int off_server = answered_off_server(r);
+    int resend = merge && (off_server || inv_ping_hold_ms(pc->inv) != 0 ||
+                           ((h.seq != change_seq(pc) || h.may_expire) && !plan_still_cached(pc, &h, plan, plen, now)));
     if (resend) merge = 0;
     if (merge) resp_enc_array(out, h.n);
     plan_item it;
@@ -1574,9 +1587,10 @@ static int mget_reply(struct px_caching *pc, px_server *srv, px_req *r, const ch
             t = next_ttl;
             next_ttl = t != NULL ? t->next_up : NULL;
         }
-        if (!ok) {
+        if (!ok || off_server) {
             if (token) cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0);
-            continue;
+            if (!ok) continue;
+            token = 0;
         }
         const char *v = NULL;
         size_t vl = 0, start = at;
@@ -1629,6 +1643,7 @@ static void lookup_reply(struct px_caching *pc, px_req *r, const char *data, siz
     uint64_t token = r->fill_token;
     r->fill_token = 0;
     int same_scripts = id.gen == px_lookup_generation(pc->lookup);
+    if (answered_off_server(r)) res = PX_LOOKUP_OTHER; /* nothing learned, nothing filled */
     if (res == PX_LOOKUP_FOUND) {
         unsigned char be[8];
         for (int i = 0; i < 8; i++) be[i] = (unsigned char)(ino >> (56 - 8 * i));
@@ -1732,7 +1747,7 @@ static void purge_again(struct px_caching *pc, px_req *r) {
 static void learn_read(struct px_caching *pc, px_server *srv, const px_req *r, const char *data, size_t len) {
     uint32_t part = r->learn >> 3, read = r->learn & 7;
     if (r->lost || part == 0 || part >= 66 || read < PX_READ_GET || read > PX_READ_LOOKUP ||
-        r->learn_mark != px_acl_mark(srv) || len == 0)
+        r->learn_mark != px_acl_mark(srv) || len == 0 || answered_off_server(r))
         return;
     if (read == PX_READ_LOOKUP) {
         uint64_t ino;
@@ -1769,7 +1784,7 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
         /* the PTTL sent behind it is next on its connection */
         int asked = (r->aux_flags & PX_AUX_TTL_NEXT) != 0;
         px_req *t = asked && r->up != NULL ? r->up->head : NULL;
-        if (k == 0)
+        if (k == 0 || answered_off_server(r))
             cache_fill_abort(pc->cache, r->fill_token, hdr[0], (int)hdr[1], (int)hdr[2], key, hdr[3], field, flen);
         else
             fill_or_wait(pc, c->srv, asked, t, r->fill_token, hdr[0], hdr[1], (int)hdr[2], key, hdr[3], field, flen,

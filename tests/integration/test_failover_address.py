@@ -377,8 +377,8 @@ def test_connections_on_another_server_empty_the_cache_once_a_move(redis_factory
     server at a time). The first data connection made on the other server
     than the invalidation connection's empties the cache and asks for a
     move; those made while the move waits for its time (1 s, doubling) fill
-    nothing, not even with the reads sent before their INFO was answered,
-    and empty the cache no more (before: each one emptied it, and a front
+    nothing, not even with the reads sent before their INFO was answered
+    (whose replies come after that answer), and empty the cache no more (before: each one emptied it, and a front
     that alternates left sidecache caching next to nothing)."""
     a = redis_factory(name="a")
     b = redis_factory(name="b")
