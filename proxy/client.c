@@ -956,6 +956,11 @@ static void fail_after_replies(px_client *c, const char *err) {
             px_upstream_send_reset_own(c->pinned);
             c->barrier = 1;
             pause_input(c);
+            /* nothing more of it is read: what is here (up to a query
+             * buffer's worth) need not wait for Redis */
+            size_t unread;
+            px_io_input(&c->io, &unread);
+            px_io_consume(&c->io, unread);
             return;
         }
     }
@@ -2261,7 +2266,9 @@ static void client_on_drain(void *arg) {
  * blocked goes now; another gets the replies to what it sent, then goes.
  */
 static void client_on_peer_close(px_client *c) {
-    if (c->blocking) {
+    /* (a tunnel ending in a protocol error: nobody is left to read what
+     * Redis still owes before the error, nor the error) */
+    if (c->blocking || c->tunnel_fail != NULL) {
         client_close(c, "client closed connection");
     } else if (c->state == PX_CLIENT_ACTIVE && c->input_paused && px_io_input_len(&c->io) > 0) {
         /* commands read, waiting for a reply before they may go (a state

@@ -784,15 +784,16 @@ static ssize_t read_line(FILE *f, char **line, size_t *cap, size_t max) {
     return (ssize_t)n;
 }
 
-/* path opened for reading without blocking on a FIFO, and then read as any
- * file; NULL with err set. */
+/* path opened for reading (on a reload, without blocking on a FIFO, which
+ * it refuses); NULL with err set. */
 static FILE *open_config(const px_config *c, const char *path, char *err, size_t errlen) {
     if (strcmp(path, "-") == 0) {
         if (!c->file_regular_only) return stdin;
         seterr(err, errlen, "the configuration was read from standard input (restart to change it)");
         return NULL;
     }
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    /* (at start a FIFO waits for its writer, as fopen would) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (c->file_regular_only ? O_NONBLOCK : 0));
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
         seterr(err, errlen, "%s: %s", path[0] ? path : "(empty path)", strerror(errno));
@@ -1015,15 +1016,22 @@ int px_config_check(const px_config *c, char *err, size_t errlen) {
         return -1;
     }
     unsigned char addr[sizeof(struct in6_addr)];
-    if (c->metrics_port != 0 && strcmp(c->metrics_bind, "*") != 0 &&
+    if (c->metrics_port != 0 && strcmp(c->metrics_bind, "*") != 0 && strcasecmp(c->metrics_bind, "localhost") != 0 &&
         inet_pton(AF_INET, c->metrics_bind, addr) != 1 && inet_pton(AF_INET6, c->metrics_bind, addr) != 1) {
-        seterr(err, errlen, "metrics-bind: '%.64s' is not an IPv4 or IPv6 address (or *)", c->metrics_bind);
+        seterr(err, errlen, "metrics-bind: '%.64s' is not an IPv4 or IPv6 address (or *, or localhost)",
+               c->metrics_bind);
         return -1;
     }
     if (c->metrics_port != 0 && (c->metrics_port == c->port || c->metrics_port == c->tls_port)) {
-        seterr(err, errlen, "metrics-port %d is also %s", c->metrics_port,
-               c->metrics_port == c->port ? "port" : "tls-port");
-        return -1;
+        /* the same port on another address is a listener of its own */
+        int clash = is_wildcard(c->metrics_bind) || strcasecmp(c->metrics_bind, "localhost") == 0;
+        for (int i = 0; i < c->nbind && !clash; i++)
+            clash = is_wildcard(c->bind[i]) || strcmp(c->bind[i], c->metrics_bind) == 0;
+        if (clash) {
+            seterr(err, errlen, "metrics-port %d is also %s, on the same address", c->metrics_port,
+                   c->metrics_port == c->port ? "port" : "tls-port");
+            return -1;
+        }
     }
     for (int i = 0; i < c->nbind; i++)
         for (int j = 0; j < i; j++)

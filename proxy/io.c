@@ -7,7 +7,9 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -514,12 +516,45 @@ void px_io_discard_output(px_io *io) {
     io_disarm_write(io);
 }
 
+/* How long a paused io's close watch rests after bytes came (they stay in
+ * the socket: a watch of it would wake the loop at every turn). */
+#define IO_CLOSE_WATCH_REST_MS 100
+
+static void io_watch_close_again(evutil_socket_t fd, short what, void *arg) {
+    px_io *io = arg;
+    if (!io->closed && !io->reading && io->cev != NULL) event_add(io->cev, NULL);
+}
+
+/* The paused io's socket is readable: its peer closed it (a FIN), reset it
+ * (libevent reports that as readable, not as EV_CLOSED, and a watch of
+ * EV_CLOSED alone would have epoll return at every turn of the loop, never
+ * calling it), or sent more. The watch stops here, and rests a while unless
+ * the owner closed or resumed. */
 static void io_closed_cb(evutil_socket_t fd, short what, void *arg) {
     px_io *io = arg;
-    int unread = 0;
     if (io->closed || io->reading) return;
-    if (ioctl(fd, FIONREAD, &unread) != 0) unread = 1;
-    io->ops->on_event(io->arg, PX_IO_PEER_CLOSED, unread);
+    event_del(io->cev);
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    short seen = poll(&p, 1, 0) == 1 ? p.revents : 0;
+    if (seen & (POLLERR | POLLHUP)) {
+        int err = 0;
+        socklen_t elen = sizeof err;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0 || err == 0) err = ECONNRESET;
+        io->ops->on_event(io->arg, PX_IO_ERROR, err);
+        return;
+    }
+    if (seen & POLLRDHUP) {
+        int unread = 0;
+        if (ioctl(fd, FIONREAD, &unread) != 0) unread = 1;
+        io->ops->on_event(io->arg, PX_IO_PEER_CLOSED, unread);
+        /* (the owner may have closed io, and freed it: nothing more here) */
+        return;
+    }
+    if (io->cev_again == NULL) io->cev_again = evtimer_new(io->srv->base, io_watch_close_again, io);
+    if (io->cev_again != NULL) {
+        struct timeval rest = {0, IO_CLOSE_WATCH_REST_MS * 1000};
+        evtimer_add(io->cev_again, &rest);
+    }
 }
 
 void px_io_pause_read(px_io *io) {
@@ -528,7 +563,7 @@ void px_io_pause_read(px_io *io) {
         io->reading = 0;
         /* TLS may hold read bytes of its own: not watched */
         if (io->watch_close && io->ssl == NULL && io->fd >= 0) {
-            if (io->cev == NULL) io->cev = event_new(io->srv->base, io->fd, EV_CLOSED, io_closed_cb, io);
+            if (io->cev == NULL) io->cev = event_new(io->srv->base, io->fd, EV_READ | EV_CLOSED, io_closed_cb, io);
             if (io->cev != NULL) event_add(io->cev, NULL);
         }
     }
@@ -537,6 +572,7 @@ void px_io_pause_read(px_io *io) {
 void px_io_resume_read(px_io *io) {
     if (!io->reading && !io->closed) {
         if (io->cev) event_del(io->cev);
+        if (io->cev_again) evtimer_del(io->cev_again);
         event_add(io->rev, NULL);
         io->reading = 1;
     }
@@ -558,6 +594,7 @@ void px_io_close(px_io *io) {
     if (io->rev) event_del(io->rev);
     if (io->wev) event_del(io->wev);
     if (io->cev) event_del(io->cev);
+    if (io->cev_again) evtimer_del(io->cev_again);
     io->reading = io->want_write = 0;
     if (io->ssl != NULL) {
         SSL_shutdown(io->ssl); /* close_notify, best effort: no waiting */
@@ -588,6 +625,8 @@ void px_io_deinit(px_io *io) {
     if (io->wev) event_free(io->wev);
     if (io->cev) event_free(io->cev);
     io->cev = NULL;
+    if (io->cev_again) event_free(io->cev_again);
+    io->cev_again = NULL;
     free(io->own);
     io->own = NULL;
     io->in_buf = NULL;

@@ -60,6 +60,7 @@ typedef struct px_io {
     size_t own_cap;
     struct event *rev, *wev;
     struct event *cev;    /* px_io_watch_close: the peer's close while paused */
+    struct event *cev_again; /* ... watched again a while after bytes came */
     int watch_close;
     const px_io_ops *ops;
     void *arg;

@@ -1348,15 +1348,22 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     }
     if (u->tunnel && u->head == NULL) {
         /* internal requests sent before the tunnel opened answer first */
-        if (u->reset_own && len == 8 && memcmp(data, "+RESET\r\n", 8) == 0) {
-            /* sidecache's own RESET's reply (none after CLIENT REPLY SKIP).
-             * The client's commands before it answer so only as a script's
-             * status reply {ok='RESET'} would: the same bytes, so which of
-             * the two is dropped changes nothing. */
-            u->reset_own = 0;
-            return;
+        int marker = u->reset_awaited && reset_marker_reply(u, data, len);
+        if (u->reset_own) {
+            /* sidecache's own RESET answers +RESET just before the marker
+             * (nothing after CLIENT REPLY SKIP). A +RESET is held until the
+             * next frame shows whose it was: one followed by anything but
+             * the marker is the client's (a script's status reply, an
+             * element of an aggregate: a tunnel relays them one by one),
+             * and goes on in its place. */
+            if (u->reset_held && !marker && u->owner != NULL) px_client_on_tunnel_data(u->owner, "+RESET\r\n", 8);
+            u->reset_held = 0;
+            if (!marker && len == 8 && memcmp(data, "+RESET\r\n", 8) == 0) {
+                u->reset_held = 1;
+                return;
+            }
         }
-        if (u->reset_awaited && reset_marker_reply(u, data, len)) {
+        if (marker) {
             /* everything up to the client's RESET, its reply included (if
              * Redis sent one: not after CLIENT REPLY SKIP), was relayed */
             u->reset_awaited = 0;

@@ -261,6 +261,8 @@ typedef struct px_upstream {
     char reset_nonce[40];      /* that marker's */
     int reset_own;             /* ... behind sidecache's own RESET, whose
                                   +RESET is not relayed (px_upstream_send_reset_own) */
+    int reset_held;            /* ... a +RESET held until the next frame
+                                  shows whether it was that one */
     resp_buf held;             /* tunnel: bytes for Redis held back until no
                                   reply is awaited on it (px_upstream_send_alone) */
     int tunnel_wrote;          /* tunnel: a write of a key the cache may hold

@@ -73,10 +73,12 @@ install_go() {
 if [ "$want" = test ]; then
   if ! python3 -c 'import redis, pytest' 2>/dev/null; then
     python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
-    # Debian's own python3 takes no pip install (PEP 668): the user's site then
+    # Debian's own python3 takes no pip install (PEP 668): the user's site
+    # then (a virtualenv's python3 takes it as usual)
     pip_where=()
     python3 -c 'import os, sys, sysconfig
-sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))' &&
+sys.exit(sys.prefix != sys.base_prefix or
+         not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))' &&
       pip_where=(--user --break-system-packages)
     python3 -m pip install -q --disable-pip-version-check "${pip_where[@]}" -r "$root/tests/requirements.txt"
   fi

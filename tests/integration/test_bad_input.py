@@ -1,5 +1,6 @@
 """Malformed input gets Redis's protocol error and closes only the offending
 connection; the proxy and its other clients carry on."""
+import os
 import re
 import socket
 import time
@@ -7,7 +8,7 @@ import time
 import pytest
 
 from cachehelpers import wait_tracking_active
-from helpers import REDIS_VERSION, assert_same_runs
+from helpers import REDIS_VERSION, assert_same_runs, wait_until
 
 # name -> (bytes sent, the error Redis sends before closing, or None for "accepted")
 CASES = {
@@ -145,6 +146,11 @@ TUNNEL_CASES = {
     "client-reply-skip": b"CLIENT REPLY SKIP\r\nPING\r\nPING x\r\n*01\r\n",
     "client-reply-off-then-on": b"CLIENT REPLY OFF\r\nSET w 1\r\nCLIENT REPLY ON\r\nINCR w\r\n*01\r\n",
     "resp3-tracking": b"HELLO 3\r\nCLIENT TRACKING on\r\nGET a\r\n*01\r\n",
+    # replies that are +RESET, as sidecache's own RESET's is: top-level, and
+    # an element of an aggregate (a tunnel relays elements one by one)
+    "resp3-tracking-scripts-answer-reset": b"HELLO 3\r\nCLIENT TRACKING on\r\n"
+                                           b"EVAL \"return {'a',{ok='RESET'}}\" 0\r\n"
+                                           b"EVAL \"return {ok='RESET'}\" 0\r\n*01\r\n",
     "subscribed-query-buffer-limit": b"SUBSCRIBE ch\r\nPING\r\n*1\r\n$" + b"1" * 70000,
 }
 
@@ -170,6 +176,41 @@ def test_bad_input_after_good_commands_in_a_tunnel(proxy, ref, name):
     got = dict(assert_same_runs(scenario, proxy, ref))
     assert got["replies"].endswith(b"-ERR Protocol error: invalid multibulk length\r\n") or \
         got["replies"].endswith(b"-ERR Protocol error: too big bulk count string\r\n")
+
+
+def cpu_seconds(pid):
+    """User and system CPU time the process has used (Linux /proc)."""
+    fields = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.proxy_only
+@pytest.mark.parametrize("reads", [False, True], ids=["resets", "closes"])
+def test_a_tunnel_client_gone_after_bad_input_frees_its_blocked_command_at_once(proxy, upstream, reads):
+    """A tunnel client (RESP3 tracking) blocked in BLPOP sends bad bytes and
+    goes, its input paused meanwhile: closing with replies unread (the
+    kernel sends a reset) or after reading them (a FIN). sidecache closes
+    its connection to Redis at once, as Redis frees a client that closes,
+    so the BLPOP takes no element (before: it waited for Redis to answer
+    what came before the bad bytes, the BLPOP, and took the next element
+    pushed, which nobody received), and its loop does not spin on the
+    reset socket (before: epoll reported the reset at every turn to a
+    watch that took only EV_CLOSED, 60 % of a core)."""
+    c = proxy.raw()
+    c.send(b"HELLO 3\r\nCLIENT TRACKING on\r\nBLPOP q9 0\r\n*01\r\n")
+    admin = upstream.client()
+    wait_until(lambda: admin.info("clients")["blocked_clients"] == 1, timeout=3, what="the BLPOP to block")
+    if reads:
+        c.read_frames(2, timeout=3)  # HELLO's and CLIENT TRACKING's
+    c.close()
+    wait_until(lambda: admin.info("clients")["blocked_clients"] == 0, timeout=3,
+               what="the blocked connection to be closed")
+    admin.lpush("q9", "x")
+    assert admin.llen("q9") == 1
+    before = cpu_seconds(proxy.proc.pid)
+    time.sleep(1.0)
+    used = cpu_seconds(proxy.proc.pid) - before
+    assert used < 0.3, "the proxy used %.2f s of CPU in 1 s with no client" % used
 
 
 @pytest.mark.parametrize("protocol", [2, 3])

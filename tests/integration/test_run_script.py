@@ -70,5 +70,28 @@ def test_run_sh_starts_a_redis_when_only_other_upstream_options_are_given(tmp_pa
     out = (tmp_path / "run.stderr").read_text()
     m = re.search(r"run: started redis-server on [0-9.]+:\d+ \(log (\S+)/redis\.log", out)
     assert m, out
-    assert not os.path.exists(m.group(1)), "run.sh left %s behind" % m.group(1)
+    # (its watcher removes it once the proxy is gone)
+    wait_until(lambda: not os.path.exists(m.group(1)), timeout=5, what="run.sh to remove %s" % m.group(1))
     assert "upstream connect failed" not in out, out
+
+
+def test_a_sigterm_to_run_sh_alone_stops_the_proxy_and_its_redis(tmp_path):
+    """make (or a supervisor, or kill) signals the script's process only, not
+    its group: the proxy, which took the script's place, stops gently, and
+    the redis-server started for it stops and its directory goes (before:
+    the shell held the signal until the proxy exited, which it never did)."""
+    port = free_port()
+    proc = start_run_sh(["--port", port], tmp_path)
+    try:
+        wait_until(lambda: port_accepts(port) or proc.poll() is not None, timeout=10,
+                   what="the proxy of run.sh")
+        out = (tmp_path / "run.stderr").read_text()
+        m = re.search(r"run: started redis-server on [0-9.]+:(\d+) \(log (\S+)/redis\.log", out)
+        assert m, out
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        stop_run_sh(proc)
+    wait_until(lambda: not os.path.exists(m.group(2)), timeout=10, what="run.sh to remove %s" % m.group(2))
+    wait_until(lambda: not port_accepts(int(m.group(1))), timeout=5, what="its redis-server to stop")
+    assert "stopping signal=15" in (tmp_path / "run.stderr").read_text()

@@ -917,11 +917,14 @@ static void test_check(void) {
         {"tracking-upstream redis://127.0.0.1:6379/3\n",
          "tracking-upstream takes an address only (host:port or a unix path): the invalidation connection logs in "
          "with the upstream's user and password"},
-        {"metrics-port 9100\nmetrics-bind abc\n", "metrics-bind: 'abc' is not an IPv4 or IPv6 address (or *)"},
+        {"metrics-port 9100\nmetrics-bind abc\n", "metrics-bind: 'abc' is not an IPv4 or IPv6 address (or *, or localhost)"},
+        {"metrics-port 9100\nmetrics-bind localhost\n", NULL},
+        {"metrics-port 6380\nmetrics-bind 127.0.0.2\n", NULL},
+        {"metrics-port 6380\nmetrics-bind 127.0.0.2\nbind *\n", "metrics-port 6380 is also port, on the same address"},
         {"metrics-port 0\nmetrics-bind abc\n", NULL},
         {"metrics-port 9100\nmetrics-bind ::1\n", NULL},
-        {"metrics-port 6380\n", "metrics-port 6380 is also port"},
-        {"metrics-port 6390\ntls-port 6390\n", "metrics-port 6390 is also tls-port"},
+        {"metrics-port 6380\n", "metrics-port 6380 is also port, on the same address"},
+        {"metrics-port 6390\ntls-port 6390\n", "metrics-port 6390 is also tls-port, on the same address"},
         {"bind 127.0.0.1 ::1 127.0.0.1\n", "bind: '127.0.0.1' is given twice"},
     };
     px_config c;
