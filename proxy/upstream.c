@@ -1263,6 +1263,13 @@ void px_upstream_send_reset_own(px_upstream *u) {
     u->reset_own = 1;
 }
 
+/* A +RESET held (up_on_frame) followed by something else than the marker
+ * was the client's: it goes on, before that. */
+static void tunnel_release_held_reset(px_upstream *u) {
+    if (u->reset_held && u->owner != NULL) px_client_on_tunnel_data(u->owner, "+RESET\r\n", 8);
+    u->reset_held = 0;
+}
+
 static int reset_marker_reply(const px_upstream *u, const char *data, size_t len) {
     size_t n = strlen(u->reset_nonce);
     if (len < n + 3 || data[0] != '-') return 0;
@@ -1356,8 +1363,10 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
              * the marker is the client's (a script's status reply, an
              * element of an aggregate: a tunnel relays them one by one),
              * and goes on in its place. */
-            if (u->reset_held && !marker && u->owner != NULL) px_client_on_tunnel_data(u->owner, "+RESET\r\n", 8);
-            u->reset_held = 0;
+            if (marker)
+                u->reset_held = 0;
+            else
+                tunnel_release_held_reset(u);
             if (!marker && len == 8 && memcmp(data, "+RESET\r\n", 8) == 0) {
                 u->reset_held = 1;
                 return;
@@ -1584,6 +1593,7 @@ static void up_parse_input(px_upstream *u) {
         size_t hlen = tunnel_header(u, data, len);
         if (hlen > 0) {
             resp_reply_reset(&u->rp); /* what it framed of the aggregate, forgotten */
+            tunnel_release_held_reset(u);
             if (u->owner != NULL) px_client_on_tunnel_data(u->owner, data, hlen);
             px_io_consume(&u->io, hlen);
             continue;

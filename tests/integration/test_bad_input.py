@@ -150,7 +150,9 @@ TUNNEL_CASES = {
     # an element of an aggregate (a tunnel relays elements one by one)
     "resp3-tracking-scripts-answer-reset": b"HELLO 3\r\nCLIENT TRACKING on\r\n"
                                            b"EVAL \"return {'a',{ok='RESET'}}\" 0\r\n"
-                                           b"EVAL \"return {ok='RESET'}\" 0\r\n*01\r\n",
+                                           b"EVAL \"return {ok='RESET'}\" 0\r\n"
+                                           b"EVAL \"return {1,{ok='RESET'}}\" 0\r\n"
+                                           b"EVAL \"return {ok='RESET'}\" 0\r\nEVAL \"return {2}\" 0\r\n*01\r\n",
     "subscribed-query-buffer-limit": b"SUBSCRIBE ch\r\nPING\r\n*1\r\n$" + b"1" * 70000,
 }
 
