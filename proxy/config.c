@@ -1034,11 +1034,23 @@ int px_config_check(const px_config *c, char *err, size_t errlen) {
         }
     }
     for (int i = 0; i < c->nbind; i++)
-        for (int j = 0; j < i; j++)
+        for (int j = 0; j < i; j++) {
             if (strcmp(c->bind[i], c->bind[j]) == 0) {
                 seterr(err, errlen, "bind: '%s' is given twice", c->bind[i]);
                 return -1;
             }
+            /* a wildcard takes the port on every address of its family; *
+             * and :: (a dual-stack socket) of both */
+            const char *w = strcmp(c->bind[j], "*") == 0 || (is_wildcard(c->bind[j]) && !is_wildcard(c->bind[i]))
+                                ? c->bind[j]
+                            : is_wildcard(c->bind[i]) ? c->bind[i]
+                                                      : NULL;
+            const char *o = w == c->bind[i] ? c->bind[j] : c->bind[i];
+            if (w != NULL && (strcmp(w, "0.0.0.0") != 0 || strcmp(o, "*") == 0 || strchr(o, ':') == NULL)) {
+                seterr(err, errlen, "bind: '%s' takes the port on '%s' too", w, o);
+                return -1;
+            }
+        }
     if (!c->up.is_unix && c->port != 0 && c->up.port == c->port) {
         for (int i = 0; i < c->nbind; i++) {
             if (reaches(c->bind[i], c->up.host)) {

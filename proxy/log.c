@@ -53,4 +53,13 @@ void px_log(int level, const char *fmt, ...) {
     va_end(ap);
     fputc('\n', out);
     fflush(out);
+    /* what stops the start is told on stderr too, where a service manager
+     * shows it, when the log goes to a file */
+    if (level >= PX_LOG_ERROR && out != stderr) {
+        fputs("sidecache: ", stderr);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+    }
 }

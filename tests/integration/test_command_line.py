@@ -174,3 +174,20 @@ def test_a_start_that_cannot_listen_logs_an_error_with_the_reason(what):
     if what == "metrics-port":
         says = "metrics: " + says
     assert "level=error " + says in r.stderr, r.stderr
+
+
+def test_a_start_that_fails_with_a_logfile_says_why_on_stderr_too(tmp_path):
+    """With `logfile`, what stops the start goes to the file and to stderr,
+    where a service manager (systemd's journal, a Pod's log) shows it
+    (before: stderr was empty, exit 1 with no word)."""
+    log = tmp_path / "sidecache.log"
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen(1)
+        busy = taken.getsockname()[1]
+        r = subprocess.run([SIDECACHE_BIN, "--bind", HOST, "--port", str(busy), "--logfile", str(log),
+                            "--upstream", "redis://%s:1" % HOST], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 1, r
+    says = "cannot listen addr=%s:%d err=\"Address already in use\"" % (HOST, busy)
+    assert "level=error " + says in log.read_text()
+    assert "sidecache: " + says + "\n" in r.stderr, r.stderr

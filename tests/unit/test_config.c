@@ -898,7 +898,7 @@ static void test_check(void) {
          "upstream localhost:6380 is the proxy's own listener (bind 127.0.0.1, port 6380)"},
         {"bind 0.0.0.0\nupstream redis://127.0.0.5:6380\n",
          "upstream 127.0.0.5:6380 is the proxy's own listener (bind 0.0.0.0, port 6380)"},
-        {"bind 10.0.0.1 ::\nupstream redis://[::1]:6380\n",
+        {"bind ::\nupstream redis://[::1]:6380\n",
          "upstream ::1:6380 is the proxy's own listener (bind ::, port 6380)"},
         {"bind *\nupstream redis://localhost:6380\n",
          "upstream localhost:6380 is the proxy's own listener (bind *, port 6380)"},
@@ -926,6 +926,13 @@ static void test_check(void) {
         {"metrics-port 6380\n", "metrics-port 6380 is also port, on the same address"},
         {"metrics-port 6390\ntls-port 6390\n", "metrics-port 6390 is also tls-port, on the same address"},
         {"bind 127.0.0.1 ::1 127.0.0.1\n", "bind: '127.0.0.1' is given twice"},
+        {"bind * ::\n", "bind: '*' takes the port on '::' too"},
+        {"bind 127.0.0.1 0.0.0.0\n", "bind: '0.0.0.0' takes the port on '127.0.0.1' too"},
+        {"bind :: ::1\n", "bind: '::' takes the port on '::1' too"},
+        {"bind 0.0.0.0 ::1\n", NULL},
+        {"bind 0.0.0.0 ::\n", "bind: '::' takes the port on '0.0.0.0' too"},
+        {"bind :: 127.0.0.1\n", "bind: '::' takes the port on '127.0.0.1' too"},
+        {"bind 127.0.0.1 ::1\n", NULL},
     };
     px_config c;
     char err[512];
