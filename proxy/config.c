@@ -980,6 +980,13 @@ static int is_loopback(const char *a) {
            strcmp(a, "::1") == 0;
 }
 
+/* Whether a listener on w takes the port on address o too: * and :: (a
+ * dual-stack socket) on every address, 0.0.0.0 on the IPv4 ones. */
+static int wildcard_covers(const char *w, const char *o) {
+    if (!is_wildcard(w)) return 0;
+    return strcmp(w, "0.0.0.0") != 0 || strcmp(o, "*") == 0 || strchr(o, ':') == NULL;
+}
+
 /* 1 if a listener bound to bind_addr answers a connection to host. */
 static int reaches(const char *bind_addr, const char *host) {
     if (strcasecmp(bind_addr, host) == 0) return 1;
@@ -1039,15 +1046,9 @@ int px_config_check(const px_config *c, char *err, size_t errlen) {
                 seterr(err, errlen, "bind: '%s' is given twice", c->bind[i]);
                 return -1;
             }
-            /* a wildcard takes the port on every address of its family; *
-             * and :: (a dual-stack socket) of both */
-            const char *w = strcmp(c->bind[j], "*") == 0 || (is_wildcard(c->bind[j]) && !is_wildcard(c->bind[i]))
-                                ? c->bind[j]
-                            : is_wildcard(c->bind[i]) ? c->bind[i]
-                                                      : NULL;
-            const char *o = w == c->bind[i] ? c->bind[j] : c->bind[i];
-            if (w != NULL && (strcmp(w, "0.0.0.0") != 0 || strcmp(o, "*") == 0 || strchr(o, ':') == NULL)) {
-                seterr(err, errlen, "bind: '%s' takes the port on '%s' too", w, o);
+            int ji = wildcard_covers(c->bind[j], c->bind[i]);
+            if (ji || wildcard_covers(c->bind[i], c->bind[j])) {
+                seterr(err, errlen, "bind: '%s' takes the port on '%s' too", c->bind[ji ? j : i], c->bind[ji ? i : j]);
                 return -1;
             }
         }
