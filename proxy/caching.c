@@ -390,18 +390,22 @@ void px_caching_caching_refused(px_server *srv, px_upstream *u, const char *err,
     }
 }
 
-/* Was r answered on a connection found to be on another server than the
- * invalidation connection's, or whose server could not be told (INFO met a
- * script's BUSY)? A read sent before that connection's INFO was answered
- * began a fill (its server not known yet); its reply, which comes after
- * INFO's, completes none. */
+/* Is u found to be on another server than the invalidation connection's,
+ * or is its server not to be told (INFO met a script's BUSY)? */
+static int conn_off_server(const px_upstream *u) {
+    return u != NULL && (u->other_server || u->server_id_again);
+}
+
+/* Was r answered on such a connection? A read sent before that
+ * connection's INFO was answered began a fill (its server not known yet);
+ * its reply, which comes after INFO's, completes none. */
 static int answered_off_server(const px_req *r) {
-    return r->up != NULL && (r->up->other_server || r->up->server_id_again);
+    return conn_off_server(r->up);
 }
 
 /* May a read sent on u fill the cache? */
 static int conn_tracked(struct px_caching *pc, px_upstream *u) {
-    if (u != NULL && (u->other_server || u->server_id_again)) return 0;
+    if (conn_off_server(u)) return 0;
     return pc->mode == PX_TRACKING_BCAST || (u != NULL && u->tracked_epoch == pc->epoch && pc->epoch != 0 &&
                                              u->caching_refused != px_acl_mark(u->srv));
 }

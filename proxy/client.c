@@ -949,10 +949,7 @@ void px_client_write_reply(px_client *c, const char *data, size_t len) {
  * ends, so what RESET undoes does not matter), and nothing more is read. */
 static void fail_after_replies(px_client *c, const char *err) {
     if (c->mode == PX_MODE_TUNNEL && c->pinned != NULL && c->tunnel_fail == NULL) {
-        size_t n = strlen(err);
-        c->tunnel_fail = malloc(n + 1);
-        if (c->tunnel_fail != NULL) {
-            memcpy(c->tunnel_fail, err, n + 1);
+        if ((c->tunnel_fail = strdup(err)) != NULL) {
             px_upstream_send_reset_own(c->pinned);
             c->barrier = 1;
             pause_input(c);

@@ -172,6 +172,29 @@ def test_sighup_takes_a_new_upstream_password(tmp_path, redis_factory):
         assert proc.wait(timeout=10) == 0, proc.stderr.read().decode(errors="replace")
 
 
+def read_once_config(upstream, port, log):
+    """A configuration of 8mb of cache, for a proxy that reads it once."""
+    return ("upstream redis://127.0.0.1:%d\nport %d\nlogfile %s\ncache-max-memory 8mb\n"
+            % (upstream.port, port, log)).encode()
+
+
+def assert_sighup_refused(proc, port, log, says):
+    """The proxy proc, started on read_once_config: a SIGHUP is refused with
+    a warning that says `says`, it goes on serving, and its cache keeps its
+    8mb (a read that gave nothing would put it back to 256mb). Stops proc."""
+    try:
+        wait_for(lambda: port_accepts(port))
+        wait_for(lambda: info_section(port).get("cache_max_bytes") == 8 * 1024 * 1024)
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload refused" in log.read_text())
+        assert says in log.read_text()
+        assert redis.Redis(port=port, socket_timeout=2).ping() is True
+        assert info_section(port)["cache_max_bytes"] == 8 * 1024 * 1024
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode(errors="replace")
+
+
 @pytest.mark.proxy_only
 def test_sighup_with_configuration_from_stdin_changes_nothing(tmp_path, upstream):
     """A configuration read from standard input ("-") cannot be read again:
@@ -179,22 +202,11 @@ def test_sighup_with_configuration_from_stdin_changes_nothing(tmp_path, upstream
     directive to its default (cache-max-memory back to 256mb)."""
     port = free_port()
     log = tmp_path / "sidecache.log"
-    text = ("upstream redis://127.0.0.1:%d\nport %d\nlogfile %s\ncache-max-memory 8mb\n"
-            % (upstream.port, port, log))
     proc = subprocess.Popen([sidecache_bin(), "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
-    proc.stdin.write(text.encode())
+    proc.stdin.write(read_once_config(upstream, port, log))
     proc.stdin.close()
-    try:
-        wait_for(lambda: port_accepts(port))
-        wait_for(lambda: info_section(port).get("cache_max_bytes") == 8 * 1024 * 1024)
-        proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: "reload refused" in log.read_text())
-        assert "standard input" in log.read_text()
-        assert info_section(port)["cache_max_bytes"] == 8 * 1024 * 1024
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode(errors="replace")
+    assert_sighup_refused(proc, port, log, "standard input")
 
 
 @pytest.mark.proxy_only
@@ -208,20 +220,7 @@ def test_sighup_with_configuration_from_a_fifo_changes_nothing_and_blocks_nothin
     log = tmp_path / "sidecache.log"
     fifo = tmp_path / "sidecache.conf"
     os.mkfifo(fifo)
-    text = ("upstream redis://127.0.0.1:%d\nport %d\nlogfile %s\ncache-max-memory 8mb\n"
-            % (upstream.port, port, log))
     proc = subprocess.Popen([sidecache_bin(), str(fifo)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    with open(fifo, "w") as f:  # (blocks until the proxy opens it)
-        f.write(text)
-    try:
-        wait_for(lambda: port_accepts(port))
-        wait_for(lambda: info_section(port).get("cache_max_bytes") == 8 * 1024 * 1024)
-        proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: "reload refused" in log.read_text())
-        assert "is not a regular file" in log.read_text()
-        c = redis.Redis(port=port, socket_timeout=2)
-        assert c.ping() is True
-        assert info_section(port)["cache_max_bytes"] == 8 * 1024 * 1024
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0, proc.stderr.read().decode(errors="replace")
+    with open(fifo, "wb") as f:  # (blocks until the proxy opens it)
+        f.write(read_once_config(upstream, port, log))
+    assert_sighup_refused(proc, port, log, "is not a regular file")
