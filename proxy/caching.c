@@ -9,6 +9,7 @@
  */
 #include "proxy/caching.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -529,21 +530,40 @@ static void format_prefixes(const cache_rules *r, int mode, char *buf, size_t le
         n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? "," : "", r->prefixes[i]);
 }
 
+/* Text inside a comment line of the dump: a byte that is not printable
+ * (a pattern may hold a newline) as \xHH, so the comment stays one line and
+ * the dump loads back. */
+static void put_comment_text(FILE *f, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (isprint(*p))
+            fputc(*p, f);
+        else
+            fprintf(f, "\\x%02x", *p);
+    }
+}
+
 /* Writes the rule set as comment lines: the dump stays a file that loads
  * back to the same configuration. */
 static void describe_rules(const px_config *cfg, const cache_rules *r, FILE *f) {
     char list[512];
     fprintf(f, "# effective cache rules (profile %s, then cache-rule lines",
             cfg->profile == PX_PROFILE_JUICEFS ? "juicefs" : "none");
-    if (cfg->key_prefix[0] != '\0') fprintf(f, "; key-prefix %s put before each", cfg->key_prefix);
+    if (cfg->key_prefix[0] != '\0') {
+        fputs("; key-prefix ", f);
+        put_comment_text(f, cfg->key_prefix);
+        fputs(" put before each", f);
+    }
     fputs("):\n", f);
     for (int i = 0; i < r->nrules; i++) {
         const cache_rule *rule = &r->rules[i];
-        fprintf(f, "#   %s %s%s\n", rule->kind == CACHE_KIND_HGET ? "HGET" : "GET", rule->pattern,
-                rule->flags & CACHE_RULE_NO_TTL ? "" : "  (each fill asks the key's TTL)");
+        fprintf(f, "#   %s ", rule->kind == CACHE_KIND_HGET ? "HGET" : "GET");
+        put_comment_text(f, rule->pattern);
+        fputs(rule->flags & CACHE_RULE_NO_TTL ? "\n" : "  (each fill asks the key's TTL)\n", f);
     }
     format_prefixes(r, cfg->tracking_mode, list, sizeof list);
-    fprintf(f, "# tracking %s prefixes=%s\n", tracking_mode_names[cfg->tracking_mode], list);
+    fprintf(f, "# tracking %s prefixes=", tracking_mode_names[cfg->tracking_mode]);
+    put_comment_text(f, list);
+    fputc('\n', f);
     if (cfg->key_prefix[0] != '\0') {
         fprintf(f, "# lookup scripts: none (not used with a key-prefix)\n");
         return;

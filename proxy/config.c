@@ -607,6 +607,13 @@ int px_config_set(px_config *c, const char *name, int argc, char **argv,
         return -1;
     }
     if (d->type == PX_CT_APPEND) {
+        if (d->max == 1 && argc == 1 && argv[0][0] == '\0') {
+            /* a list of one is a plain directive: "" unsets it, as it does
+             * tracking-upstream (the command line over a file's) */
+            *(int *)field(c, d->off2) = 0;
+            memset(field(c, d->off), 0, d->size);
+            return 0;
+        }
         if (argc != d->min) {
             seterr(err, errlen, "%s takes %lld argument%s (got %d)", d->name, d->min, d->min == 1 ? "" : "s",
                    argc);
@@ -1001,6 +1008,17 @@ int px_config_check(const px_config *c, char *err, size_t errlen) {
     if (c->port == 0 && c->unixsocket[0] == '\0') {
         seterr(err, errlen, "no listener: port is 0 and unixsocket is not set");
         return -1;
+    }
+    /* The prefix is put before glob patterns: a * ? [ or \ in it would be
+     * glob syntax there, and cache other keys than the prefix's (and, with
+     * a hash tag, keys of other slots than the one the prefix names) */
+    for (const char *p = c->key_prefix; *p; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (strchr("*?[]\\", ch) != NULL || ch < 0x20 || ch == 0x7f) {
+            seterr(err, errlen, "key-prefix: a glob character or control byte (\\x%02x) is not allowed: the "
+                   "prefix is put before the rules' glob patterns", ch);
+            return -1;
+        }
     }
     if (c->up.is_unix && c->unixsocket[0] != '\0' && strcmp(c->up.path, c->unixsocket) == 0) {
         seterr(err, errlen, "upstream is the proxy's own unixsocket '%s'", c->unixsocket);

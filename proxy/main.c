@@ -2,59 +2,15 @@
  * proxy/main.c — `sidecache [config-file] [--directive value ...]`.
  */
 #include <errno.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "proxy/caching.h"
 #include "proxy/config.h"
 #include "proxy/log.h"
 #include "proxy/server.h"
-#include "proxy/tls.h"
 
 #define SIDECACHE_VERSION "0.1.0"
-
-/* Whether a start could open path for appending, without creating it (a
- * check run by hand as root must not leave a file the service's user cannot
- * write): the file, or the folder it would be made in. errno says why not. */
-static int can_append(const char *path) {
-    if (access(path, F_OK) == 0) return access(path, W_OK) == 0;
-    if (errno != ENOENT) return 0;
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s", path);
-    return access(dirname(dir), W_OK | X_OK) == 0;
-}
-
-/*
- * --test-config: besides loading, what a start would find wrong before it
- * listens: the cache rules (built as a start builds them), the TLS
- * certificates and keys (loaded as a start loads them),
- * the log file (that a start can open it for appending), and a TLS port
- * that is also the plain one. So a service manager's ExecStartPre refuses
- * what would not start. Returns 0, or -1 with the reason in err.
- */
-static int check_startable(px_config *cfg, char *err, size_t errlen) {
-    static px_server probe; /* only its cfg and TLS contexts are used */
-    int rc = 0;
-    if (cfg->tls_port > 0 && cfg->tls_port == cfg->port) {
-        snprintf(err, errlen, "tls-port %d is also port", cfg->tls_port);
-        return -1;
-    }
-    if (cfg->logfile[0] != '\0' && !can_append(cfg->logfile)) {
-        snprintf(err, errlen, "cannot open logfile %.900s: %s", cfg->logfile, strerror(errno));
-        return -1;
-    }
-    if (px_caching_check_config(cfg, NULL, err, errlen) != 0) return -1;
-    probe.cfg = cfg;
-    char why[512];
-    if (px_tls_init(&probe, why, sizeof why) != 0) {
-        snprintf(err, errlen, "TLS: %s", why);
-        rc = -1;
-    }
-    px_tls_deinit(&probe);
-    return rc;
-}
 
 int main(int argc, char **argv) {
     px_config cfg;
@@ -78,7 +34,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (test_only) {
-        if (check_startable(&cfg, err, sizeof err) != 0) {
+        if (px_server_check_startable(&cfg, err, sizeof err) != 0) {
             fprintf(stderr, "sidecache: %s\n", err);
             rc = 1;
             goto done;
@@ -88,7 +44,8 @@ int main(int argc, char **argv) {
             /* what the profile brings is in no directive: shown as comments */
             px_caching_check_config(&cfg, stdout, err, sizeof err);
         }
-        printf("sidecache: configuration OK\n");
+        /* after a dump, as a comment: the output loads back as it is */
+        printf("%ssidecache: configuration OK\n", test_only == 2 ? "# " : "");
         goto done;
     }
     if (px_log_open(cfg.logfile, cfg.loglevel) != 0) {

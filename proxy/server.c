@@ -9,11 +9,14 @@
  */
 #include "proxy/server.h"
 
+#include <errno.h>
+#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -198,6 +201,41 @@ static void warn_unapplied(const px_config *cfg, const px_config *fresh) {
                n && on_off ? ", " : "", on_off ? "cache-max-memory (turning the cache on or off)" : "");
 }
 
+/* Whether a start could open path for appending, without creating it (a
+ * check run by hand as root must not leave a file the service's user cannot
+ * write): the file, or the folder it would be made in. errno says why not. */
+static int can_append(const char *path) {
+    if (access(path, F_OK) == 0) return access(path, W_OK) == 0;
+    if (errno != ENOENT) return 0;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    return access(dirname(dir), W_OK | X_OK) == 0;
+}
+
+/* (server.h) The TLS files are loaded into contexts of a probe's own,
+ * freed at once: the running ones stay as they are. */
+int px_server_check_startable(px_config *cfg, char *err, size_t errlen) {
+    static px_server probe; /* only its cfg and TLS contexts are used */
+    int rc = 0;
+    if (cfg->tls_port > 0 && cfg->tls_port == cfg->port) {
+        snprintf(err, errlen, "tls-port %d is also port", cfg->tls_port);
+        return -1;
+    }
+    if (cfg->logfile[0] != '\0' && !can_append(cfg->logfile)) {
+        snprintf(err, errlen, "cannot open logfile %.900s: %s", cfg->logfile, strerror(errno));
+        return -1;
+    }
+    if (px_caching_check_config(cfg, NULL, err, errlen) != 0) return -1;
+    probe.cfg = cfg;
+    char why[512];
+    if (px_tls_init(&probe, why, sizeof why) != 0) {
+        snprintf(err, errlen, "TLS: %s", why);
+        rc = -1;
+    }
+    px_tls_deinit(&probe);
+    return rc;
+}
+
 /*
  * SIGHUP: the configuration is read again from the same command line (and
  * the file it names). What can change at run time is applied: log level,
@@ -206,7 +244,8 @@ static void warn_unapplied(const px_config *cfg, const px_config *fresh) {
  * (for connects begun from then on): px_reloadable. Every
  * other directive (addresses, upstream, rules and tracking prefixes, modes,
  * logfile, ...) needs a restart, and a change to it is logged by name and
- * ignored. A configuration that does not load changes nothing.
+ * ignored. A configuration that does not load, or that a start would
+ * refuse (px_server_check_startable), changes nothing.
  */
 static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
     px_server *srv = arg;
@@ -219,7 +258,11 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
      * they would give nothing, and every directive would fall back to its
      * default; a FIFO would block the loop */
     fresh->file_regular_only = 1;
-    if (px_config_from_args(fresh, srv->argc, srv->argv, &test_only, err, sizeof err) != 0) {
+    if (px_config_from_args(fresh, srv->argc, srv->argv, &test_only, err, sizeof err) != 0 ||
+        px_server_check_startable(fresh, err, sizeof err) != 0) {
+        /* a file that --test-config refuses, and a restart would not
+         * start from, is not half applied: the operator who is told to
+         * restart for the rest would be left with a proxy that does not */
         px_warning("reload refused: %s", err);
         goto out;
     }

@@ -169,6 +169,7 @@ typedef struct px_server {
 
     int cluster_other_logged;  /* CLUSTER SLOTS named another master (client.c) */
     int upstream_reached;      /* Redis answered once (px_server_upstream_reached) */
+    int upstream_db_refused;   /* the upstream URL's db was refused, and logged */
     int stopping;              /* SIGTERM seen: finish in-flight work, then exit */
     struct event *stop_ev;     /* ... or exit when this timer fires (the deadline) */
     int exit_code;
@@ -224,6 +225,17 @@ void px_server_reap(px_server *srv);
 void px_server_upstream_reached(px_server *srv, const char *addr);
 
 
+
+/*
+ * What a start would find wrong before it listens, besides loading: the
+ * cache rules (built as a start builds them), the TLS certificates and keys
+ * (loaded as a start loads them), the log file (that a start can open it
+ * for appending), a TLS port that is also the plain one. --test-config runs
+ * it, so that a service manager's ExecStartPre refuses what would not
+ * start, and so does SIGHUP, which refuses such a file. Returns 0, or -1
+ * with the reason in err.
+ */
+int px_server_check_startable(px_config *cfg, char *err, size_t errlen);
 
 /* Runs one instance until it is stopped. Returns the process exit code.
  * argc/argv are the command line the config came from: SIGHUP reads it

@@ -564,10 +564,11 @@ static int up_write_handshake(px_upstream *u, resp_buf *b) {
             resp_enc_commandv(b, "AUTH", p->pass, NULL);
         n++;
     }
+    int select_at = -1;
     if (p->db != 0) {
         snprintf(portbuf, sizeof portbuf, "%d", p->db);
         resp_enc_commandv(b, "SELECT", portbuf, NULL);
-        n++;
+        select_at = n++;
     }
     int id_at = -1; /* INFO's place among the replies */
     if (px_caching_wants_server_id(u->srv)) {
@@ -586,6 +587,7 @@ static int up_write_handshake(px_upstream *u, resp_buf *b) {
     }
     /* its answer is the (id_at + 1)-th: handshake_left is then n - id_at */
     u->server_id_left = id_at >= 0 ? n - id_at : 0;
+    u->select_left = select_at >= 0 ? n - select_at : 0;
     return n;
 }
 
@@ -1308,6 +1310,19 @@ static void up_ask_server_ids(px_server *srv) {
         }
 }
 
+/* Redis refused the handshake's SELECT. Every command of the clients in
+ * that db gets Redis's error (as a direct client's SELECT would); when it is
+ * the db of the upstream URL, where every client starts, that is a
+ * misconfiguration (a db past Redis's `databases`, a cluster's db other than
+ * 0): said once, since a client's own SELECT is checked before it is taken. */
+static void up_select_refused(px_upstream *u, const char *data, size_t len) {
+    px_server *srv = u->srv;
+    if (u->pool == NULL || u->pool->db != srv->cfg->up.db || srv->upstream_db_refused) return;
+    srv->upstream_db_refused = 1;
+    px_warning("upstream db %d refused by Redis: \"%.*s\"; every client gets this error until the upstream URL "
+               "names a db Redis has", u->pool->db, (int)(len > 200 ? 200 : len - 3), data + 1);
+}
+
 /* One whole reply frame from Redis. */
 static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     char type = u->rp.type;
@@ -1326,6 +1341,10 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
                 up_server_id_reply(u, data, len, is_err);
                 is_err = 0;
             }
+        }
+        if (u->select_left != 0 && u->handshake_left == u->select_left) {
+            u->select_left = 0;
+            if (is_err) up_select_refused(u, data, len);
         }
         if (u->probe_access && u->handshake_left == 1) {
             /* the last handshake reply: the access probe, a failure only

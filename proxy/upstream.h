@@ -241,6 +241,8 @@ typedef struct px_upstream {
                                   last request, or a PX_REQ_PROBE */
     int server_id_left;        /* the handshake's INFO server answers when
                                   handshake_left is this (0: none asked) */
+    int select_left;           /* the handshake's SELECT answers when
+                                  handshake_left is this (0: none sent) */
     char server_id[INFO_RUN_ID_LEN + 1]; /* the run_id it gave ("": unknown) */
     int server_id_again;       /* INFO met a transient error (a script's
                                   BUSY): asked again each second, a

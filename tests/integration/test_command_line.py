@@ -56,7 +56,7 @@ def test_test_config_v_prints_the_config_in_any_order(tmp_path, order):
     r = run(*[conf if a == "FILE" else a for a in order])
     assert r.returncode == 0, r
     assert "\nport 7123\n" in r.stdout, r
-    assert r.stdout.endswith("sidecache: configuration OK\n")
+    assert r.stdout.endswith("\n# sidecache: configuration OK\n")
 
 
 def test_test_config_rejects_a_second_file(tmp_path):
@@ -114,10 +114,27 @@ def test_test_config_v_shows_the_effective_cache_rules(tmp_path):
         "#   GET {1}user:*  (each fill asks the key's TTL)",
         "# tracking bcast prefixes={1}d,{1}i,{1}user:",
         "# lookup scripts: none (not used with a key-prefix)",
+        "# sidecache: configuration OK",
     ], r.stdout
+    # the output loads back as it is: the OK line is a comment too
     again = tmp_path / "again.conf"
-    again.write_text(r.stdout.replace("sidecache: configuration OK\n", ""))
+    again.write_text(r.stdout)
     assert run(again, "--test-config").returncode == 0
+
+
+def test_test_config_v_output_loads_back_with_a_newline_in_a_pattern(tmp_path):
+    """A pattern, and so the tracking prefix it implies, may hold any byte:
+    in the comments it is written as \\xHH, or a newline would end the
+    comment and the dump would not load back."""
+    r = run("--test-config", "-v", "--profile", "none", "--cache-rule", "GET", "a\nb:*")
+    assert r.returncode == 0, r
+    assert "#   GET a\\x0ab:*  (each fill asks the key's TTL)\n" in r.stdout, r.stdout
+    assert "# tracking bcast prefixes=a\\x0ab:\n" in r.stdout, r.stdout
+    again = tmp_path / "again.conf"
+    again.write_text(r.stdout)
+    back = run(again, "--test-config", "-v")
+    assert back.returncode == 0, back
+    assert back.stdout == r.stdout
 
 
 @pytest.mark.parametrize("args,says", [

@@ -125,6 +125,32 @@ def test_sighup_names_every_changed_directive_that_needs_a_restart(tmp_path, ups
 
 
 @pytest.mark.proxy_only
+@pytest.mark.parametrize("change,says", [
+    ("logfile /nonexistent/dir/sidecache.log\n", "cannot open logfile /nonexistent/dir/sidecache.log"),
+    ("tls-port %(tls)d\ntls-cert-file /nonexistent.crt\ntls-key-file /nonexistent.key\n", "TLS: "),
+], ids=["logfile", "tls-files"])
+def test_sighup_refuses_a_file_that_would_not_start(tmp_path, upstream, change, says):
+    """A file that loads but that a start (and --test-config) refuses: a
+    log file that cannot be opened, TLS files that cannot be read. SIGHUP
+    applied what it could and asked for a restart for the rest, a restart
+    that would not start; now it is refused as a whole and changes
+    nothing."""
+    port = free_port()
+    conf = tmp_path / "sidecache.conf"
+    log = tmp_path / "sidecache.log"
+    conf.write_bytes(read_once_config(upstream, port, log))
+    proc = subprocess.Popen([sidecache_bin(), str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    broken = tmp_path / "broken.conf"
+    broken.write_text(read_once_config(upstream, port, log).decode().replace("8mb", "4mb") +
+                      change % {"tls": free_port()})
+    r = subprocess.run([sidecache_bin(), str(broken), "--test-config"], capture_output=True, text=True)
+    assert r.returncode == 1 and says in r.stderr, r
+    wait_for(lambda: port_accepts(port))
+    os.replace(broken, conf)
+    assert_sighup_refused(proc, port, log, says)
+
+
+@pytest.mark.proxy_only
 def test_sighup_takes_a_new_upstream_password(tmp_path, redis_factory):
     """Redis's password rotated (the old one no longer works), the new one
     written into the upstream URL, SIGHUP: the invalidation connection logs

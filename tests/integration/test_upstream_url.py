@@ -29,3 +29,21 @@ def test_upstream_url_with_acl_user_clients_still_log_in_as_themselves(proxy_fac
         assert alice.cmd("AUTH", "alice", "pw").raw == b"+OK\r\n"
         assert alice.call("ACL", "WHOAMI") == b"alice"
         assert alice.cmd("GET", "b:1").raw.startswith(b"-NOPERM")
+
+
+@pytest.mark.proxy_only
+def test_an_upstream_db_redis_refuses_is_logged_once(proxy_factory, upstream):
+    """A db past Redis's `databases` in the upstream URL: each client gets
+    Redis's error (a direct client's SELECT would), and the log says why,
+    once, where it said nothing (the handshake's refusal was logged at
+    verbose only)."""
+    proxy = proxy_factory(upstream_url="redis://127.0.0.1:%d/99" % upstream.port)
+    for _ in range(3):
+        with proxy.raw() as c:
+            assert c.cmd("PING").raw == b"-ERR DB index is out of range\r\n"
+    with proxy.raw() as c:  # a client's own SELECT of a good db works
+        assert c.cmd("SELECT", 0).raw == b"+OK\r\n"
+        assert c.cmd("PING").raw == b"+PONG\r\n"
+    warned = [line for line in open(proxy.logpath).read().splitlines() if "upstream db 99 refused" in line]
+    assert len(warned) == 1, warned
+    assert "level=warning" in warned[0] and "ERR DB index is out of range" in warned[0]

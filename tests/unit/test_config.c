@@ -744,6 +744,17 @@ static void test_args_precedence(void) {
     CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 2, "--timeout", "-5"), -1);
     CHECK_STR(err, "argument '--timeout': timeout must be between 0 and 2147483647 (got '-5')");
     px_config_deinit(&c);
+
+    /* upstream-sentinel is a plain directive: the command line's "" unsets
+     * the file's (it took two words, and "" was refused) */
+    path = write_tmp("upstream-sentinel mymaster 127.0.0.1:26379\n");
+    px_config_init(&c);
+    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 3, path, "--upstream-sentinel", ""), 0);
+    CHECK_EQ_INT(c.nsentinel, 0);
+    CHECK_STR(c.sentinel[0], "");
+    CHECK_EQ_INT(args(&c, &t, err, sizeof(err), 3, path, "--upstream-sentinel", "mymaster"), -1);
+    CHECK_STR(err, "argument '--upstream-sentinel': upstream-sentinel takes 2 arguments (got 1)");
+    px_config_deinit(&c);
 }
 
 static void test_args_errors(void) {
@@ -910,6 +921,16 @@ static void test_check(void) {
          "tracking-upstream cannot be used with upstream-sentinel: after a failover the invalidations would come "
          "from the old master"},
         {"upstream-sentinel mymaster 127.0.0.1:26379\n", NULL},
+        {"key-prefix {1}\n", NULL},
+        {"key-prefix jfs:{vol-1}:\n", NULL},
+        {"key-prefix x[\n", "key-prefix: a glob character or control byte (\\x5b) is not allowed: the prefix is "
+         "put before the rules' glob patterns"},
+        {"key-prefix {*}\n", "key-prefix: a glob character or control byte (\\x2a) is not allowed: the prefix is "
+         "put before the rules' glob patterns"},
+        {"key-prefix \"x\\\\\"\n", "key-prefix: a glob character or control byte (\\x5c) is not allowed: the "
+         "prefix is put before the rules' glob patterns"},
+        {"key-prefix \"a\\nb\"\n", "key-prefix: a glob character or control byte (\\x0a) is not allowed: the "
+         "prefix is put before the rules' glob patterns"},
         {"tracking-upstream redis://127.0.0.1:6379\n", NULL},
         {"tracking-upstream redis://bob:pw@127.0.0.1:6379\n",
          "tracking-upstream takes an address only (host:port or a unix path): the invalidation connection logs in "
