@@ -88,6 +88,7 @@ struct inv_conn {
     int64_t last_ping_ms;
     long long my_id;          /* from CLIENT ID */
     char server_id[INFO_RUN_ID_LEN + 1]; /* the run_id INFO gave, "" if none */
+    int server_cluster;                  /* INFO said redis_mode:cluster */
     inv_stats stats;
 };
 
@@ -393,6 +394,7 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
     /* nor is an INFO refused: the server then has no known identity */
     if (e == EXP_SERVER_ID) {
         info_run_id(buf, len, t->server_id);
+        t->server_cluster = info_is_cluster(buf, len);
         return;
     }
     if (type == '-' || type == '!') {
@@ -515,6 +517,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
         send_cmd(t, "CLIENT", "NO-EVICT", "on", NULL);
         expect(t, EXP_NOEVICT);
         t->server_id[0] = '\0';
+        t->server_cluster = 0;
         send_cmd(t, "INFO", "server", NULL);
         expect(t, EXP_SERVER_ID);
         send_cmd(t, "COMMAND", NULL);
@@ -739,6 +742,10 @@ int inv_hold_left_ms(const inv_conn *t, uint64_t mark) {
 
 int inv_ping_hold_ms(const inv_conn *t) { return inv_hold_left_ms(t, inv_hold_mark(t)); }
 long long inv_redirect_id(const inv_conn *t) { return t->state == INV_ACTIVE ? t->my_id : 0; }
+int inv_server_cluster(const inv_conn *t) {
+    return t->state == INV_ACTIVE && t->server_cluster;
+}
+
 const char *inv_server_id(const inv_conn *t) {
     return t->state == INV_ACTIVE && t->server_id[0] != '\0' ? t->server_id : NULL;
 }

@@ -159,6 +159,10 @@ long long inv_redirect_id(const inv_conn *t);
  * connections that reach another server are told apart by it (their reads
  * would fill the cache with values this connection hears no change of). */
 const char *inv_server_id(const inv_conn *t);
+/* 1 while ACTIVE if that Redis is a cluster node (INFO server's
+ * redis_mode; 0 when INFO was refused): the cache then answers no read
+ * that Redis would refuse as CROSSSLOT. */
+int inv_server_cluster(const inv_conn *t);
 const char *inv_state_name(enum inv_state s);
 
 typedef struct inv_stats {

@@ -9,32 +9,45 @@ static int is_hex(char ch) {
     return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
 }
 
-int info_run_id(const char *frame, size_t len, char out[INFO_RUN_ID_LEN + 1]) {
-    static const char key[] = "run_id:";
-    const size_t klen = sizeof key - 1;
-    out[0] = '\0';
-    if (len < 4 || (frame[0] != '$' && frame[0] != '=')) return -1;
+/* The value of the field key ("name:") of one whole INFO reply frame: at a
+ * line's start, up to the line's CR (or LF). NULL when the frame is not
+ * such a reply or has no such line. */
+static const char *info_field(const char *frame, size_t len, const char *key, size_t *vlen) {
+    const size_t klen = strlen(key);
+    if (len < 4 || (frame[0] != '$' && frame[0] != '=')) return NULL;
     const char *body = memchr(frame, '\n', len);
-    if (body == NULL) return -1;
+    if (body == NULL) return NULL;
     body++;
     const char *end = frame + len;
-    /* line by line: a field named run_id only at a line's start */
     for (const char *line = body; line < end;) {
         const char *nl = memchr(line, '\n', (size_t)(end - line));
         const char *eol = nl != NULL ? nl : end;
-        if ((size_t)(eol - line) >= klen + INFO_RUN_ID_LEN && memcmp(line, key, klen) == 0) {
-            const char *id = line + klen;
-            for (int i = 0; i < INFO_RUN_ID_LEN; i++)
-                if (!is_hex(id[i])) return -1;
-            /* the id ends the line (a CR before its LF) */
-            const char *after = id + INFO_RUN_ID_LEN;
-            if (after < eol && *after != '\r') return -1;
-            memcpy(out, id, INFO_RUN_ID_LEN);
-            out[INFO_RUN_ID_LEN] = '\0';
-            return 0;
+        if ((size_t)(eol - line) >= klen && memcmp(line, key, klen) == 0) {
+            const char *v = line + klen, *cr = memchr(v, '\r', (size_t)(eol - v));
+            *vlen = (size_t)((cr != NULL ? cr : eol) - v);
+            return v;
         }
         if (nl == NULL) break;
         line = nl + 1;
     }
-    return -1;
+    return NULL;
+}
+
+int info_run_id(const char *frame, size_t len, char out[INFO_RUN_ID_LEN + 1]) {
+    size_t n;
+    const char *id = info_field(frame, len, "run_id:", &n);
+    out[0] = '\0';
+    /* the id is the whole value: 40 hex digits */
+    if (id == NULL || n != INFO_RUN_ID_LEN) return -1;
+    for (int i = 0; i < INFO_RUN_ID_LEN; i++)
+        if (!is_hex(id[i])) return -1;
+    memcpy(out, id, INFO_RUN_ID_LEN);
+    out[INFO_RUN_ID_LEN] = '\0';
+    return 0;
+}
+
+int info_is_cluster(const char *frame, size_t len) {
+    size_t n;
+    const char *mode = info_field(frame, len, "redis_mode:", &n);
+    return mode != NULL && n == 7 && memcmp(mode, "cluster", 7) == 0;
 }

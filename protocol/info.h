@@ -18,4 +18,8 @@
  * no well-formed run_id line. */
 int info_run_id(const char *frame, size_t len, char out[INFO_RUN_ID_LEN + 1]);
 
+/* 1 if one whole INFO reply frame (as above) says redis_mode:cluster (a
+ * Redis Cluster node), else 0. */
+int info_is_cluster(const char *frame, size_t len);
+
 #endif

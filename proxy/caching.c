@@ -832,6 +832,14 @@ static int read_kind(struct px_caching *pc, const resp_arg *a, int argc, int *sc
     if (argc >= 2 && resp_arg_is(a[0].ptr, a[0].len, "MGET")) {
         for (int i = 1; i < argc; i++)
             if (!cache_rules_match(&pc->rules, CACHE_KIND_GET, a[i].ptr, a[i].len)) return PX_READ_NONE;
+        /* a cluster node refuses keys of two slots (CROSSSLOT), however
+         * many of them are cached: Redis answers it (with a hash-tag
+         * key-prefix every cached key is in one slot) */
+        if (inv_server_cluster(pc->inv)) {
+            unsigned slot = cluster_key_slot(a[1].ptr, a[1].len);
+            for (int i = 2; i < argc; i++)
+                if (cluster_key_slot(a[i].ptr, a[i].len) != slot) return PX_READ_NONE;
+        }
         return PX_READ_MGET;
     }
     *script = px_lookup_match(pc->lookup, argc, a);

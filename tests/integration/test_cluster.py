@@ -96,6 +96,38 @@ def test_volume_reads_through_the_named_master_hit_the_cache(proxy_factory, clus
     assert "tracking_state:active" in info
 
 
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_an_mget_across_slots_gets_crossslot_though_its_keys_are_cached(proxy_factory, cluster_node, protocol):
+    """In front of a cluster node without a hash-tag key-prefix, the
+    inode keys are in many slots. An MGET of keys of two slots is refused
+    by Redis (CROSSSLOT) even when the node serves both: answered from the
+    cache, or merged with Redis's part, it was not. One of keys of one slot
+    still hits."""
+    p = proxy_factory(up=cluster_node)
+    keys = ["i2", "i3", "i4{i2}"]  # i2 and i3 are in other slots; i4{i2} is in i2's
+    with cluster_node.raw(auth=True, protocol=protocol) as d:
+        for k in keys:
+            assert d.call("SET", k, "attr-" + k) == b"OK"
+        slots = [d.call("CLUSTER", "KEYSLOT", k) for k in keys]
+        assert slots[0] != slots[1] and slots[0] == slots[2]
+        crossslot = d.cmd("MGET", "i2", "i3").raw
+        same_slot = d.cmd("MGET", "i2", "i4{i2}").raw
+    assert crossslot.startswith(b"-CROSSSLOT ")
+    with p.raw(auth=True, protocol=protocol) as c:
+        wait_tracking_active(c)
+        for k in keys:  # cached
+            assert [c.call("GET", k) for _ in range(2)] == [b"attr-" + k.encode()] * 2
+        # (the user's first MGET goes to Redis: then it may hit)
+        assert [c.cmd("MGET", "i2", "i4{i2}").raw for _ in range(2)] == [same_slot] * 2
+        hits = info_number(c, "cache_mget_hits")
+        assert hits >= 1
+        assert c.cmd("MGET", "i2", "i3").raw == crossslot  # both cached
+        assert c.cmd("MGET", "i3", "i2", "i5").raw == crossslot  # in part
+        assert info_number(c, "cache_mget_hits") == hits
+        assert c.cmd("MGET", "i2", "i4{i2}").raw == same_slot
+        assert info_number(c, "cache_mget_hits") == hits + 1
+
+
 def info_number(c, name):
     info = c.call("INFO", "sidecache").decode()
     return int(info.split(name + ":")[1].split("\r\n")[0])

@@ -1,5 +1,6 @@
 /*
- * tests/unit/test_info.c — protocol/info.c: the run_id of an INFO reply.
+ * tests/unit/test_info.c — protocol/info.c: the run_id of an INFO reply,
+ * and whether it is a cluster node's.
  */
 #include "protocol/info.h"
 #include "tests/unit/unit.h"
@@ -57,10 +58,27 @@ static void test_last_line_without_crlf(void) {
     CHECK_EQ_STR(id, ID);
 }
 
+static void test_cluster_mode(void) {
+    char f[512];
+    frame(f, sizeof f, '$', "# Server\r\nredis_version:7.0.15\r\nredis_mode:cluster\r\nos:Linux\r\n");
+    CHECK_EQ_INT(info_is_cluster(f, strlen(f)), 1);
+    frame(f, sizeof f, '=', "txt:# Server\r\nredis_mode:cluster\r\n");
+    CHECK_EQ_INT(info_is_cluster(f, strlen(f)), 1);
+    /* standalone, another word that starts so, no such line, an error */
+    frame(f, sizeof f, '$', "# Server\r\nredis_mode:standalone\r\n");
+    CHECK_EQ_INT(info_is_cluster(f, strlen(f)), 0);
+    frame(f, sizeof f, '$', "# Server\r\nredis_mode:clusters\r\n");
+    CHECK_EQ_INT(info_is_cluster(f, strlen(f)), 0);
+    frame(f, sizeof f, '$', "# Server\r\nx_redis_mode:cluster\r\n");
+    CHECK_EQ_INT(info_is_cluster(f, strlen(f)), 0);
+    CHECK_EQ_INT(info_is_cluster(S_("-NOPERM this user has no permissions to run the 'info' command\r\n")), 0);
+}
+
 int main(void) {
     RUN(test_bulk_reply);
     RUN(test_verbatim_reply);
     RUN(test_not_an_id);
     RUN(test_last_line_without_crlf);
+    RUN(test_cluster_mode);
     return unit_report();
 }
