@@ -266,6 +266,7 @@ static void on_active(void *arg, int active) {
         px_upstreams_tracking_on(srv, inv_server_id(pc->inv), pc->was_active,
                                  "tracking on: a data connection not known to be on its server made again");
     if (active) pc->was_active = 1;
+    if (active && inv_server_cluster(pc->inv)) px_caching_untagged_cluster(srv, "INFO server says redis_mode:cluster");
     /* (held reads then go to Redis) */
     if (!active) wake_ping_waiters(srv);
     /* default/optin: every open data connection redirects to the new
@@ -727,7 +728,7 @@ int px_caching_active(const px_server *srv) {
 
 /* May the cache answer or take a read now? */
 static int serving(const px_server *srv) {
-    return px_caching_active(srv) && !srv->caching->slot_unstable;
+    return px_caching_active(srv) && !srv->caching->slot_unstable && !srv->cluster_untagged;
 }
 
 int px_caching_slot_migrating(const px_server *srv) {
@@ -832,14 +833,6 @@ static int read_kind(struct px_caching *pc, const resp_arg *a, int argc, int *sc
     if (argc >= 2 && resp_arg_is(a[0].ptr, a[0].len, "MGET")) {
         for (int i = 1; i < argc; i++)
             if (!cache_rules_match(&pc->rules, CACHE_KIND_GET, a[i].ptr, a[i].len)) return PX_READ_NONE;
-        /* a cluster node refuses keys of two slots (CROSSSLOT), however
-         * many of them are cached: Redis answers it (with a hash-tag
-         * key-prefix every cached key is in one slot) */
-        if (inv_server_cluster(pc->inv)) {
-            unsigned slot = cluster_key_slot(a[1].ptr, a[1].len);
-            for (int i = 2; i < argc; i++)
-                if (cluster_key_slot(a[i].ptr, a[i].len) != slot) return PX_READ_NONE;
-        }
         return PX_READ_MGET;
     }
     *script = px_lookup_match(pc->lookup, argc, a);
@@ -1737,8 +1730,30 @@ static int slot_migrating(const px_server *srv, const char *data, size_t len) {
     return ours >= 0 && cluster_ask(data, len, &slot) == 0 && slot == ours;
 }
 
+void px_caching_untagged_cluster(px_server *srv, const char *evidence) {
+    if (srv->cluster_untagged || volume_slot(srv) >= 0) return;
+    srv->cluster_untagged = 1;
+    if (srv->caching != NULL) {
+        flush_cache(srv->caching);
+        px_warning("cache off: the upstream is a Redis Cluster node (%s) and key-prefix has no hash tag: a slot "
+                   "of cached keys could migrate unseen, and a key written on its target would stay stale here; "
+                   "set key-prefix {N} (README, Redis Cluster)", evidence);
+    } else {
+        px_notice("WATCH not answered ahead: the upstream is a Redis Cluster node (%s) and key-prefix has no "
+                  "hash tag", evidence);
+    }
+}
+
 void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
     struct px_caching *pc = srv->caching;
+    long long slot;
+    const char *to;
+    size_t tolen;
+    /* Only a cluster node redirects (a script's error does not come here),
+     * when its INFO could not say so (refused, or no cache to ask it) */
+    if (!srv->cluster_untagged && (pc == NULL || inv_server_id(pc->inv) == NULL) &&
+        (cluster_ask(data, len, &slot) == 0 || cluster_moved(data, len, &slot, &to, &tolen) == 0))
+        px_caching_untagged_cluster(srv, "it answered a redirection");
     if (pc != NULL && len > 0 && data[0] == '-' && slot_migrating(srv, data, len))
         px_caching_slot_unstable(srv, data, len);
     /* a client's command met a script past busy-reply-threshold: seen
@@ -1944,6 +1959,7 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_flushes_slot_migrating = pc->flush_slot;
     s->cache_flushes_redis_busy = pc->flush_busy;
     s->cluster_slot_migrating = (uint64_t)pc->slot_unstable;
+    s->cluster_untagged = (uint64_t)srv->cluster_untagged;
     s->cache_entries = st->entries;
     s->cache_pending_fills = st->pending;
     s->cache_reclaiming = st->reclaiming;

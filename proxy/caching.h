@@ -132,6 +132,15 @@ int px_caching_on_reply(struct px_client *c, struct px_req *r, const char *data,
  * fill that waited for it, if any, ending when the key expires. */
 void px_caching_on_ttl_reply(px_server *srv, struct px_req *t, const char *data, size_t len);
 
+/* The upstream is a Redis Cluster node (evidence: how that is known, for
+ * the log). Without a hash tag in key-prefix, cached keys may be in any
+ * slot, and a migration of one would go unseen (slotwatch.h watches the
+ * tag's slot): a key written on the target sends no invalidation, and a nil
+ * cached here would stay. The cache is then emptied and stays off, and
+ * WATCH is not answered ahead (a key of another slot gets MOVED or
+ * CROSSSLOT). Once only; nothing with a hash-tag key-prefix. */
+void px_caching_untagged_cluster(px_server *srv, const char *evidence);
+
 /* Any reply with nothing else to learn (a command queued in MULTI): only
  * the role-change errors matter (C6). */
 void px_caching_on_error_reply(px_server *srv, const char *data, size_t len);

@@ -453,8 +453,9 @@ static void close_after_replies(px_client *c);
  */
 static int watch_ahead_allowed(px_client *c, px_upstream *u, px_req *r) {
     if (!c->srv->cfg->watch_ahead || c->rq.argc < 2 || !permission_known(c, c->pool->watch_epoch)) return 0;
-    /* while the slot migrates a key not on the source gets ASK */
-    if (px_caching_slot_migrating(c->srv)) return 0;
+    /* while the slot migrates a key not on the source gets ASK; on a
+     * cluster node without a hash tag any key may get MOVED or CROSSSLOT */
+    if (px_caching_slot_migrating(c->srv) || c->srv->cluster_untagged) return 0;
     /* only a client that waits for the +OK gains from it: one that sent
      * more (say MULTI … EXEC in the same write) gets Redis's own answer */
     if (px_io_input_len(&c->io) != c->rq.frame_len) return 0;

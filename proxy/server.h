@@ -170,6 +170,10 @@ typedef struct px_server {
     int cluster_other_logged;  /* CLUSTER SLOTS named another master (client.c) */
     int upstream_reached;      /* Redis answered once (px_server_upstream_reached) */
     int upstream_db_refused;   /* the upstream URL's db was refused, and logged */
+    /* The upstream is a Redis Cluster node and key-prefix names no hash
+     * tag (px_caching_untagged_cluster): the cache stays off, and WATCH is
+     * not answered ahead */
+    int cluster_untagged;
     int stopping;              /* SIGTERM seen: finish in-flight work, then exit */
     struct event *stop_ev;     /* ... or exit when this timer fires (the deadline) */
     int exit_code;

@@ -71,6 +71,7 @@ struct px_server;
     X(cache_flushes_slot_migrating, counter, "Flushes: the volume's cluster slot began to migrate (ASK)")        \
     X(cache_flushes_redis_busy, counter, "Flushes: a BUSY from Redis dropped cached entries (a script past busy-reply-threshold; not counted when the cache was empty)")   \
     X(cluster_slot_migrating, gauge, "1 while the volume's cluster slot migrates: the cache is off")       \
+    X(cluster_untagged, gauge, "1 when the upstream is a cluster node and key-prefix has no hash tag: the cache is off") \
     X(acl_checks, counter, "ACL LIST checks answered: lists compared, or the refusal that stopped them")    \
     X(cache_entries, gauge, "Entries in the cache")                                                         \
     X(cache_pending_fills, gauge, "Reads in flight that may fill the cache")                               \

@@ -96,36 +96,68 @@ def test_volume_reads_through_the_named_master_hit_the_cache(proxy_factory, clus
     assert "tracking_state:active" in info
 
 
-@pytest.mark.parametrize("protocol", [2, 3])
-def test_an_mget_across_slots_gets_crossslot_though_its_keys_are_cached(proxy_factory, cluster_node, protocol):
-    """In front of a cluster node without a hash-tag key-prefix, the
-    inode keys are in many slots. An MGET of keys of two slots is refused
-    by Redis (CROSSSLOT) even when the node serves both: answered from the
-    cache, or merged with Redis's part, it was not. One of keys of one slot
-    still hits."""
-    p = proxy_factory(up=cluster_node)
-    keys = ["i2", "i3", "i4{i2}"]  # i2 and i3 are in other slots; i4{i2} is in i2's
-    with cluster_node.raw(auth=True, protocol=protocol) as d:
-        for k in keys:
-            assert d.call("SET", k, "attr-" + k) == b"OK"
-        slots = [d.call("CLUSTER", "KEYSLOT", k) for k in keys]
-        assert slots[0] != slots[1] and slots[0] == slots[2]
-        crossslot = d.cmd("MGET", "i2", "i3").raw
-        same_slot = d.cmd("MGET", "i2", "i4{i2}").raw
-    assert crossslot.startswith(b"-CROSSSLOT ")
-    with p.raw(auth=True, protocol=protocol) as c:
+@pytest.mark.parametrize("prefix", [None, "jfs:"], ids=["no-prefix", "prefix-without-tag"])
+def test_a_cluster_node_without_a_hash_tag_prefix_gets_no_cache(proxy_factory, cluster_node, prefix):
+    """In front of a cluster node without a hash-tag key-prefix, cached keys
+    may be in any slot, and no probe watches them: a migration would go
+    unseen, and a key written on its target would leave a nil cached here
+    for good. So the cache stays off (INFO server says redis_mode:cluster),
+    and says why. Every read is Redis's: an MGET of two slots gets
+    CROSSSLOT (it was answered from the cache), and a WATCH of two slots
+    CROSSSLOT (not +OK ahead, then a disconnect)."""
+    p = proxy_factory(up=cluster_node, args=("--key-prefix", prefix) if prefix else ())
+    pre = prefix or ""
+    i2, i3, i4 = pre + "i2", pre + "i3", pre + "i4{%si2}" % pre
+    with cluster_node.raw(auth=True) as d:
+        for k in (i2, i3, i4):
+            assert d.call("SET", k, "attr") == b"OK"
+        assert d.call("CLUSTER", "KEYSLOT", i2) != d.call("CLUSTER", "KEYSLOT", i3)
+        assert d.call("CLUSTER", "KEYSLOT", i2) == d.call("CLUSTER", "KEYSLOT", i4)
+        want = [d.cmd("MGET", i2, i3).raw, d.cmd("MGET", i2, i4).raw, d.cmd("WATCH", i2, i3).raw]
+    assert want[0].startswith(b"-CROSSSLOT ") and want[2].startswith(b"-CROSSSLOT "), want
+    with p.raw(auth=True) as c:
         wait_tracking_active(c)
-        for k in keys:  # cached
-            assert [c.call("GET", k) for _ in range(2)] == [b"attr-" + k.encode()] * 2
-        # (the user's first MGET goes to Redis: then it may hit)
-        assert [c.cmd("MGET", "i2", "i4{i2}").raw for _ in range(2)] == [same_slot] * 2
-        hits = info_number(c, "cache_mget_hits")
-        assert hits >= 1
-        assert c.cmd("MGET", "i2", "i3").raw == crossslot  # both cached
-        assert c.cmd("MGET", "i3", "i2", "i5").raw == crossslot  # in part
-        assert info_number(c, "cache_mget_hits") == hits
-        assert c.cmd("MGET", "i2", "i4{i2}").raw == same_slot
-        assert info_number(c, "cache_mget_hits") == hits + 1
+        assert info_number(c, "cluster_untagged") == 1
+        for _ in range(3):
+            assert [c.call("GET", k) for k in (i2, i3, i4)] == [b"attr"] * 3
+            assert [c.cmd("MGET", i2, i3).raw, c.cmd("MGET", i2, i4).raw, c.cmd("WATCH", i2, i3).raw] == want
+        assert info_number(c, "cache_hits") == 0
+        assert info_number(c, "cache_mget_hits") == 0
+        assert c.call("PING") == b"PONG"
+    assert "cache off: the upstream is a Redis Cluster node (INFO server says redis_mode:cluster)" in \
+        open(p.logpath).read()
+
+
+def test_a_cluster_node_that_may_not_say_so_is_known_by_its_first_redirection(proxy_factory, two_masters):
+    """The upstream user may not run INFO: the node's redis_mode is not
+    known, and the cache serves, until Redis's first MOVED or ASK shows a
+    cluster node; from then on it is off, as above."""
+    a, b, id_a, id_b = two_masters
+    with a.raw(auth=True) as d:
+        assert d.call("ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info") == b"OK"
+    p = proxy_factory(up=a, upstream_url="redis://noinfo:pw@127.0.0.1:%d" % a.port)
+    ours, theirs = "i2{2}", "i1{1}"  # slots 5649 (A) and 9842 (B)
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert c.call("SET", ours, "attr") == b"OK"
+        assert [c.call("GET", ours) for _ in range(3)] == [b"attr"] * 3
+        hits = info_number(c, "cache_hits")
+        assert hits >= 1 and info_number(c, "cluster_untagged") == 0
+        assert c.cmd("GET", theirs).raw.startswith(b"-MOVED 9842 ")
+        assert info_number(c, "cluster_untagged") == 1
+        assert [c.call("GET", ours) for _ in range(3)] == [b"attr"] * 3
+        assert info_number(c, "cache_hits") == hits
+    assert "cache off: the upstream is a Redis Cluster node (it answered a redirection)" in open(p.logpath).read()
+
+
+def test_a_cluster_node_with_a_hash_tag_prefix_keeps_its_cache(proxy_factory, cluster_node):
+    p = proxy_factory(up=cluster_node, args=("--key-prefix", "{1}"))
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert info_number(c, "cluster_untagged") == 0
+        assert c.call("SET", "{1}i2", "attr") == b"OK"
+        assert [c.call("GET", "{1}i2") for _ in range(3)] == [b"attr"] * 3
+        assert info_number(c, "cache_hits") >= 1
 
 
 def info_number(c, name):
