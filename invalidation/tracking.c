@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <sys/socket.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -742,6 +743,18 @@ int inv_hold_left_ms(const inv_conn *t, uint64_t mark) {
 
 int inv_ping_hold_ms(const inv_conn *t) { return inv_hold_left_ms(t, inv_hold_mark(t)); }
 long long inv_redirect_id(const inv_conn *t) { return t->state == INV_ACTIVE ? t->my_id : 0; }
+int inv_unread(const inv_conn *t) {
+    if (t->bev == NULL) return 0;
+    /* a frame in part: its keys are not known yet */
+    if (evbuffer_get_length(bufferevent_get_input(t->bev)) > 0) return 1;
+    SSL *ssl = bufferevent_openssl_get_ssl(t->bev);
+    if (ssl != NULL && SSL_pending(ssl) > 0) return 1;
+    evutil_socket_t fd = bufferevent_getfd(t->bev);
+    char b;
+    /* (0, the peer closed: no invalidation there; the close is seen next) */
+    return fd >= 0 && recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 int inv_server_cluster(const inv_conn *t) {
     return t->state == INV_ACTIVE && t->server_cluster;
 }

@@ -159,6 +159,13 @@ long long inv_redirect_id(const inv_conn *t);
  * connections that reach another server are told apart by it (their reads
  * would fill the cache with values this connection hears no change of). */
 const char *inv_server_id(const inv_conn *t);
+/* 1 if bytes have reached this connection that it has not handled yet: in
+ * its socket, in TLS's buffer, or a message in part. Libevent runs the
+ * connection's read first only among the events of one poll: a client's
+ * read may take bytes that came after an invalidation still unread (a
+ * pipeline, a command in pieces, a flush whose invalidation Redis wrote
+ * after its reply). One recv(MSG_PEEK). */
+int inv_unread(const inv_conn *t);
 /* 1 while ACTIVE if that Redis is a cluster node (INFO server's
  * redis_mode; 0 when INFO was refused): the cache then answers no read
  * that Redis would refuse as CROSSSLOT. */

@@ -92,6 +92,11 @@ struct px_caching {
                                 was answered (px_clients_ping_wake) */
     uint64_t past_hold;      /* ... sent to Redis, the PING unanswered past
                                 tracking-ping-hold-ms */
+    uint64_t held_unread;    /* cacheable reads held until the invalidation
+                                connection's unread bytes were handled */
+    uint64_t sent_unread;    /* ... sent to Redis, still unread after a turn */
+    uint64_t unread_none_at; /* srv->client_reads when inv_unread last found
+                                nothing: what was read before is covered */
     struct event *ping_wake_ev; /* wakes them, once the invalidation
                                    connection's input is handled */
     px_lookup *lookup;       /* lookup scripts answered here */
@@ -1041,8 +1046,9 @@ void px_caching_mget_request(px_client *c, const char **data, size_t *len) {
 }
 
 static int try_hit(struct px_caching *pc, px_client *c, int *cacheable) {
-    int was_held = c->ping_held;
+    int was_held = c->ping_held, was_unread = c->unread_held;
     c->ping_held = 0;
+    c->unread_held = 0;
     *cacheable = PX_READ_NONE;
     if (!serving(c->srv)) return 0;
     /* A client that has not authenticated, where Redis wants a password,
@@ -1086,6 +1092,32 @@ static int try_hit(struct px_caching *pc, px_client *c, int *cacheable) {
             evtimer_add(pc->ping_wake_ev, &tv);
         }
         return PX_CACHING_WAIT;
+    }
+    /* An invalidation that reached sidecache before this request's bytes
+     * were read is handled before the request is answered here. Libevent
+     * runs the invalidation connection first only among the events of one
+     * poll (priority 0): the client's read may have taken bytes that came
+     * after it (inv_unread). Once nothing was unread, what clients had
+     * sent before is covered: the check is made again after their next
+     * read. The read waits a turn of the loop, whose poll runs the
+     * invalidation connection before the wake (a timer, of the clients'
+     * priority); should the bytes still be there after it (a message in
+     * part), it goes to Redis. */
+    if (!busy && pc->unread_none_at != c->srv->client_reads) {
+        if (!inv_unread(pc->inv)) {
+            pc->unread_none_at = c->srv->client_reads;
+        } else if (was_unread) {
+            COUNT(pc, sent_unread, 1);
+            busy = 1;
+        } else {
+            c->ping_mark = mark;
+            c->ping_held = was_held;
+            c->unread_held = 1;
+            COUNT(pc, held_unread, 1);
+            static const struct timeval now = {0, 0};
+            evtimer_add(pc->ping_wake_ev, &now);
+            return PX_CACHING_WAIT;
+        }
     }
     if (read == PX_READ_MGET) {
         /* A merge holds the client's next request back until Redis's part
@@ -1935,6 +1967,8 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_bypassed_in_flight = pc->bypassed;
     s->cache_held_keepalive = pc->held_ping;
     s->cache_sent_past_hold = pc->past_hold;
+    s->cache_held_unread = pc->held_unread;
+    s->cache_sent_unread = pc->sent_unread;
     s->cache_script_hits = pc->script_hits;
     s->cache_script_misses = pc->script_misses;
     s->cache_mget_hits = pc->mget_hits;

@@ -140,6 +140,8 @@ typedef struct px_client {
     int ping_held;             /* its last read waited for a PING's answer
                                   (counted once, however often it waits) */
     uint64_t ping_mark;        /* ... for those up to this one (inv_hold_mark) */
+    int unread_held;           /* its last read waited for the invalidation
+                                  connection's unread bytes (inv_unread) */
     int read_counted;          /* its request, a read, was counted by the cache
                                   and waits to go to Redis (px_caching_try_hit
                                   counts it once) */

@@ -47,6 +47,10 @@ struct px_server;
     X(cache_held_keepalive, counter, "Cacheable reads held until the tracking keep-alive PING was answered") \
     X(cache_sent_past_hold, counter,                                                                         \
       "Cacheable reads sent to Redis: a tracking PING unanswered past tracking-ping-hold-ms")              \
+    X(cache_held_unread, counter,                                                                            \
+      "Cacheable reads held a turn: the invalidation connection had bytes not handled yet")               \
+    X(cache_sent_unread, counter,                                                                            \
+      "Cacheable reads sent to Redis: the invalidation connection's bytes still not handled after a turn") \
     X(cache_script_hits, counter, "Lookup scripts answered from the cache")                               \
     X(cache_script_misses, counter, "Lookup scripts sent to Redis")                                        \
     X(cache_mget_hits, counter, "MGETs answered from the cache entirely")                                  \
