@@ -163,12 +163,11 @@ const char *inv_server_id(const inv_conn *t);
  * its socket, in TLS's buffer, or a message in part. Libevent runs the
  * connection's read first only among the events of one poll: a client's
  * read may take bytes that came after an invalidation still unread (a
- * pipeline, a command in pieces, a flush whose invalidation Redis wrote
- * after its reply). One recv(MSG_PEEK). */
+ * pipeline, a command in pieces). One recv(MSG_PEEK). */
 int inv_unread(const inv_conn *t);
 /* 1 while ACTIVE if that Redis is a cluster node (INFO server's
- * redis_mode; 0 when INFO was refused): the cache then answers no read
- * that Redis would refuse as CROSSSLOT. */
+ * redis_mode; 0 when INFO was refused): without a hash-tag key-prefix the
+ * cache then stays off (px_caching_untagged_cluster). */
 int inv_server_cluster(const inv_conn *t);
 const char *inv_state_name(enum inv_state s);
 
