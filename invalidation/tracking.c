@@ -594,6 +594,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     case INV_CONNECTING:
     case INV_SETUP:
         if (now > t->setup_deadline_ms) {
+            if (t->cb.on_unanswered != NULL) t->cb.on_unanswered(t->arg);
             inv_fail(t, t->state == INV_CONNECTING ? "invalidation connection failed: connect timed out"
                                                    : "tracking setup timed out",
                      0);
@@ -604,6 +605,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
     case INV_ACTIVE:
         /* the keep-alive's PING, or a barrier's, with no answer since */
         if (pings_outstanding(t) && now - t->ping_progress_ms > t->cfg.timeout_ms) {
+            if (t->cb.on_unanswered != NULL) t->cb.on_unanswered(t->arg);
             inv_fail(t, "keep-alive PING not answered in time", 0);
             return;
         }

@@ -76,6 +76,11 @@ typedef struct inv_callbacks {
      * script in the same pass until the script ends. Called before
      * on_ping_answered. May be NULL. */
     void (*on_busy)(void *arg, const char *err, size_t len);
+    /* Redis took the connection (or not even that) but answered nothing in
+     * time: the tracking setup, or a PING, timed out (a host up, its Redis
+     * hung or stopped). Called before the connection is given up. May be
+     * NULL. */
+    void (*on_unanswered)(void *arg);
 } inv_callbacks;
 
 typedef struct inv_config {

@@ -253,6 +253,10 @@ static void on_busy(void *arg, const char *err, size_t len) {
     redis_busy(arg, err, len);
 }
 
+static void on_unanswered(void *arg) {
+    px_upstream_unanswered(arg, "the invalidation connection got no answer in time");
+}
+
 static void on_active(void *arg, int active) {
     px_server *srv = arg;
     struct px_caching *pc = srv->caching;
@@ -667,7 +671,8 @@ int px_caching_init(px_server *srv) {
     ic.hold_ms = cfg->tracking_ping_hold_ms;
     ic.tcp_keepalive = cfg->tcp_keepalive;
     inv_callbacks cb = {on_invalidate, on_flush,   on_active,        on_command_table,
-                        on_resolve,    on_new_ssl, on_ping_answered, on_busy};
+                        on_resolve,    on_new_ssl, on_ping_answered, on_busy,
+                        on_unanswered};
     pc->inv = inv_new(srv->base, &ic, &cb, srv);
     if (pc->inv == NULL) {
         snprintf(err, sizeof err, "out of memory");

@@ -44,7 +44,14 @@ static int moved_here(const px_server *srv, const char *data, size_t len, char *
 void px_follow_to(px_server *srv, const char *node) {
     if (srv->follow_ev == NULL || strlen(node) >= sizeof srv->follow_to) return;
     snprintf(srv->follow_to, sizeof srv->follow_to, "%s", node);
-    event_active(srv->follow_ev, EV_TIMEOUT, 0);
+    int64_t wait = srv->follow_moved_ms + PX_FOLLOW_MIN_GAP_MS - px_now_ms();
+    if (srv->follow_moved_ms == 0 || wait <= 0) {
+        event_active(srv->follow_ev, EV_TIMEOUT, 0);
+    } else if (!evtimer_pending(srv->follow_ev, NULL)) {
+        /* (to the node named last, when its time comes) */
+        struct timeval tv = {(time_t)(wait / 1000), (suseconds_t)(wait % 1000) * 1000};
+        evtimer_add(srv->follow_ev, &tv);
+    }
 }
 
 int px_follow_tryagain(const px_server *srv, const char *data, size_t len, resp_buf *out) {
@@ -110,8 +117,9 @@ static int move_to(px_server *srv, const char *node, int gently, const char *bec
               slot_of_prefix(srv), srv->cfg->key_prefix, from, to, because);
     px_upstreams_move(srv, &sa, salen, gently);
     snprintf(srv->follow_last, sizeof srv->follow_last, "%s", node);
+    srv->follow_moved_ms = px_now_ms();
     srv->up_followed = 1;
-    srv->up_unreachable = 0;
+    srv->up_unreachable = srv->up_silent = 0;
     srv->cluster_other_logged = 0;
     return 0;
 }
@@ -234,9 +242,11 @@ void px_follow_cron(px_server *srv) {
         move_to(srv, master, 0, because);
         /* a node answered: asked again after the next failed connect, not
          * every second while the connections the proxy has work (a connect
-         * that failed once leaves up_unreachable set until another one
-         * succeeds, and most clients need no new connection) */
-        srv->up_unreachable = 0;
+         * that failed once leaves up_unreachable set until Redis answers on
+         * a connection, and most clients need no new one); but each second
+         * while the upstream answers nothing (a master that hangs: the
+         * cluster promotes its replica after cluster-node-timeout) */
+        if (!srv->up_silent) srv->up_unreachable = 0;
         return;
     }
 }

@@ -16,7 +16,10 @@
  * SLOTS that names another master for the slot (a failover no MOVED told of
  * yet) moves it the same way (client.c), with the cache off too.
  *
- * A master that dies sends no MOVED: while the upstream cannot be reached,
+ * A master that dies sends no MOVED: while the upstream cannot be reached
+ * (a connect fails, or a master that hangs, its host up, leaves the
+ * invalidation connection's PING or a request unanswered past its timeout:
+ * px_upstream_unanswered),
  * the nodes that the last CLUSTER SLOTS through sidecache named (a cluster
  * client reads it at its start, and go-redis every 10 s) are asked where
  * the slot is, a few each second, and once the cluster has promoted a
@@ -83,6 +86,12 @@ void px_follow_learn_nodes(px_server *srv, const char *data, size_t len);
 void px_follow_cron(px_server *srv);
 
 #define PX_FOLLOW_ASKS_PER_TICK 2
+/* Two nodes that each name the other for the slot (a resharding applied
+ * in the wrong order, for a moment) would have every request move the
+ * upstream, emptying the cache and making every connection again: a move
+ * a MOVED asks for comes at least this long after the last one (the
+ * clients meanwhile get TRYAGAIN, and retry). */
+#define PX_FOLLOW_MIN_GAP_MS 1000
 #define PX_CLUSTER_SLOTS_MAX_REPLY (4u << 20)
 
 /* The event that makes the move; 0, or -1 when it cannot be made. */

@@ -111,12 +111,19 @@ typedef struct px_server {
     struct event *follow_ev;   /* moves to follow_to, after the reply */
     char follow_to[300];       /* "host:port" of that MOVED */
     char follow_last[300];     /* ... of the node moved to last */
+    int64_t follow_moved_ms;   /* ... when (a MOVED moves again only
+                                  PX_FOLLOW_MIN_GAP_MS later) */
     /* the cluster's nodes, as the last CLUSTER SLOTS through the proxy
      * named them: asked where the slot is when the upstream is gone */
     char cluster_nodes[PX_CLUSTER_NODES_MAX][128];
     int ncluster_nodes;
     int cluster_ask_from;      /* the node asked first next time */
-    int up_unreachable;        /* the last connect to the upstream failed */
+    int up_unreachable;        /* the last connect to the upstream failed, or
+                                  Redis left a request unanswered too long:
+                                  until it answers again, the cluster is
+                                  asked (follow.h) */
+    int up_silent;             /* ... the latter (px_upstream_unanswered): the
+                                  asks go on while it says the same master */
     char up_failed[64];        /* ... to this address (up_sa is reset) */
 
     struct px_client *reap_clients;

@@ -325,7 +325,14 @@ static void up_check_timeout(px_upstream *u, int64_t now_ms, int timeout_s) {
     char why[128];
     snprintf(why, sizeof why, "upstream timeout: no reply for %d s (upstream-timeout)", timeout_s);
     px_warning("upstream id=%llu pending=%d: %s", (unsigned long long)u->id, u->npending, why);
+    px_upstream_unanswered(u->srv, "a request got no reply for upstream-timeout");
     px_upstream_close(u, why);
+}
+
+void px_upstream_unanswered(px_server *srv, const char *what) {
+    if (srv->follow_ev == NULL || srv->up_silent || srv->stopping) return;
+    srv->up_unreachable = srv->up_silent = 1;
+    px_notice("upstream not answering (%s): the cluster's nodes are asked where the slot is", what);
 }
 
 /*
@@ -1326,6 +1333,9 @@ static void up_select_refused(px_upstream *u, const char *data, size_t len) {
 /* One whole reply frame from Redis. */
 static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     char type = u->rp.type;
+    /* Redis answers (not the connect: a host whose Redis hangs takes
+     * connections): nothing to ask the cluster (follow.h) */
+    if (u->srv->up_unreachable && !u->retired) u->srv->up_unreachable = u->srv->up_silent = 0;
     if (u->handshake_left > 0) {
         int is_err = type == '-' || type == '!';
         char addr[300];
@@ -1660,7 +1670,6 @@ static void up_on_event(void *arg, int what, int err) {
                 if (u->pool) u->pool->backoff_ms = 0, u->pool->backoff_until_ms = 0;
             }
         }
-        srv->up_unreachable = 0;
         if (!u->retired) px_upstream_reached(srv, &u->sa, u->salen);
         /* with TLS, the deadline stays until its handshake is through */
         if (!up_connecting(u)) up_connect_done(u);

@@ -481,6 +481,14 @@ int px_upstreams_moving_again(const px_server *srv, enum px_move_again why);
 void px_upstreams_move_again_now(px_server *srv);
 /* A connection to the upstream (data or invalidation) reached sa. */
 void px_upstream_reached(px_server *srv, const struct sockaddr_storage *sa, unsigned salen);
+
+/* Redis left a request unanswered too long (what: which, for the log): the
+ * invalidation connection's PING or setup, or a request past
+ * upstream-timeout. Following a cluster's slot (follow.h), its nodes are
+ * then asked where the slot is, as after a failed connect: a master that
+ * hangs, its host up, takes connections and answers nothing, while the
+ * cluster promotes its replica. */
+void px_upstream_unanswered(px_server *srv, const char *what);
 /* Closes every pool and connection (shutdown). */
 void px_pools_free_all(px_server *srv);
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from helpers import REDIS_VERSION, Listener, encode, pump
+from helpers import REDIS_VERSION, ConnectionClosed, Listener, encode, pump
 
 pytestmark = pytest.mark.proxy_only
 
@@ -649,6 +649,80 @@ def test_master_dies_and_the_upstream_follows_the_promoted_replica(proxy_factory
         assert c.call("SET", "{1}i2", "v2") == b"OK"
     with r.raw(auth=True) as cr:
         assert cr.call("GET", "{1}i2") == b"v2"
+
+
+def test_two_nodes_that_name_each_other_for_the_slot_move_the_upstream_once_a_second(proxy_factory, two_masters):
+    """B gave the slot to A (SETSLOT NODE) while A, still importing it, names
+    B: each answers MOVED to the other, as for a moment in a resharding
+    applied in the wrong order. Every request of a client retrying moved
+    the whole upstream (the cache emptied, every connection and the
+    invalidation connection made anew: 1,700 connections a second,
+    review-cluster F2); now a move that a MOVED asks for comes at least
+    PX_FOLLOW_MIN_GAP_MS (1 s) after the last, and clients meanwhile get
+    TRYAGAIN."""
+    a, b, id_a, id_b = two_masters
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}"))
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+    with a.raw(auth=True) as ca, b.raw(auth=True) as cb:
+        assert ca.call("CLUSTER", "SETSLOT", "9842", "IMPORTING", id_b) == b"OK"
+        assert cb.call("CLUSTER", "SETSLOT", "9842", "NODE", id_a) == b"OK"
+    replies = set()
+    t0 = time.monotonic()
+    with p.raw(auth=True) as c:
+        while time.monotonic() - t0 < 3:
+            replies.add(c.cmd("GET", "{1}i1").raw[:40])
+    moves = open(p.logpath).read().count("cluster: slot 9842 of key-prefix {1} moved")
+    assert 1 <= moves <= 5, (moves, replies)
+    assert all(r.startswith(b"-TRYAGAIN ") or r.startswith(b"-MOVED ") or r.startswith(b"-CLUSTERDOWN ")
+               for r in replies), replies
+
+
+def test_a_master_that_hangs_is_left_for_the_promoted_replica(proxy_factory, redis_factory):
+    """B, the upstream, hangs (SIGSTOP: its host takes connections, its
+    Redis answers nothing); the cluster promotes R. Only a failed connect
+    had the proxy ask the cluster's nodes where the slot went: every
+    command of the volume through it failed or hung for as long as B did,
+    for good if B never came back (review-cluster F1). Now a keep-alive
+    PING unanswered past tracking-timeout-ms starts the asks too, each
+    second while B answers nothing, and the proxy moves to R."""
+    import signal
+    fast = ("--cluster-node-timeout", "1000")
+    a, b, r, id_r = add_replica_of_b(redis_factory, make_two_masters(redis_factory, *fast, third=True), *fast)
+    p = proxy_factory(up=b, args=("--key-prefix", "{1}", "--tracking-keepalive-ms", "200",
+                                  "--tracking-timeout-ms", "1000"))
+    with p.raw(auth=True) as c:
+        wait_tracking_active(c)
+        assert c.call("SET", "{1}i2", "v1") == b"OK"
+        with r.raw(auth=True) as cr:
+            assert cr.call("READONLY") == b"OK"
+            wait_for("R did not get v1", lambda: cr.call("GET", "{1}i2") == b"v1")
+        c.cmd("CLUSTER", "SLOTS")  # as a cluster client reads it: the nodes to ask
+    b.proc.send_signal(signal.SIGSTOP)
+    seen = []
+
+    def get():
+        try:
+            with p.raw(auth=True, timeout=1.0) as c:
+                seen.append(c.cmd("GET", "{1}i2").raw)
+        except (socket.timeout, OSError, ConnectionClosed) as e:
+            seen.append(repr(e))
+        return seen[-1] == b"$2\r\nv1\r\n"
+    try:
+        with r.raw(auth=True) as cr:
+            wait_for("R was not promoted", lambda: b"role:master" in cr.call("INFO", "replication"), timeout=20)
+        wait_for("the proxy did not move to R", get, timeout=15,
+                 status=lambda: "replies %r; log:\n%s" % (sorted(set(map(str, seen))),
+                                                            open(p.logpath).read()[-3000:]))
+        wait_log(p, "upstream not answering (the invalidation connection got no answer in time)")
+        wait_log(p, "cluster: slot 9842 of key-prefix {1} moved from=127.0.0.1:%d to=127.0.0.1:%d "
+                 "(upstream unreachable" % (b.port, r.port))
+        with p.raw(auth=True) as c:
+            assert c.call("SET", "{1}i2", "v2") == b"OK"
+        with r.raw(auth=True) as cr:
+            assert cr.call("GET", "{1}i2") == b"v2"
+    finally:
+        b.proc.send_signal(signal.SIGCONT)
 
 
 def test_cluster_slots_after_a_failover_names_the_proxy_and_the_upstream_follows(proxy_factory, replica_of_b):
