@@ -99,6 +99,9 @@ struct px_caching {
                                 nothing: what was read before is covered */
     struct event *ping_wake_ev; /* wakes them, once the invalidation
                                    connection's input is handled */
+    struct event *unread_wake_ev; /* wakes the reads held a turn for its
+                                     unread bytes (a timer of 0: after the
+                                     next poll, which runs that connection) */
     px_lookup *lookup;       /* lookup scripts answered here */
     uint64_t script_hits, script_misses;
     uint64_t mget_hits, mget_partial, mget_keys_cached, mget_resent;
@@ -647,7 +650,8 @@ int px_caching_init(px_server *srv) {
     pc->cache = cache_new(&cc);
     pc->reclaim_ev = evtimer_new(srv->base, reclaim_cb, pc);
     pc->ping_wake_ev = event_new(srv->base, -1, 0, ping_wake_cb, srv);
-    if (pc->cache == NULL || pc->reclaim_ev == NULL || pc->ping_wake_ev == NULL) {
+    pc->unread_wake_ev = event_new(srv->base, -1, 0, ping_wake_cb, srv);
+    if (pc->cache == NULL || pc->reclaim_ev == NULL || pc->ping_wake_ev == NULL || pc->unread_wake_ev == NULL) {
         snprintf(err, sizeof err, "out of memory");
         goto bad;
     }
@@ -700,6 +704,7 @@ void px_caching_deinit(px_server *srv) {
     if (pc->inv) inv_free(pc->inv);
     if (pc->reclaim_ev) event_free(pc->reclaim_ev);
     if (pc->ping_wake_ev) event_free(pc->ping_wake_ev);
+    if (pc->unread_wake_ev) event_free(pc->unread_wake_ev);
     if (pc->cache) cache_free(pc->cache);
     if (pc->cmdt) cmdtable_free(pc->cmdt);
     px_lookup_free(pc->lookup);
@@ -1082,7 +1087,7 @@ static int try_hit(struct px_caching *pc, px_client *c, int *cacheable) {
      * it came, one round trip once per keep-alive period or barrier, or at
      * most tracking-ping-hold-ms; then Redis answers it (the PING is late:
      * Redis stalled, a fork or a long script, or the network slow). */
-    uint64_t mark = was_held ? c->ping_mark : inv_hold_mark(pc->inv);
+    uint64_t mark = was_held || was_unread ? c->ping_mark : inv_hold_mark(pc->inv);
     int hold = busy ? 0 : inv_hold_left_ms(pc->inv, mark);
     if (hold == INV_HOLD_PAST) {
         COUNT(pc, past_hold, 1);
@@ -1119,8 +1124,12 @@ static int try_hit(struct px_caching *pc, px_client *c, int *cacheable) {
             c->ping_held = was_held;
             c->unread_held = 1;
             COUNT(pc, held_unread, 1);
-            static const struct timeval now = {0, 0};
-            evtimer_add(pc->ping_wake_ev, &now);
+            /* (added again while due, a timer would go to the back of the
+             * next turn: those held before would wait on) */
+            if (!evtimer_pending(pc->unread_wake_ev, NULL)) {
+                static const struct timeval now = {0, 0};
+                evtimer_add(pc->unread_wake_ev, &now);
+            }
             return PX_CACHING_WAIT;
         }
     }
@@ -1998,7 +2007,6 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_flushes_slot_migrating = pc->flush_slot;
     s->cache_flushes_redis_busy = pc->flush_busy;
     s->cluster_slot_migrating = (uint64_t)pc->slot_unstable;
-    s->cluster_untagged = (uint64_t)srv->cluster_untagged;
     s->cache_entries = st->entries;
     s->cache_pending_fills = st->pending;
     s->cache_reclaiming = st->reclaiming;

@@ -118,6 +118,9 @@ static int move_to(px_server *srv, const char *node, int gently, const char *bec
     px_upstreams_move(srv, &sa, salen, gently);
     snprintf(srv->follow_last, sizeof srv->follow_last, "%s", node);
     srv->follow_moved_ms = px_now_ms();
+    /* a MOVED's move waiting for its time (PX_FOLLOW_MIN_GAP_MS) to
+     * another node is older than this one: the next MOVED asks again */
+    if (strcmp(node, srv->follow_to) != 0) event_del(srv->follow_ev);
     srv->up_followed = 1;
     srv->up_unreachable = srv->up_silent = 0;
     srv->cluster_other_logged = 0;

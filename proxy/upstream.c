@@ -325,7 +325,7 @@ static void up_check_timeout(px_upstream *u, int64_t now_ms, int timeout_s) {
     char why[128];
     snprintf(why, sizeof why, "upstream timeout: no reply for %d s (upstream-timeout)", timeout_s);
     px_warning("upstream id=%llu pending=%d: %s", (unsigned long long)u->id, u->npending, why);
-    px_upstream_unanswered(u->srv, "a request got no reply for upstream-timeout");
+    if (!u->retired) px_upstream_unanswered(u->srv, "a request got no reply for upstream-timeout");
     px_upstream_close(u, why);
 }
 
@@ -1325,6 +1325,10 @@ static void up_ask_server_ids(px_server *srv) {
 static void up_select_refused(px_upstream *u, const char *data, size_t len) {
     px_server *srv = u->srv;
     if (u->pool == NULL || u->pool->db != srv->cfg->up.db || srv->upstream_db_refused) return;
+    /* (a NOAUTH, a NOPERM: another matter, which clients are told) */
+    if (!resp_frame_starts_with(data, len, "-ERR DB index") && !resp_frame_starts_with(data, len, "-ERR invalid DB index") &&
+        !resp_frame_starts_with(data, len, "-ERR SELECT is not allowed"))
+        return;
     srv->upstream_db_refused = 1;
     px_warning("upstream db %d refused by Redis: \"%.*s\"; every client gets this error until the upstream URL "
                "names a db Redis has", u->pool->db, (int)(len > 200 ? 200 : len - 3), data + 1);

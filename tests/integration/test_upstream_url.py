@@ -47,3 +47,18 @@ def test_an_upstream_db_redis_refuses_is_logged_once(proxy_factory, upstream):
     warned = [line for line in open(proxy.logpath).read().splitlines() if "upstream db 99 refused" in line]
     assert len(warned) == 1, warned
     assert "level=warning" in warned[0] and "ERR DB index is out of range" in warned[0]
+
+
+@pytest.mark.proxy_only
+def test_a_select_refused_for_want_of_a_password_is_no_db_refusal(proxy_factory, redis_factory):
+    """Redis wants a password the upstream URL does not give: the
+    handshake's SELECT is refused NOAUTH, which clients are told (they log
+    in themselves); the log says nothing of the db, and a db refusal later
+    would still be logged."""
+    up = redis_factory(args=["--requirepass", "pw"])
+    proxy = proxy_factory(up=up, upstream_url="redis://127.0.0.1:%d/2" % up.port)
+    with proxy.raw() as c:
+        assert c.cmd("GET", "k").raw.startswith(b"-NOAUTH ")
+        assert c.cmd("AUTH", "pw").raw == b"+OK\r\n"
+        assert c.cmd("SET", "k", "v").raw == b"+OK\r\n"
+    assert "upstream db" not in open(proxy.logpath).read()
