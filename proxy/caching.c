@@ -95,7 +95,7 @@ struct px_caching {
     uint64_t held_unread;    /* cacheable reads held until the invalidation
                                 connection's unread bytes were handled */
     uint64_t sent_unread;    /* ... sent to Redis, still unread after a turn */
-    uint64_t unread_none_at; /* srv->client_reads when inv_unread last found
+    uint64_t unread_none_at; /* srv->io_reads when inv_unread last found
                                 nothing: what was read before is covered */
     struct event *ping_wake_ev; /* wakes them, once the invalidation
                                    connection's input is handled */
@@ -1107,15 +1107,17 @@ static int try_hit(struct px_caching *pc, px_client *c, int *cacheable) {
      * were read is handled before the request is answered here. Libevent
      * runs the invalidation connection first only among the events of one
      * poll (priority 0): the client's read may have taken bytes that came
-     * after it (inv_unread). Once nothing was unread, what clients had
-     * sent before is covered: the check is made again after their next
-     * read. The read waits a turn of the loop, whose poll runs the
-     * invalidation connection before the wake (a timer, of the clients'
-     * priority); should the bytes still be there after it (a message in
-     * part), it goes to Redis. */
-    if (!busy && pc->unread_none_at != c->srv->client_reads) {
+     * after it (inv_unread). So may a read from Redis whose reply filled
+     * an entry newer than the invalidation, beside one it would purge (an
+     * MGET of both would mix versions). Once nothing was unread, what was
+     * read before is covered: the check is made again after the next read
+     * of a client or of Redis. The read waits a turn of the loop, whose
+     * poll runs the invalidation connection before the wake (a timer, of
+     * the clients' priority); should the bytes still be there after it (a
+     * message in part), it goes to Redis. */
+    if (!busy && pc->unread_none_at != c->srv->io_reads) {
         if (!inv_unread(pc->inv)) {
-            pc->unread_none_at = c->srv->client_reads;
+            pc->unread_none_at = c->srv->io_reads;
         } else if (was_unread) {
             COUNT(pc, sent_unread, 1);
             busy = 1;

@@ -2235,7 +2235,6 @@ too_big:
 
 static void client_on_read(void *arg) {
     px_client *c = arg;
-    c->srv->client_reads++;
     c->read_us = px_now_us();
     c->last_active_ms = c->read_us / 1000;
     client_process(c);

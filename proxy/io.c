@@ -286,6 +286,7 @@ static void io_tls_read(px_io *io) {
         break;
     }
     if (got) {
+        io->srv->io_reads++;
         io->ops->on_read(io->arg);
         io_keep_input(io);
         if (io->closed) return;
@@ -337,6 +338,7 @@ static void io_read_cb(evutil_socket_t fd, short what, void *arg) {
     ssize_t n = read(fd, room, want);
     if (n > 0) {
         io->in_end += (size_t)n;
+        io->srv->io_reads++;
         io->ops->on_read(io->arg);
         io_keep_input(io);
         return;

@@ -174,7 +174,9 @@ typedef struct px_server {
      * so nothing is learned of permissions until they close (client.c) */
     int acl_unsettled;
 
-    uint64_t client_reads;     /* reads of clients' bytes (px_caching_try_hit) */
+    uint64_t io_reads;         /* reads of clients' and Redis's bytes: what came
+                                  after an invalidation still unread
+                                  (px_caching_try_hit) */
     int cluster_other_logged;  /* CLUSTER SLOTS named another master (client.c) */
     int upstream_reached;      /* Redis answered once (px_server_upstream_reached) */
     int upstream_db_refused;   /* the upstream URL's db was refused, and logged */
