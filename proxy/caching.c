@@ -1799,7 +1799,7 @@ void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
     size_t tolen;
     /* Only a cluster node redirects (a script's error does not come here),
      * when its INFO could not say so (refused, or no cache to ask it) */
-    if (!srv->cluster_untagged && (pc == NULL || inv_server_id(pc->inv) == NULL) &&
+    if (len > 0 && data[0] == '-' && !srv->cluster_untagged && (pc == NULL || inv_server_id(pc->inv) == NULL) &&
         (cluster_ask(data, len, &slot) == 0 || cluster_moved(data, len, &slot, &to, &tolen) == 0))
         px_caching_untagged_cluster(srv, "it answered a redirection");
     if (pc != NULL && len > 0 && data[0] == '-' && slot_migrating(srv, data, len))
