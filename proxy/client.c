@@ -888,7 +888,7 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
     maybe_unpin(c);
 
     if (c->state == PX_CLIENT_CLOSING) {
-        if (c->inflight == 0 && c->slots_head == NULL && px_io_pending(&c->io) == 0)
+        if (c->inflight == 0 && c->slots_head == NULL && px_io_pending(&c->io) == 0 && !c->mute_linger)
             client_close(c, "closed after reply");
         return;
     }
@@ -1202,12 +1202,56 @@ static int pin_new(px_client *c, int mode) {
     return 0;
 }
 
+/*
+ * Redis's CLIENT REPLY state of a tunnel's connection (networking.c): OFF
+ * until ON; SKIP for the one command after a CLIENT REPLY SKIP, and for a
+ * protocol error met in its place. Followed as commands are sent, so that a
+ * protocol error ends the session as Redis ends it, without a word under
+ * OFF or SKIP (px_client_on_tunnel_reset). Where a CLIENT REPLY may not do
+ * what it says (queued in a MULTI, refused in RESP2's subscribed context,
+ * after a HELLO) the state is no longer known, and the error is sent.
+ */
+enum {
+    TUNNEL_REPLY_OFF = 1,
+    TUNNEL_REPLY_SKIP = 2,
+    TUNNEL_REPLY_CONTEXT = 4, /* a MULTI, subscription or HELLO went */
+    TUNNEL_REPLY_UNKNOWN = 8,
+};
+
+static void tunnel_follow_reply(px_client *c) {
+    const resp_arg *a = c->rq.argv;
+    int argc = c->rq.argc, f = c->tunnel_reply;
+    if (argc == 0 || (f & TUNNEL_REPLY_UNKNOWN)) return;
+    f &= ~TUNNEL_REPLY_SKIP; /* spent on this command */
+    if (argc >= 2 && resp_arg_is(a[0].ptr, a[0].len, "CLIENT") && resp_arg_is(a[1].ptr, a[1].len, "REPLY")) {
+        if (f & TUNNEL_REPLY_CONTEXT)
+            f |= TUNNEL_REPLY_UNKNOWN;
+        else if (argc == 3 && resp_arg_is(a[2].ptr, a[2].len, "ON"))
+            f &= ~TUNNEL_REPLY_OFF;
+        else if (argc == 3 && resp_arg_is(a[2].ptr, a[2].len, "OFF"))
+            f |= TUNNEL_REPLY_OFF;
+        else if (argc == 3 && resp_arg_is(a[2].ptr, a[2].len, "SKIP") && !(f & TUNNEL_REPLY_OFF))
+            f |= TUNNEL_REPLY_SKIP;
+    } else if (resp_arg_is(a[0].ptr, a[0].len, "MULTI") || resp_arg_is(a[0].ptr, a[0].len, "HELLO") ||
+               resp_arg_is(a[0].ptr, a[0].len, "SUBSCRIBE") || resp_arg_is(a[0].ptr, a[0].len, "PSUBSCRIBE") ||
+               resp_arg_is(a[0].ptr, a[0].len, "SSUBSCRIBE")) {
+        f |= TUNNEL_REPLY_CONTEXT;
+    }
+    c->tunnel_reply = f;
+}
+
+static int tunnel_reply_muted(const px_client *c) {
+    return !(c->tunnel_reply & TUNNEL_REPLY_UNKNOWN) && (c->tunnel_reply & (TUNNEL_REPLY_OFF | TUNNEL_REPLY_SKIP));
+}
+
 static void enter_tunnel(px_client *c, const char *frame) {
     const char *data;
     size_t len;
     const resp_arg *a = c->rq.argv;
     c->mode = PX_MODE_TUNNEL;
     c->pinned->tunnel = 1;
+    c->tunnel_reply = c->in_multi ? TUNNEL_REPLY_CONTEXT : 0;
+    tunnel_follow_reply(c);
     /* writes queued before it may run at an EXEC in the tunnel, whose
      * reply is not matched (tunnel_waits) */
     if (c->in_multi && (c->txn_keys.len > 0 || c->txn_flush)) c->pinned->tunnel_wrote = 1;
@@ -1647,6 +1691,16 @@ void px_client_on_tunnel_reset(px_client *c) {
     tunnel_acl_settle(c);
     if (c->tunnel_fail != NULL) {
         /* every reply to what came before the error was relayed */
+        if (tunnel_reply_muted(c)) {
+            /* Redis, which may not answer, reads no more and holds the
+             * connection open until the client closes it (or `timeout`
+             * does): so does sidecache, without the own connection */
+            unpin(c, 0);
+            c->mute_linger = 1;
+            c->state = PX_CLIENT_CLOSING;
+            px_io_pause_read(&c->io);
+            return;
+        }
         reply_error(c, "%s", c->tunnel_fail);
         close_after_replies(c);
         return;
@@ -1926,6 +1980,7 @@ static int client_dispatch(px_client *c, const char *frame) {
         if (px_caching_on_send(c, NULL, NULL, 0, 0) && c->pinned != NULL) c->pinned->tunnel_wrote = 1;
         request_bytes(c, frame, &data, &len);
         if (c->pinned != NULL) px_upstream_send_raw(c->pinned, data, len);
+        tunnel_follow_reply(c);
         if (c->pinned != NULL && c->rq.argc == 1 && resp_arg_is(a[0].ptr, a[0].len, "RESET")) {
             /* Redis's RESET ends what made the tunnel (subscriptions,
              * MONITOR, CLIENT REPLY, tracking) and also logs the connection
@@ -2250,7 +2305,7 @@ static void close_if_answered(px_client *c, const char *why) {
 static void client_on_drain(void *arg) {
     px_client *c = arg;
     if (c->state == PX_CLIENT_CLOSING) {
-        close_if_answered(c, "closed after reply");
+        if (!c->mute_linger) close_if_answered(c, "closed after reply");
         return;
     }
     if (c->input_paused && !c->barrier) resume_input(c);
@@ -2287,7 +2342,7 @@ static void client_on_event(void *arg, int what, int err) {
          * a BLPOP 0 would hold its connections until that returns. Input
          * still to go (err: unread in the socket) is read on first, and
          * its end seen then. */
-        if (err == 0) client_on_peer_close(c);
+        if (err == 0 || c->mute_linger) client_on_peer_close(c);
         return;
     }
     if (what == PX_IO_EOF) {

@@ -150,6 +150,12 @@ typedef struct px_client {
     int barrier;               /* a state change awaits its reply: read nothing */
     char *tunnel_fail;         /* tunnel: the error that ends the session once
                                   Redis has answered what came before it */
+    int tunnel_reply;          /* tunnel: Redis's CLIENT REPLY state of the
+                                  connection, as far as followed (TUNNEL_REPLY_*) */
+    int mute_linger;           /* closing without a word, as Redis after a
+                                  protocol error under CLIENT REPLY OFF/SKIP:
+                                  held open, read no more, until the client
+                                  closes (or `timeout`) */
     int input_paused;          /* reading stopped (barrier, switch, or back-pressure) */
     int peer_closed;           /* the client closed its side with commands read
                                   but not yet run: they run (as in Redis),

@@ -163,9 +163,8 @@ def test_bad_input_after_good_commands_in_a_tunnel(proxy, ref, name):
     before it, which ran (before: sidecache wrote its error at once and
     closed, dropping replies Redis still owed, SET's and INCR's among
     them), and nothing of the RESET that tells sidecache when they are all
-    in reaches the client. (One difference is left: where CLIENT REPLY OFF
-    or SKIP would suppress the error, Redis sends none, and sidecache
-    does.)"""
+    in reaches the client. (Where CLIENT REPLY OFF or SKIP suppress the
+    error: test_bad_input_in_a_tunnel_under_client_reply_off_or_skip.)"""
     data = TUNNEL_CASES[name]
 
     def scenario(ep):
@@ -178,6 +177,61 @@ def test_bad_input_after_good_commands_in_a_tunnel(proxy, ref, name):
     got = dict(assert_same_runs(scenario, proxy, ref))
     assert got["replies"].endswith(b"-ERR Protocol error: invalid multibulk length\r\n") or \
         got["replies"].endswith(b"-ERR Protocol error: too big bulk count string\r\n")
+
+
+# A tunnel entered by CLIENT REPLY, then bad bytes in the same write. Redis
+# writes no error where OFF, or a SKIP not yet spent, keeps it from
+# replying: it reads no more and holds the connection open until the
+# client closes it. Where the SKIP was spent, or the CLIENT REPLY refused
+# or only queued, the error comes, and the connection closes.
+REPLY_MODE_CASES = {
+    "off": b"CLIENT REPLY OFF\r\nSET w 1\r\n*01\r\n",
+    "skip": b"CLIENT REPLY SKIP\r\n*01\r\n",
+    "skip-skip": b"CLIENT REPLY SKIP\r\nCLIENT REPLY SKIP\r\n*01\r\n",
+    "off-then-skip": b"CLIENT REPLY OFF\r\nCLIENT REPLY SKIP\r\nINCR w\r\n*01\r\n",
+    "off-then-on": b"CLIENT REPLY OFF\r\nCLIENT REPLY ON\r\n*01\r\n",
+    "skip-spent": b"CLIENT REPLY SKIP\r\nINCR w\r\n*01\r\n",
+    "skip-spent-on-a-refusal": b"CLIENT REPLY SKIP\r\nCLIENT REPLY bad\r\n*01\r\n",
+    "off-queued-in-multi": b"MULTI\r\nCLIENT REPLY OFF\r\n*01\r\n",
+    "off-refused-when-subscribed": b"SUBSCRIBE ch\r\nCLIENT REPLY OFF\r\n*01\r\n",
+}
+
+
+@pytest.mark.parametrize("name", list(REPLY_MODE_CASES))
+def test_bad_input_in_a_tunnel_under_client_reply_off_or_skip(proxy, upstream, ref, name):
+    """The client sees what Redis shows it: replies, the error or none, the
+    connection closed or held open reading nothing (before: sidecache
+    always wrote the error and closed). While it is held, sidecache keeps
+    no connection to Redis for it."""
+    admin = upstream.client()
+    with proxy.raw() as warm:  # the shared connections up
+        warm.cmd("GET", "w")
+    baseline = admin.info("clients")["connected_clients"]
+
+    def outcome(c, wait):
+        try:
+            return "closed", c.expect_closed(wait)
+        except AssertionError:
+            return "open", bytes(c.buf)
+
+    def scenario(ep):
+        with ep.raw() as c:
+            c.send(REPLY_MODE_CASES[name])
+            first = outcome(c, 1.0)
+            later = None
+            if first[0] == "open":
+                if ep is proxy:
+                    wait_until(lambda: admin.info("clients")["connected_clients"] <= baseline, timeout=3,
+                               what="the tunnel's connection to Redis to be closed")
+                c.buf.clear()
+                c.send(b"PING\r\n")  # read by nobody
+                later = outcome(c, 0.5)
+        with ep.raw() as d:
+            return [("first", first), ("then", later), ("w", d.cmd("GET", "w").raw)]
+
+    assert_same_runs(scenario, proxy, ref)
+    wait_until(lambda: admin.info("clients")["connected_clients"] <= baseline, timeout=3,
+               what="the proxy's connections back to what they were")
 
 
 def cpu_seconds(pid):
