@@ -95,6 +95,12 @@ struct px_caching {
     uint64_t held_unread;    /* cacheable reads held until the invalidation
                                 connection's unread bytes were handled */
     uint64_t sent_unread;    /* ... sent to Redis, still unread after a turn */
+    /* Writes of keys unknown (FLUSHDB, FLUSHALL ...) sent and not yet
+     * released, and the barrier sent when the last one was: until it has
+     * passed, cacheable reads go to Redis (flush_unsettled) */
+    int flushes_unreleased;
+    uint64_t flush_barrier;
+    uint64_t bypassed_flush;
     uint64_t unread_none_at; /* srv->io_reads when inv_unread last found
                                 nothing: what was read before is covered */
     struct event *ping_wake_ev; /* wakes them, once the invalidation
@@ -220,6 +226,34 @@ uint64_t px_caching_barrier(px_server *srv) {
 int px_caching_barrier_passed(const px_server *srv, uint64_t seq) {
     const struct px_caching *pc = srv->caching;
     return pc == NULL || inv_barrier_passed(pc->inv, seq);
+}
+
+/*
+ * A flush runs in Redis's pass of the loop with output for the invalidation
+ * connection (its null invalidation) made at once, not at the pass's end
+ * as BCAST invalidations are: that puts the connection early in Redis's
+ * list of clients to write, which it writes newest first. A direct write
+ * run later in the same pass is then answered before its own invalidation
+ * is sent, whatever its key or database, and a read that its reply set off
+ * could meet the old value here. Between a flush's send (the cache
+ * emptied) and a PING sent after it was released, an entry may have been
+ * filled again: reads go to Redis meanwhile (a flush from elsewhere cannot
+ * be seen in time: CONSISTENCY.md, known gaps).
+ */
+static int flush_unsettled(struct px_caching *pc) {
+    return pc->flushes_unreleased > 0 || !inv_barrier_passed(pc->inv, pc->flush_barrier);
+}
+
+static void flush_hold(struct px_caching *pc, px_req *r) {
+    r->flush_hold = 1;
+    pc->flushes_unreleased++;
+}
+
+void px_caching_flush_released(px_server *srv) {
+    struct px_caching *pc = srv->caching;
+    /* (a caching made again at a reload counts from 0) */
+    if (pc == NULL || pc->flushes_unreleased == 0) return;
+    if (--pc->flushes_unreleased == 0) pc->flush_barrier = inv_barrier(pc->inv);
 }
 
 static void on_ping_answered(void *arg) {
@@ -1082,6 +1116,10 @@ static int try_hit(struct px_caching *pc, px_client *c, int *cacheable) {
      * ACL allows it: learn_read), what the cache holds is not its answer */
     int allowed = pc->read_ok[part][read - 1] == px_acl_mark(c->srv);
     if (!allowed && read != PX_READ_GET && read != PX_READ_HGET) busy = 1;
+    if (!busy && flush_unsettled(pc)) {
+        COUNT(pc, bypassed_flush, 1);
+        busy = 1;
+    }
     /* An invalidation may be behind a reply the client has seen from
      * Redis (inv_hold_mark): the read waits for the PINGs unanswered when
      * it came, one round trip once per keep-alive period or barrier, or at
@@ -1528,7 +1566,10 @@ int px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, i
     if (r != NULL && u != NULL && u->owner == NULL && w == CMDT_WRITES_NOTHING && reads_only(pc, argc, a))
         r->aux_flags |= PX_AUX_READ;
     if (r != NULL) {
-        if (w == CMDT_WRITES_UNKNOWN) r->aux_flags |= PX_AUX_FLUSH;
+        if (w == CMDT_WRITES_UNKNOWN) {
+            r->aux_flags |= PX_AUX_FLUSH;
+            flush_hold(pc, r);
+        }
         if (keys.len) {
             r->aux = keys.data; /* ownership moves to r */
             r->aux_len = keys.len;
@@ -1927,7 +1968,10 @@ void px_caching_txn_close(px_client *c, px_req *r) {
         r->purge_mark = c->txn_purge_mark;
         resp_buf_init(&c->txn_keys);
     }
-    if (c->txn_flush) r->aux_flags |= PX_AUX_FLUSH;
+    if (c->txn_flush) {
+        r->aux_flags |= PX_AUX_FLUSH;
+        flush_hold(c->srv->caching, r);
+    }
     if (c->txn_script_flush) {
         px_lookup_forget(c->srv->caching->lookup);
         r->aux_flags |= PX_AUX_SCRIPT_FLUSH;
@@ -1981,6 +2025,7 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_hits = st->hits;
     s->cache_misses = st->misses;
     s->cache_bypassed_in_flight = pc->bypassed;
+    s->cache_bypassed_flush = pc->bypassed_flush;
     s->cache_held_keepalive = pc->held_ping;
     s->cache_sent_past_hold = pc->past_hold;
     s->cache_held_unread = pc->held_unread;

@@ -44,6 +44,8 @@ struct px_server;
     X(cache_hits, counter, "Cache entries found (GET, HGET, MGET keys, lookup parts)")                     \
     X(cache_misses, counter, "Cache entries looked up and not found")                                      \
     X(cache_bypassed_in_flight, counter, "Cacheable reads sent to Redis: the client had requests in flight") \
+    X(cache_bypassed_flush, counter,                                                                        \
+      "Cacheable reads sent to Redis: a FLUSHDB/FLUSHALL (or a write of keys unknown) sent here was unsettled") \
     X(cache_held_keepalive, counter, "Cacheable reads held until the tracking keep-alive PING was answered") \
     X(cache_sent_past_hold, counter,                                                                         \
       "Cacheable reads sent to Redis: a tracking PING unanswered past tracking-ping-hold-ms")              \

@@ -74,6 +74,7 @@ px_req *px_req_new(px_server *srv, px_client *c, int kind) {
 }
 
 void px_req_release(px_server *srv, px_req *r) {
+    if (r->flush_hold) px_caching_flush_released(srv);
     if (r->early != NULL) evbuffer_free(r->early);
     free(r->aux);
     r->aux = NULL;

@@ -1453,6 +1453,50 @@ def test_c10_a_read_set_off_by_a_direct_writes_reply_sees_it(mode, proxy_factory
     assert not stale, "%d reads after the write's reply got an older value: %r" % (len(stale), stale[:5])
 
 
+@pytest.mark.parametrize("flush", ["FLUSHDB", "FLUSHALL"])
+def test_c10_reads_go_to_redis_while_a_flush_sent_here_is_unsettled(proxy_factory, upstream, flush):
+    """A flush writes its null invalidation in the middle of Redis's pass,
+    which puts the invalidation connection's output behind the reply of a
+    direct write run later in that pass: that write's invalidation comes
+    after its reply. From a flush's send until a PING sent after its reply
+    is answered, reads go to Redis, never to an entry filled meanwhile.
+    Here the entry is filled again while the flush waits in a MULTI, then
+    EXEC is sent while Redis sleeps: a read of the entry then reaches
+    Redis (counted by Redis) and returns the write made in the same pass
+    as the flush. Once it has settled, hits resume."""
+    p, st = start_cached(proxy_factory)
+    d, f, c = upstream.raw(auth=True), p.raw(auth=True), p.raw(auth=True)
+    sleeper = upstream.raw(auth=True)
+    d.cmd("SET", "i9960", "old")
+    assert f.cmd("SELECT", "9").raw == b"+OK\r\n"
+    assert f.cmd("MULTI").raw == b"+OK\r\n"
+    assert f.cmd(flush).raw == b"+QUEUED\r\n"
+    assert warm(c, st, ("GET", "i9960")) == [b"old"]
+
+    admin = upstream.client()
+
+    def gets():  # GETs Redis has run
+        return admin.info("commandstats")["cmdstat_get"]["calls"]
+    before = gets()
+    sleeper.send(encode("DEBUG", "SLEEP", "0.5"))
+    time.sleep(0.1)
+    f.send(encode("EXEC"))
+    d.send(encode("SET", "i9960", "new"))  # runs in the pass of the flush
+    time.sleep(0.1)
+    got = c.cmd("GET", "i9960").value
+    assert d.read_frame(timeout=3).raw == b"+OK\r\n"
+    assert gets() == before + 1, "the read was answered from the cache while the flush was in flight"
+    assert f.read_frame(timeout=3).raw == b"*1\r\n+OK\r\n"
+    assert sleeper.read_frame(timeout=3).raw == b"+OK\r\n"
+    # (Redis may run the SET before the FLUSHALL, or after: the read ran
+    # after both)
+    now = d.cmd("GET", "i9960").value
+    assert got == now == (b"new" if flush == "FLUSHDB" else now)
+    assert st.get()["cache_bypassed_flush"] >= 1
+    d.cmd("SET", "i9960", "new")
+    assert warm(c, st, ("GET", "i9960")) == [b"new"]
+
+
 def _pipelined_hits(port, key, stop):
     """(A process of its own, to keep the proxy's loop busy: threads of
     the test's would share its interpreter.) Pipelines 1,000 GETs of key,
