@@ -127,10 +127,31 @@ static void slot_pop(px_client *c, px_req *r) {
     c->inflight_bytes -= r->req_bytes;
 }
 
-/* A reply made here: written now if nothing is ahead of it, else queued. */
+/*
+ * What a reply slot holds besides its bytes, counted in the bytes that
+ * pause a client's input: its record, and for replies made here the
+ * buffer that holds them (libevent's smallest chain is 1 KB). Without it,
+ * a client could hold some 220 times what it sent: a BLPOP that blocks,
+ * then PINGs, each a slot of 1.3 KB for 7 bytes.
+ */
+#define SLOT_COST (sizeof(px_req) + 64)
+#define LOCAL_SLOT_COST (SLOT_COST + 1024 + 128)
+
+/* A reply made here: written now if nothing is ahead of it, else queued,
+ * with the replies made here just before it if they wait too. */
 static void reply_bytes(px_client *c, const char *data, size_t len) {
     if (c->slots_head == NULL) {
         client_write(c, data, len);
+        return;
+    }
+    px_req *t = c->slots_tail;
+    if (t->local) {
+        if (evbuffer_add(t->early, data, len) != 0) {
+            client_close(c, "out of memory");
+            return;
+        }
+        t->req_bytes += len;
+        c->inflight_bytes += len;
         return;
     }
     px_req *r = px_req_new(c->srv, c, PX_REQ_CLIENT);
@@ -145,10 +166,11 @@ static void reply_bytes(px_client *c, const char *data, size_t len) {
         return;
     }
     r->done = 1;
+    r->local = 1;
     /* held here until the replies ahead of it are in: it counts in the
      * bytes that pause the client's input, as a forwarded request does */
-    r->req_bytes = len;
-    c->inflight_bytes += len;
+    r->req_bytes = len + LOCAL_SLOT_COST;
+    c->inflight_bytes += r->req_bytes;
     slot_append(c, r);
 }
 
@@ -730,8 +752,8 @@ static int info_with_section(px_client *c, const char *data, size_t len, resp_bu
 
 void px_client_take_slot(px_client *c, px_req *r, px_upstream *u, size_t len) {
     slot_append(c, r);
-    r->req_bytes = len;
-    c->inflight_bytes += len;
+    r->req_bytes = len + SLOT_COST;
+    c->inflight_bytes += r->req_bytes;
     c->inflight++;
     c->inflight_on = u;
 }
@@ -2351,9 +2373,13 @@ static void client_on_event(void *arg, int what, int err) {
         /* gone while commands of its were still to run or to be answered:
          * as Redis, what was read runs; the replies go nowhere */
         px_io_discard_output(&c->io);
-        if (c->state == PX_CLIENT_CLOSING) {
-            /* it waited for that output, which will never be written */
-            close_if_answered(c, strerror(err));
+        /* Nothing can reach it any more: its socket and its place among
+         * maxclients go now (a client that redials during a stall of
+         * Redis would fill them), while what it sent runs and the replies
+         * are dropped as they come (px_client_close). Only commands read
+         * and not yet sent keep it: they run first. */
+        if (c->state == PX_CLIENT_CLOSING || !(c->input_paused && px_io_input_len(&c->io) > 0)) {
+            client_close(c, strerror(err));
             return;
         }
         client_on_peer_close(c);

@@ -181,6 +181,8 @@ typedef struct px_req {
     uint32_t replies_left;
     size_t req_bytes;           /* counted in its client's inflight_bytes */
     int run;                    /* a run that may still grow (client.c) */
+    int local;                  /* a slot of replies made here, queued behind
+                                   others: those made after it join it */
     int flush_hold;             /* a write of keys unknown: cache hits wait
                                    until it is released (px_caching_flush_released) */
 } px_req;

@@ -19,6 +19,7 @@ import contextlib
 import os
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -575,6 +576,55 @@ def test_pipeline_behind_blocked_command_is_bounded(proxy_factory, upstream):
     assert all(f.raw == b"+PONG\r\n" for f in frames[1:])
     print("\n[pipeline behind BLPOP] proxy RSS grew %.1f MB while %d PINGs waited" % (mb(grown), n))
     assert grown < 100 * MB, "proxy RSS grew %.1f MB" % mb(grown)
+
+
+@pytest.mark.timeout(90)
+def test_local_replies_behind_blocked_commands_of_many_clients_are_bounded(proxy, upstream):
+    """40 clients each send BLPOP 0 and then 16,383 PINGs (98 KB): the PINGs
+    answered here wait behind the BLPOP, as one slot per run of them, not a
+    slot (a record and a 1 KB buffer) each: about 21 MB per client before,
+    840 MB here, where Redis would hold what they sent."""
+    n, clients = 16383, 40
+    cs = [proxy.raw(auth=True, timeout=60) for _ in range(clients)]
+    for c in cs:
+        assert c.cmd("PING").raw == b"+PONG\r\n"  # answered locally from now on
+    pid = proxy.proc.pid
+    base = proc_status(pid)["VmRSS"]
+    for i, c in enumerate(cs):
+        c.send(encode("BLPOP", "bq%d" % i, 0) + b"PING\r\n" * n)
+    time.sleep(3)
+    grown = proc_status(pid)["VmRSS"] - base
+    d = upstream.raw(auth=True)
+    for i, c in enumerate(cs):
+        d.cmd("RPUSH", "bq%d" % i, "x")
+        frames = c.read_many_fast(n + 1, timeout=60)
+        assert frames[0].value == [b"bq%d" % i, b"x"]
+        assert all(f.raw == b"+PONG\r\n" for f in frames[1:])
+        c.close()
+    print("\n[local replies behind BLPOP, %d clients] proxy RSS grew %.1f MB" % (clients, mb(grown)))
+    assert grown < 60 * MB, "proxy RSS grew %.1f MB" % mb(grown)
+
+
+def test_clients_that_reset_during_a_stall_free_their_place_at_once(proxy_factory, upstream):
+    """Redis stalls; 50 clients (maxclients 50) each send a GET and reset
+    the connection (a client that timed out and redials). Nothing can be
+    written to them: their sockets and places go at once, while their GETs
+    wait for Redis, and a new client is served (before: refused with "max
+    number of clients reached" until Redis answered or upstream-timeout)."""
+    p = proxy_factory(args=("--maxclients", "50"))
+    with p.raw() as w:
+        assert w.cmd("PING").raw == b"+PONG\r\n"  # answered locally from now on
+    with stopped(upstream):
+        for i in range(50):
+            s = socket.create_connection((HOST, p.port))
+            s.sendall(encode("GET", "k%d" % i))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+        time.sleep(1)
+        with p.raw() as c:
+            assert c.cmd("PING", timeout=5).raw == b"+PONG\r\n"
+    with p.raw() as c:
+        assert c.cmd("GET", "k1", timeout=10).raw == b"$-1\r\n"
 
 
 def test_pipeline_to_stopped_redis_is_bounded(proxy_factory, upstream):
