@@ -46,6 +46,7 @@ enum action {
     ACT_TXN,      /* WATCH MULTI EXEC DISCARD UNWATCH */
     ACT_BLOCK,    /* may block: needs its own connection while it runs */
     ACT_STICKY,   /* per-connection state: own connection for good */
+    ACT_ALONE,    /* ends a stall of Redis: a connection with nothing ahead */
     ACT_TUNNEL,   /* stream: relay bytes for good */
 };
 
@@ -1886,10 +1887,27 @@ static int cmd_state(px_client *c, int id, const char *frame) {
 /* ------------------------------------------------------------------------ */
 /* the router */
 
+/*
+ * What ends a stall of Redis: a script or function past its time limit
+ * (SCRIPT KILL, FUNCTION KILL, SHUTDOWN NOSAVE), a CLIENT PAUSE (CLIENT
+ * UNPAUSE). Redis reads it from any connection but the one stalled, whose
+ * input waits behind the script or the paused write: so never a shared
+ * one, which may be that connection, and nothing of what waits to be
+ * written to Redis holds it up.
+ */
+static int ends_a_stall(const resp_arg *a, int argc) {
+    if (resp_arg_is(a[0].ptr, a[0].len, "SHUTDOWN")) return 1;
+    if (argc != 2) return 0;
+    return ((resp_arg_is(a[0].ptr, a[0].len, "SCRIPT") || resp_arg_is(a[0].ptr, a[0].len, "FUNCTION")) &&
+            resp_arg_is(a[1].ptr, a[1].len, "KILL")) ||
+           (resp_arg_is(a[0].ptr, a[0].len, "CLIENT") && resp_arg_is(a[1].ptr, a[1].len, "UNPAUSE"));
+}
+
 static int classify(px_client *c, const resp_cmd_info *info) {
     const resp_arg *a = c->rq.argv;
     int argc = c->rq.argc;
     if (info == NULL) return ACT_FORWARD;
+    if (ends_a_stall(a, argc)) return ACT_ALONE;
     switch (info->id) {
     case CMD_PING:
     case CMD_ECHO:
@@ -2115,8 +2133,9 @@ static int client_dispatch(px_client *c, const char *frame) {
     case ACT_BLOCK:
     case ACT_STICKY:
     case ACT_TUNNEL:
+    case ACT_ALONE:
         if (c->inflight > 0) return DISPATCH_WAIT;
-        if (hold_for_upstream(c)) return DISPATCH_WAIT;
+        if (act != ACT_ALONE && hold_for_upstream(c)) return DISPATCH_WAIT;
         if (pin_new(c, act == ACT_STICKY ? PX_MODE_STICKY
                        : act == ACT_TUNNEL ? PX_MODE_TUNNEL
                                            : PX_MODE_PINNED) != 0)

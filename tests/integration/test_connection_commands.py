@@ -7,7 +7,7 @@ import time
 import pytest
 
 from cachehelpers import wait_first_acl_check
-from helpers import REDIS_VERSION, ConnectionClosed, Push, Simple, acl_without, assert_same_runs, assert_same_steps, encode, wait_until
+from helpers import REDIS_VERSION, ConnectionClosed, busy_threshold_args, Push, Simple, acl_without, assert_same_runs, assert_same_steps, encode, wait_until
 
 ID_RE = re.compile(rb"(\$2\r\nid\r\n):\d+\r\n")
 
@@ -503,6 +503,40 @@ def test_client_name_commands_while_redis_runs_a_long_script(redis_factory, ref_
     want = during_busy_script(ref, ref)
     assert want[0].startswith(b"-BUSY") and want[2] == b"$-1\r\n", want
     assert during_busy_script(up, proxy) == want
+
+
+@pytest.mark.parametrize("connections", [1, 2])
+def test_what_ends_a_stall_is_not_sent_behind_it(redis_factory, ref_factory, proxy_factory, connections):
+    """SCRIPT KILL while a script runs past its time limit, CLIENT UNPAUSE
+    while a write waits for CLIENT PAUSE WRITE to end: Redis reads them from
+    any connection but the stalled one, and answers at once. sidecache
+    sends them on a connection with nothing ahead of them (before: on the
+    shared connection its client id chose, which could be the one the
+    script or the paused write held, and they waited there until
+    upstream-timeout while the script ran on)."""
+    up = redis_factory(args=busy_threshold_args(200))
+    ref = ref_factory(like=up)
+    proxy = proxy_factory(up=up, args=("--upstream-connections", str(connections)))
+
+    def scenario(server, ep):
+        got = []
+        with ep.raw() as s, ep.raw() as k:
+            s.send_cmd("EVAL", "while true do end", "0")
+            time.sleep(0.5)
+            got.append(k.cmd("SCRIPT", "KILL", timeout=3).raw)
+            got.append(s.read_frame(timeout=5).raw[:25])
+        with ep.raw() as p, ep.raw() as w, ep.raw() as k:
+            assert p.cmd("CLIENT", "PAUSE", "5000", "WRITE").raw == b"+OK\r\n"
+            w.send_cmd("SET", "k", "1")
+            time.sleep(0.3)
+            got.append(k.cmd("CLIENT", "UNPAUSE", timeout=3).raw)
+            got.append(w.read_frame(timeout=3).raw)
+        return got
+
+    want = scenario(ref, ref)
+    assert want[0] == want[2] == want[3] == b"+OK\r\n" and want[1].startswith(b"-"), want
+    for _ in range(3):  # whichever shared connection the clients' ids choose
+        assert scenario(up, proxy) == want
 
 
 @pytest.mark.parametrize("sticky", [("CLIENT", "INFO"), ("CLIENT", "ID"), ("SELECT", "1"), ("READONLY",)],
