@@ -116,12 +116,12 @@ int px_caching_on_send(struct px_client *c, struct px_upstream *u, struct px_req
  * Waiters are woken with the hits held for the keep-alive
  * (px_upstream_barrier_wake).
  */
-/* A request sent with PX_AUX_FLUSH held (px_req.flush_hold) is released:
- * answered, or lost. Hits resume once a barrier behind it has passed. */
-void px_caching_flush_released(px_server *srv);
-
 uint64_t px_caching_barrier(px_server *srv);
 int px_caching_barrier_passed(const px_server *srv, uint64_t seq);
+
+/* A request sent with PX_AUX_FLUSH (px_req.flush_hold) is released:
+ * answered, or lost. Hits resume once a barrier sent then has passed. */
+void px_caching_flush_released(px_server *srv);
 
 /* The reply to r arrived: fill or invalidate before it is relayed. Also
  * looks for replies that mean Redis changed role (C6). Returns 1 when the

@@ -183,7 +183,7 @@ typedef struct px_req {
     int run;                    /* a run that may still grow (client.c) */
     int local;                  /* a slot of replies made here, queued behind
                                    others: those made after it join it */
-    int flush_hold;             /* a write of keys unknown: cache hits wait
+    int flush_hold;             /* a write of keys unknown: reads go to Redis
                                    until it is released (px_caching_flush_released) */
 } px_req;
 
