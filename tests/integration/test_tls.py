@@ -12,6 +12,8 @@ import time
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from cachehelpers import Stats, wait_tracking_active, warm
 from helpers import HOST, free_port, wait_until
@@ -161,7 +163,7 @@ def test_tls_client_certificates_required(proxy_factory, certs):
                      ssl_certfile=certs("client.crt"), ssl_keyfile=certs("client.key"))
     assert ok.ping()
     no_cert = redis.Redis(host=HOST, port=p.tls_port, ssl=True, ssl_ca_certs=certs("ca.crt"),
-                          socket_timeout=3, retry_on_timeout=False)
+                          socket_timeout=3, retry=Retry(NoBackoff(), 0))
     with pytest.raises((redis.exceptions.ConnectionError, ssl.SSLError, OSError)):
         no_cert.ping()
     assert ok.ping()
