@@ -113,7 +113,9 @@ def test_clients_idle_after_batched_writes_keep_no_input_buffer(proxy_factory, u
     p, st = start_cached(proxy_factory)
     conns = [p.raw(auth=True, timeout=60) for _ in range(300)]
     before = st.get()
-    bound = 12 * 1024 * 1024
+    # (what 300 connections that have worked keep: about 10 MB, 12 MB under
+    # ASan, where CI once measured 12.1; a 64 KB input buffer each is 19 MB more)
+    bound = 15 * 1024 * 1024
     base, after = idle_after_pipelines(p, conns, lambda k: [("SET", "q:%d:%d" % (k, i), "v" * 60)
                                                             for i in range(600)], bound)
     assert st.get()["batch_blocks"] > before["batch_blocks"]
