@@ -2515,6 +2515,11 @@ void px_client_free(px_client *c) {
 }
 
 void px_client_begin_stop(px_client *c) {
+    /* (held open without a word: nothing of it is awaited) */
+    if (c->mute_linger) {
+        client_close(c, "shutdown");
+        return;
+    }
     if (c->state != PX_CLIENT_ACTIVE) return;
     if (c->mode == PX_MODE_TUNNEL || c->blocking) {
         client_close(c, "shutdown");

@@ -55,6 +55,22 @@ def test_sigterm_with_client_blocked_forever_still_exits_0(proxy):
 
 @pytest.mark.proxy_only
 @pytest.mark.timeout(30)
+def test_sigterm_with_a_client_held_silent_after_bad_input_exits_at_once(proxy):
+    """A client held open without a word (bad bytes under CLIENT REPLY OFF,
+    as Redis holds it) awaits nothing: it does not keep the proxy until the
+    stop deadline (10 s)."""
+    with proxy.raw() as c:
+        c.send(b"CLIENT REPLY OFF\r\n*01\r\n")
+        c.expect_silence(0.5)
+        t0 = time.monotonic()
+        rc = proxy.terminate(timeout=15)
+        assert rc == 0
+        assert time.monotonic() - t0 < 5, "the stop waited for the silent client"
+        c.expect_closed(3)
+
+
+@pytest.mark.proxy_only
+@pytest.mark.timeout(30)
 def test_clean_stop_logs_no_warning(proxy_factory):
     """A stop asked for (SIGTERM) is no trouble: nothing from `stopping` on
     is logged as a warning (operators alert on warnings, and every restart
