@@ -251,7 +251,6 @@ static void flush_hold(struct px_caching *pc, px_req *r) {
 
 void px_caching_flush_released(px_server *srv) {
     struct px_caching *pc = srv->caching;
-    /* (a caching made again at a reload counts from 0) */
     if (pc == NULL || pc->flushes_unreleased == 0) return;
     if (--pc->flushes_unreleased == 0) pc->flush_barrier = inv_barrier(pc->inv);
 }
@@ -1568,7 +1567,9 @@ int px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, i
     if (r != NULL) {
         if (w == CMDT_WRITES_UNKNOWN) {
             r->aux_flags |= PX_AUX_FLUSH;
-            flush_hold(pc, r);
+            /* (not behind a blocking command, which may hold it for ever:
+             * then it is as a flush from elsewhere) */
+            if (!c->blocking) flush_hold(pc, r);
         }
         if (keys.len) {
             r->aux = keys.data; /* ownership moves to r */

@@ -1715,13 +1715,25 @@ void px_client_on_tunnel_reset(px_client *c) {
     if (c->tunnel_fail != NULL) {
         /* every reply to what came before the error was relayed */
         if (tunnel_reply_muted(c)) {
-            /* Redis, which may not answer, reads no more and holds the
-             * connection open until the client closes it (or `timeout`
-             * does): so does sidecache, without the own connection */
             unpin(c, 0);
+            /* over the query buffer limit Redis closes it at once, and
+             * says nothing there either */
+            if (c->tunnel_fail_qbuf) {
+                client_close(c, "query buffer limit reached");
+                return;
+            }
+            /* Redis, which may not answer, runs nothing more and holds the
+             * connection open until the client closes it (or `timeout`
+             * does), reading and dropping what comes: so does sidecache,
+             * without the own connection (client_on_read) */
             c->mute_linger = 1;
             c->state = PX_CLIENT_CLOSING;
-            px_io_pause_read(&c->io);
+            c->barrier = 0;
+            c->input_paused = 0;
+            px_io_resume_read(&c->io);
+            size_t unread;
+            px_io_input(&c->io, &unread);
+            px_io_consume(&c->io, unread);
             return;
         }
         reply_error(c, "%s", c->tunnel_fail);
@@ -2069,7 +2081,7 @@ static int client_dispatch(px_client *c, const char *frame) {
     /* A session with its own connection forwards there; a transaction in
      * MULTI queues everything on Redis, so nothing is answered here. */
     if (c->mode == PX_MODE_STICKY || (c->mode == PX_MODE_PINNED && c->in_multi)) {
-        if (hold_for_upstream(c)) return DISPATCH_WAIT;
+        if (act != ACT_ALONE && hold_for_upstream(c)) return DISPATCH_WAIT;
         if (act == ACT_TUNNEL) {
             if (c->inflight > 0) return DISPATCH_WAIT;
             enter_tunnel(c, frame);
@@ -2086,7 +2098,7 @@ static int client_dispatch(px_client *c, const char *frame) {
         return DISPATCH_DONE;
     }
     if (c->mode == PX_MODE_PINNED) {
-        if (act != ACT_LOCAL && hold_for_upstream(c)) return DISPATCH_WAIT;
+        if (act != ACT_LOCAL && act != ACT_ALONE && hold_for_upstream(c)) return DISPATCH_WAIT;
         switch (act) {
         case ACT_LOCAL: {
             int rc = answer_local(c, info);
@@ -2136,6 +2148,15 @@ static int client_dispatch(px_client *c, const char *frame) {
     case ACT_ALONE:
         if (c->inflight > 0) return DISPATCH_WAIT;
         if (act != ACT_ALONE && hold_for_upstream(c)) return DISPATCH_WAIT;
+        if (act == ACT_ALONE) {
+            /* a shared connection with nothing ahead is ready (a new one's
+             * handshake would meet Redis's BUSY, a SELECT among it) */
+            px_upstream *idle = px_pool_idle_shared(c->pool);
+            if (idle != NULL) {
+                forward_current(c, idle, frame);
+                return DISPATCH_DONE;
+            }
+        }
         if (pin_new(c, act == ACT_STICKY ? PX_MODE_STICKY
                        : act == ACT_TUNNEL ? PX_MODE_TUNNEL
                                            : PX_MODE_PINNED) != 0)
@@ -2322,6 +2343,7 @@ static int client_process_input(px_client *c) {
 
 too_big:
     px_warning("client query buffer limit reached id=%llu addr=%s", (unsigned long long)c->id, c->addr);
+    c->tunnel_fail_qbuf = 1;
     fail_after_replies(c, "ERR Protocol error: query buffer limit reached");
     return 0;
 }
@@ -2331,6 +2353,12 @@ too_big:
 
 static void client_on_read(void *arg) {
     px_client *c = arg;
+    if (c->mute_linger) {
+        size_t unread;
+        px_io_input(&c->io, &unread);
+        px_io_consume(&c->io, unread);
+        return;
+    }
     c->read_us = px_now_us();
     c->last_active_ms = c->read_us / 1000;
     client_process(c);
@@ -2383,7 +2411,7 @@ static void client_on_event(void *arg, int what, int err) {
          * a BLPOP 0 would hold its connections until that returns. Input
          * still to go (err: unread in the socket) is read on first, and
          * its end seen then. */
-        if (err == 0 || c->mute_linger) client_on_peer_close(c);
+        if (err == 0 || c->mute_linger || c->tunnel_fail != NULL) client_on_peer_close(c);
         return;
     }
     if (what == PX_IO_EOF) {

@@ -152,6 +152,7 @@ typedef struct px_client {
                                   Redis has answered what came before it */
     int tunnel_reply;          /* tunnel: Redis's CLIENT REPLY state of the
                                   connection, as far as followed (TUNNEL_REPLY_*) */
+    int tunnel_fail_qbuf;      /* ... and it is the query buffer limit's */
     int mute_linger;           /* closing without a word, as Redis after a
                                   protocol error under CLIENT REPLY OFF/SKIP:
                                   held open, read no more, until the client

@@ -815,6 +815,25 @@ px_upstream *px_pool_shared(px_pool *p, uint64_t client_id) {
     return u;
 }
 
+static px_upstream *idle_shared_of(px_pool *p) {
+    for (int i = 0; i < p->nshared; i++) {
+        px_upstream *u = p->shared[i];
+        if (u != NULL && u->state == PX_UP_READY && u->npending == 0 && px_io_pending(&u->io) == 0) {
+            p->used = 1;
+            return u;
+        }
+    }
+    return NULL;
+}
+
+px_upstream *px_pool_idle_shared(px_pool *p) {
+    px_upstream *u = idle_shared_of(p);
+    /* then one of the same user in another database or protocol */
+    for (px_pool *o = p->srv->pools; u == NULL && o != NULL; o = o->next)
+        if (o != p && !o->refused && str_eq(o->user, p->user) && str_eq(o->pass, p->pass)) u = idle_shared_of(o);
+    return u;
+}
+
 px_upstream *px_pool_pin(px_pool *p, px_client *owner, int tunnel) {
     px_upstream *u = p->idle;
     p->used = 1;

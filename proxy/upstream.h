@@ -334,6 +334,10 @@ void px_pool_unref(px_pool *p);
  * p->last_error says why.
  */
 px_upstream *px_pool_shared(px_pool *p, uint64_t client_id);
+/* A shared connection ready, with nothing awaited or waiting to be
+ * written, of the pool or else of another of its user (another database
+ * or protocol), for a command that depends on neither; NULL: none. */
+px_upstream *px_pool_idle_shared(px_pool *p);
 
 /* Sends sidecache's own request of kind (data, len: the command, copied;
  * token: its fill_token, for its reply) on a shared connection of its

@@ -224,7 +224,7 @@ def test_bad_input_in_a_tunnel_under_client_reply_off_or_skip(proxy, upstream, r
                     wait_until(lambda: admin.info("clients")["connected_clients"] <= baseline, timeout=3,
                                what="the tunnel's connection to Redis to be closed")
                 c.buf.clear()
-                c.send(b"PING\r\n")  # read by nobody
+                c.send(b"PING\r\n" + b"x" * 100000)  # read by nobody, run by nobody
                 later = outcome(c, 0.5)
         with ep.raw() as d:
             return [("first", first), ("then", later), ("w", d.cmd("GET", "w").raw)]
@@ -232,6 +232,10 @@ def test_bad_input_in_a_tunnel_under_client_reply_off_or_skip(proxy, upstream, r
     assert_same_runs(scenario, proxy, ref)
     wait_until(lambda: admin.info("clients")["connected_clients"] <= baseline, timeout=3,
                what="the proxy's connections back to what they were")
+    # and the client held open is gone with its close (the one asking)
+    with proxy.raw() as q:
+        wait_until(lambda: b"connected_clients:1\r\n" in q.call("INFO", "sidecache"), timeout=3,
+                   what="the proxy to close the client held open once it closed")
 
 
 def cpu_seconds(pid):
