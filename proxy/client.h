@@ -155,7 +155,7 @@ typedef struct px_client {
     int tunnel_fail_qbuf;      /* ... and it is the query buffer limit's */
     int mute_linger;           /* closing without a word, as Redis after a
                                   protocol error under CLIENT REPLY OFF/SKIP:
-                                  held open, read no more, until the client
+                                  held open, running nothing more, until the client
                                   closes (or `timeout`) */
     int input_paused;          /* reading stopped (barrier, switch, or back-pressure) */
     int peer_closed;           /* the client closed its side with commands read

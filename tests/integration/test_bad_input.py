@@ -200,7 +200,7 @@ REPLY_MODE_CASES = {
 @pytest.mark.parametrize("name", list(REPLY_MODE_CASES))
 def test_bad_input_in_a_tunnel_under_client_reply_off_or_skip(proxy, upstream, ref, name):
     """The client sees what Redis shows it: replies, the error or none, the
-    connection closed or held open reading nothing (before: sidecache
+    connection closed or held open running nothing more (before: sidecache
     always wrote the error and closed). While it is held, sidecache keeps
     no connection to Redis for it."""
     admin = upstream.client()
