@@ -965,6 +965,13 @@ void px_client_write_reply(px_client *c, const char *data, size_t len) {
     client_write(c, data, len);
 }
 
+/* Drops what the client sent that is not read yet: nothing of it runs. */
+static void drop_input(px_client *c) {
+    size_t unread;
+    px_io_input(&c->io, &unread);
+    px_io_consume(&c->io, unread);
+}
+
 /* A protocol error, or a request over the query buffer limit, ends the
  * session as in Redis: the error follows the replies to every command
  * before it, and the connection closes. In a tunnel those replies are not
@@ -979,9 +986,7 @@ static void fail_after_replies(px_client *c, const char *err) {
             pause_input(c);
             /* nothing more of it is read: what is here (up to a query
              * buffer's worth) need not wait for Redis */
-            size_t unread;
-            px_io_input(&c->io, &unread);
-            px_io_consume(&c->io, unread);
+            drop_input(c);
             return;
         }
     }
@@ -1725,15 +1730,13 @@ void px_client_on_tunnel_reset(px_client *c) {
             /* Redis, which may not answer, runs nothing more and holds the
              * connection open until the client closes it (or `timeout`
              * does), reading and dropping what comes: so does sidecache,
-             * without the own connection (client_on_read) */
+             * without the own connection (client_on_read; what came before
+             * was dropped with the error, fail_after_replies) */
             c->mute_linger = 1;
             c->state = PX_CLIENT_CLOSING;
             c->barrier = 0;
             c->input_paused = 0;
             px_io_resume_read(&c->io);
-            size_t unread;
-            px_io_input(&c->io, &unread);
-            px_io_consume(&c->io, unread);
             return;
         }
         reply_error(c, "%s", c->tunnel_fail);
@@ -2354,9 +2357,7 @@ too_big:
 static void client_on_read(void *arg) {
     px_client *c = arg;
     if (c->mute_linger) {
-        size_t unread;
-        px_io_input(&c->io, &unread);
-        px_io_consume(&c->io, unread);
+        drop_input(c);
         return;
     }
     c->read_us = px_now_us();
@@ -2411,7 +2412,9 @@ static void client_on_event(void *arg, int what, int err) {
          * a BLPOP 0 would hold its connections until that returns. Input
          * still to go (err: unread in the socket) is read on first, and
          * its end seen then. */
-        if (err == 0 || c->mute_linger || c->tunnel_fail != NULL) client_on_peer_close(c);
+        /* (a tunnel ending in a protocol error, held silent or not, reads
+         * nothing more of it: client_on_peer_close) */
+        if (err == 0 || c->tunnel_fail != NULL) client_on_peer_close(c);
         return;
     }
     if (what == PX_IO_EOF) {
