@@ -244,7 +244,10 @@ static int flush_unsettled(struct px_caching *pc) {
     return pc->flushes_unreleased > 0 || !inv_barrier_passed(pc->inv, pc->flush_barrier);
 }
 
-static void flush_hold(struct px_caching *pc, px_req *r) {
+static void flush_hold(struct px_caching *pc, const px_client *c, px_req *r) {
+    /* (not behind a blocking command, which may hold it for ever: then it
+     * is as a flush from elsewhere) */
+    if (c->blocking) return;
     r->flush_hold = 1;
     pc->flushes_unreleased++;
 }
@@ -1567,9 +1570,7 @@ int px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, i
     if (r != NULL) {
         if (w == CMDT_WRITES_UNKNOWN) {
             r->aux_flags |= PX_AUX_FLUSH;
-            /* (not behind a blocking command, which may hold it for ever:
-             * then it is as a flush from elsewhere) */
-            if (!c->blocking) flush_hold(pc, r);
+            flush_hold(pc, c, r);
         }
         if (keys.len) {
             r->aux = keys.data; /* ownership moves to r */
@@ -1971,7 +1972,7 @@ void px_caching_txn_close(px_client *c, px_req *r) {
     }
     if (c->txn_flush) {
         r->aux_flags |= PX_AUX_FLUSH;
-        flush_hold(c->srv->caching, r);
+        flush_hold(c->srv->caching, c, r);
     }
     if (c->txn_script_flush) {
         px_lookup_forget(c->srv->caching->lookup);
