@@ -22,8 +22,9 @@
  *     XREAD BLOCK) takes what one of them gave before the next command
  *     runs, which inside a block it would only after the block.
  *
- *   transactions without WATCH: proxy/client.c answers MULTI and +QUEUED
- *     itself and sends the whole transaction at EXEC with px_block_send.
+ *   transactions without WATCH: proxy/txn.c answers MULTI itself, has
+ *     Redis check each queued command, and sends the whole transaction at
+ *     EXEC with px_block_send.
  */
 #ifndef SIDECACHE_PROXY_BATCH_H
 #define SIDECACHE_PROXY_BATCH_H

@@ -171,7 +171,7 @@ int px_caching_txn_ran_alone(struct px_client *c, struct px_req *q, const struct
 
 /* A reply of a run of r other than its last is relayed: when r carries
  * keys purged when sent (PX_AUX_PREPURGED: a MULTI Redis refused made its
- * commands plain ones, txn_state_refused) and the cache began an entry
+ * commands plain ones, px_txn_state_refused) and the cache began an entry
  * since, they are purged before this reply reaches the client (C1). */
 void px_caching_on_reply_part(struct px_client *c, struct px_req *r);
 

@@ -1,6 +1,7 @@
 /*
  * proxy/client.c — client sessions and the router. See client.h for the
- * routing modes. What must hold at all times:
+ * routing modes; what the router answers itself of transactions is in
+ * txn.c. What must hold at all times:
  *
  * - Replies leave in request order. Every request, forwarded or answered
  *   here, owns one slot (px_req) in c->slots; a reply is written when its
@@ -35,8 +36,7 @@
 #include "proxy/log.h"
 #include "proxy/stats.h"
 #include "proxy/tls.h"
-
-enum dispatch_result { DISPATCH_DONE, DISPATCH_WAIT };
+#include "proxy/txn.h"
 
 /* What a command asks of the router, whatever the session's mode. */
 enum action {
@@ -180,7 +180,7 @@ static void reply_buf(px_client *c, resp_buf *b) {
     resp_buf_reset(b);
 }
 
-static void reply_simple(px_client *c, const char *s) {
+void px_client_reply_simple(px_client *c, const char *s) {
     resp_buf_reset(&c->scratch);
     resp_enc_simple(&c->scratch, s);
     reply_buf(c, &c->scratch);
@@ -203,8 +203,7 @@ static void enc_error(resp_buf *out, const char *fmt, ...) {
     va_end(ap);
 }
 
-static void reply_error(px_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void reply_error(px_client *c, const char *fmt, ...) {
+void px_client_reply_error(px_client *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     resp_buf_reset(&c->scratch);
@@ -214,7 +213,7 @@ static void reply_error(px_client *c, const char *fmt, ...) {
 }
 
 static void reply_arity(px_client *c, const char *cmd) {
-    reply_error(c, "ERR wrong number of arguments for '%s' command", cmd);
+    px_client_reply_error(c, "ERR wrong number of arguments for '%s' command", cmd);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -399,7 +398,7 @@ static void maybe_unpin(px_client *c) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* what Redis lets an identity do (UNWATCH, WATCH) */
+/* what Redis lets an identity do (UNWATCH, WATCH, DISCARD, CLIENT ...) */
 
 /*
  * A command sent at ACL epoch e (its record's fill_token) and answered +OK
@@ -408,162 +407,24 @@ static void maybe_unpin(px_client *c) {
  * moves it on) and for clients that logged in where Redis wants it (one
  * that did not still gets NOAUTH from Redis).
  */
-static int permission_known(const px_client *c, uint64_t learned) {
+int px_client_permission_known(const px_client *c, uint64_t learned) {
     return (c->pass != NULL || c->srv->open_access == 1) && learned == px_acl_mark(c->srv) &&
            c->srv->acl_unsettled == 0;
 }
 
-static void permission_probe(px_client *c, px_req *r, unsigned flag) {
+void px_client_permission_probe(px_client *c, px_req *r, unsigned flag) {
     r->aux_flags |= flag;
     r->fill_token = c->srv->acl_epoch;
 }
 
-static void permission_learn(px_client *c, const px_req *r, int ok, uint64_t *learned) {
+void px_client_permission_learn(px_client *c, const px_req *r, int ok, uint64_t *learned) {
     if (ok && r->fill_token == c->srv->acl_epoch) *learned = px_acl_mark(c->srv);
-}
-
-/* ------------------------------------------------------------------------ */
-/* UNWATCH with nothing watched */
-
-/*
- * go-redis ends every transaction with UNWATCH (Tx.Close), after EXEC has
- * already dropped the watches: a round trip that cannot change anything.
- * On a shared connection nothing is ever watched (WATCH pins), so once
- * Redis has answered +OK to an UNWATCH of this identity (its ACL allows
- * it) the answer is given here. An ACL change sent through the proxy
- * (acl_epoch) makes it ask Redis again.
- */
-static int unwatch_local(px_client *c) {
-    if (c->rq.argc != 1 || c->mode != PX_MODE_SHARED || !permission_known(c, c->pool->unwatch_epoch)) return 0;
-    reply_simple(c, "OK");
-    c->srv->unwatch_local++;
-    return 1;
-}
-
-/* An UNWATCH sent to Redis: its +OK teaches unwatch_local. */
-static void unwatch_probe(px_client *c, px_req *r) {
-    if (c->rq.argc != 1 || c->mode != PX_MODE_SHARED) return;
-    permission_probe(c, r, PX_AUX_UNWATCH);
-}
-
-/* ------------------------------------------------------------------------ */
-/* WATCH answered ahead */
-
-static void close_after_replies(px_client *c);
-
-/*
- * A client that watches keys waits for +OK before it reads them (go-redis's
- * Watch, so every JuiceFS transaction, twice in a batch unlink): a round
- * trip that only says Redis took the WATCH. Once Redis has accepted a WATCH
- * of this identity, a WATCH on the client's own connection is written to
- * the socket first and then answered +OK here, when the client sent nothing
- * after it (so it waits for that answer). Nothing the client sends next
- * on its connection can overtake it: its reads reach Redis after the
- * WATCH, so they see what the watch guards; and EXEC, the one command a
- * watch changes, waits until Redis's own +OK has arrived.
- *
- * What differs from Redis: the +OK means the WATCH left for Redis, not
- * that Redis ran it. A write the client causes on another connection
- * right after the +OK normally arrives later (on one host the WATCH is
- * already in Redis's socket), but a network may reorder the two; then
- * that write does not abort the EXEC, though the client's reads after the
- * WATCH do see it, so a read-then-commit transaction stays consistent.
- *
- * Should Redis refuse it after all (a key its ACL denies, an ACL changed
- * behind the proxy), the client was told otherwise: it is disconnected
- * before any EXEC of it ran, as on a lost connection, and the identity's
- * next WATCH asks Redis again. Off with `watch-ahead no`.
- */
-static int watch_ahead_allowed(px_client *c, px_upstream *u, px_req *r) {
-    if (!c->srv->cfg->watch_ahead || c->rq.argc < 2 || !permission_known(c, c->pool->watch_epoch)) return 0;
-    /* while the slot migrates a key not on the source gets ASK; on a
-     * cluster node without a hash tag any key may get MOVED or CROSSSLOT */
-    if (px_caching_slot_migrating(c->srv) || c->srv->cluster_untagged) return 0;
-    /* only a client that waits for the +OK gains from it: one that sent
-     * more (say MULTI … EXEC in the same write) gets Redis's own answer */
-    if (px_io_input_len(&c->io) != c->rq.frame_len) return 0;
-    /* on a cluster (key-prefix with a hash tag), a key of another slot
-     * gets MOVED or CROSSSLOT, which the client must see, not +OK */
-    const char *prefix = c->srv->cfg->key_prefix;
-    int slot = cluster_prefix_slot(prefix, strlen(prefix));
-    for (int i = 1; slot >= 0 && i < c->rq.argc; i++)
-        if (cluster_key_slot(c->rq.argv[i].ptr, c->rq.argv[i].len) != (unsigned)slot) return 0;
-    /* the +OK goes out at once only if no earlier reply is awaited */
-    return c->slots_head == r && u->state == PX_UP_READY;
-}
-
-/* A WATCH (not inside MULTI) just forwarded as r: answered here when it
- * may be. Only a PINNED session's connection is known to carry its pool's
- * identity (a STICKY one may have sent AUTH or HELLO of another user). */
-static void watch_send(px_client *c, px_upstream *u, px_req *r) {
-    if (c->mode != PX_MODE_PINNED) return;
-    permission_probe(c, r, PX_AUX_WATCH);
-    if (!watch_ahead_allowed(c, u, r)) return;
-    /* the WATCH is on its way (in the socket) before the client holds the
-     * +OK; if it cannot all be written now, Redis answers as usual */
-    px_io_write_early(&u->io, 1);
-    if (px_io_pending(&u->io) != 0) return;
-    r->aux_flags |= PX_AUX_WATCH_AHEAD;
-    c->watch_ahead++;
-    c->srv->watch_ahead++;
-    client_write(c, "+OK\r\n", 5);
-}
-
-/* Redis's reply to a forwarded WATCH: 0 to relay it; 1 if the client
- * already has its +OK; 2 if Redis refused that WATCH (the client reads
- * no more and must be closed once this reply is dealt with). */
-static int watch_reply(px_client *c, px_req *r, const char *data, size_t len) {
-    int ok = resp_frame_is_ok(data, len);
-    permission_learn(c, r, ok, &c->pool->watch_epoch);
-    if (!(r->aux_flags & PX_AUX_WATCH_AHEAD)) return 0;
-    c->watch_ahead--;
-    if (ok) return 1;
-    if (!r->lost) {
-        c->pool->watch_epoch = 0;
-        c->srv->watch_ahead_refused++;
-        px_warning("WATCH answered ahead was refused by Redis; client disconnected id=%llu addr=%s reply=\"%.*s\"",
-                   (unsigned long long)c->id, c->addr, (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);
-    }
-    /* the client must not send EXEC believing it watches: no more input
-     * (the held EXEC stays unread), and no waiting for what it sent after
-     * (a blocked BLPOP would hold it for ever) */
-    close_after_replies(c);
-    return 2;
-}
-
-/* ------------------------------------------------------------------------ */
-/* DISCARD on the client's own connection */
-
-/*
- * Redis refuses DISCARD to a user whose ACL denies it, and then stays inside
- * MULTI with the transaction flagged: what the client sends next is queued
- * and its EXEC is EXECABORT. So nothing after a DISCARD is sent until Redis
- * answered it (a barrier: DISCARD is rare, JuiceFS never sends one), and a
- * refusal puts the session back in MULTI. Redis's +OK teaches that the
- * identity may DISCARD: a local transaction's DISCARD is then answered here
- * (txn_local_dispatch). Only a PINNED connection is known to carry its
- * pool's identity.
- */
-static void client_local_reply(px_client *c, px_req *r, const char **data, size_t *len, resp_buf *out);
-
-static void discard_send(px_client *c, px_req *r) {
-    r->aux_flags |= PX_AUX_DISCARD;
-    if (c->mode == PX_MODE_PINNED) permission_probe(c, r, 0);
-    c->barrier = 1;
-}
-
-static void discard_reply(px_client *c, const px_req *r, const char *data, size_t len) {
-    int ok = !r->lost && resp_frame_is_ok(data, len);
-    c->barrier = 0;
-    if (c->mode == PX_MODE_PINNED) permission_learn(c, r, ok, &c->pool->discard_epoch);
-    /* refused, unless there was no transaction (its MULTI was refused) */
-    if (!ok && !r->lost && !resp_frame_starts_with(data, len, "-ERR DISCARD without MULTI"))
-        c->in_multi = 1;
 }
 
 /* ------------------------------------------------------------------------ */
 /* replies from upstream */
 
+static void client_local_reply(px_client *c, px_req *r, const char **data, size_t *len, resp_buf *out);
 static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len);
 
 /* Keeps a reply that arrived before its turn. Returns 0, or -1 after
@@ -759,65 +620,6 @@ void px_client_take_slot(px_client *c, px_req *r, px_upstream *u, size_t len) {
     c->inflight_on = u;
 }
 
-/* Redis refused the MULTI r of a transaction whose EXEC or DISCARD was
- * sent already, with the keys of the commands queued between: they run
- * alone, and their replies purge those keys first, as the end's would. */
-static void txn_ran_alone(px_client *c, const px_req *r) {
-    px_req *q = r->next_slot;
-    while (q != NULL && !(q->aux_flags & PX_AUX_TXN_STATE)) q = q->next_slot;
-    if (q == NULL) return;
-    for (px_req *p = r->next_slot; p != q; p = p->next_slot)
-        if (p->pending && p->kind == PX_REQ_CLIENT) px_caching_txn_ran_alone(c, p, q);
-}
-
-/* Redis refused a MULTI, EXEC, DISCARD or UNWATCH on the client's own
- * connection (an ACL without it; EXECABORT), whose effect the proxy took
- * for granted when it sent it. The connection is closed when the client
- * leaves it. A refused MULTI opened nothing: if its transaction is still
- * the open one, the client is not in MULTI, and the writes sent since,
- * taken as queued, run as they come. Their keys (each purged when sent)
- * go with the last request sent, to be purged again at its reply, when
- * they have all run (C1); at once if none is awaited. A refused UNWATCH
- * left the watches in place (unless a transaction since dropped them). */
-static void txn_state_refused(px_client *c, const px_req *r) {
-    c->pin_unsure = 1;
-    if (r == c->unwatch_req && !r->lost && !c->in_multi && c->txn_seq == c->unwatch_txn_seq) c->watching = 1;
-    if ((r->aux_flags & PX_AUX_MULTI_OPEN) && !r->lost && !(c->in_multi && c->txn_seq == r->fill_token))
-        txn_ran_alone(c, r);
-    if ((r->aux_flags & PX_AUX_MULTI_OPEN) && c->in_multi && c->txn_seq == r->fill_token) {
-        px_req *last = c->slots_tail;
-        c->in_multi = 0;
-        c->txn_acl = 0;
-        if (last != NULL && last != r && last->pending && last->aux == NULL)
-            px_caching_txn_close(c, last);
-        else
-            px_caching_txn_abandon(c);
-    }
-}
-
-/* Redis's answer to the check of the next command of the local
- * transaction (checks are answered in the order they were sent: one
- * connection). Redis's own transaction holds the commands queued before
- * the first it refuses, and none from there on (queueMultiCommand: an
- * aborted transaction queues nothing more, though it answers +QUEUED): so
- * does the block, and neither the flags nor the errors the block meets at
- * EXEC come from any other (its keys' slots, OOM, ...). */
-static void txn_local_checked(px_client *c, const px_req *r, int refused) {
-    resp_buf *f = &c->txn_frames;
-    uint32_t n;
-    if (!c->txn_local || c->txn_dirty || c->txn_checked_at + sizeof n > f->len) return;
-    if (refused) {
-        c->txn_dirty = 1;
-        f->len = c->txn_checked_at;
-        c->txn_count = c->txn_queued;
-        return;
-    }
-    memcpy(&n, f->data + c->txn_checked_at, sizeof n);
-    c->txn_checked_at += sizeof n + n;
-    c->txn_queued++;
-    if (r->aux_flags & PX_AUX_CHECK_DENYOOM) c->txn_denyoom = 1;
-}
-
 void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     if (r->kind == PX_REQ_BATCH) {
         px_batch_on_reply(c, r, data, len);
@@ -825,25 +627,26 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     }
     if (r->aux_flags & PX_AUX_ACL) c->srv->acl_epoch++;
     if ((r->aux_flags & PX_AUX_TXN_STATE) && resp_frame_is_error(data, len) && !resp_frame_is_execabort(data, len))
-        txn_state_refused(c, r);
+        px_txn_state_refused(c, r);
     if (r == c->unwatch_req) c->unwatch_req = NULL;
-    if (r->aux_flags & PX_AUX_UNWATCH) permission_learn(c, r, resp_frame_is_ok(data, len), &c->pool->unwatch_epoch);
+    if (r->aux_flags & PX_AUX_UNWATCH)
+        px_client_permission_learn(c, r, resp_frame_is_ok(data, len), &c->pool->unwatch_epoch);
     if (r->aux_flags & (PX_AUX_PING | PX_AUX_ECHO))
-        permission_learn(c, r, !r->lost && !resp_frame_is_error(data, len),
+        px_client_permission_learn(c, r, !r->lost && !resp_frame_is_error(data, len),
                          (r->aux_flags & PX_AUX_PING) ? &c->pool->ping_epoch : &c->pool->echo_epoch);
-    if (r->aux_flags & PX_AUX_DISCARD) discard_reply(c, r, data, len);
+    if (r->aux_flags & PX_AUX_DISCARD) px_txn_discard_reply(c, r, data, len);
     /* the client already has its +OK: Redis's is not relayed */
-    int answered = (r->aux_flags & PX_AUX_WATCH) ? watch_reply(c, r, data, len) : 0;
+    int answered = (r->aux_flags & PX_AUX_WATCH) ? px_txn_watch_reply(c, r, data, len) : 0;
     if (r->aux_flags & PX_AUX_TXN_CHECK) {
         /* Redis's answer to queuing a command of a transaction queued here */
         c->txn_checks--;
-        txn_local_checked(c, r, resp_frame_is_error(data, len));
+        px_txn_local_checked(c, r, resp_frame_is_error(data, len));
         /* its connection was closed because Redis refused the check's
          * MULTI (the identity is denied now): the command ran alone, and
          * EXECABORT would say that nothing ran. The client is disconnected,
          * as on a lost connection, and nothing more of the transaction is
          * sent. (A check lost with its connection ran nothing: EXECABORT.) */
-        if (r->lost && c->pool->txn_denied == px_acl_mark(c->srv)) close_after_replies(c);
+        if (r->lost && c->pool->txn_denied == px_acl_mark(c->srv)) px_client_close_after_replies(c);
     }
     resp_buf rewritten;
     resp_buf_init(&rewritten);
@@ -990,12 +793,12 @@ static void fail_after_replies(px_client *c, const char *err) {
             return;
         }
     }
-    reply_error(c, "%s", err);
-    close_after_replies(c);
+    px_client_reply_error(c, "%s", err);
+    px_client_close_after_replies(c);
 }
 
 /* Starts closing once what is queued is written. */
-static void close_after_replies(px_client *c) {
+void px_client_close_after_replies(px_client *c) {
     if (c->state != PX_CLIENT_ACTIVE) return;
     c->state = PX_CLIENT_CLOSING;
     px_io_pause_read(&c->io);
@@ -1011,25 +814,24 @@ void px_client_on_pinned_lost(px_client *c, px_upstream *u) {
      * subscriptions or whatever state it held: the client must see a lost
      * connection too, never a silent reset of that state. */
     px_verbose("client loses its upstream connection id=%llu addr=%s", (unsigned long long)c->id, c->addr);
-    close_after_replies(c);
+    px_client_close_after_replies(c);
 }
 
 /* ------------------------------------------------------------------------ */
 /* forwarding */
 
-/* The connection a forwarded command goes to, or NULL (then *err says why). */
-static px_upstream *shared_conn(px_client *c) {
+px_upstream *px_client_shared_conn(px_client *c) {
     return px_pool_shared(c->pool, c->id);
 }
 
-static void reply_unavailable(px_client *c, px_pool *p) {
-    reply_error(c, "%s sidecache: %s", px_unavailable_code(c->srv),
+void px_client_reply_unavailable(px_client *c, px_pool *p) {
+    px_client_reply_error(c, "%s sidecache: %s", px_unavailable_code(c->srv),
                 p->last_error[0] ? p->last_error : "upstream unavailable");
 }
 
 /* Bytes of the current request as Redis must receive them: the frame as it
  * came, or an inline command re-encoded as multibulk. */
-static void request_bytes(px_client *c, const char *frame, const char **out, size_t *outlen) {
+void px_client_request_bytes(px_client *c, const char *frame, const char **out, size_t *outlen) {
     if (!c->rq.is_inline) {
         *out = frame;
         *outlen = c->rq.frame_len;
@@ -1049,7 +851,7 @@ static void request_bytes(px_client *c, const char *frame, const char **out, siz
 /* Sends a request and takes its reply slot; by_ref: data is the frame in
  * the client's input (px_upstream_send_ref). Returns the record, or NULL
  * (the client is closed: out of memory). */
-static px_req *forward_to(px_client *c, px_upstream *u, int kind, const char *data, size_t len, int by_ref) {
+px_req *px_client_forward_to(px_client *c, px_upstream *u, int kind, const char *data, size_t len, int by_ref) {
     px_req *r = px_req_new(c->srv, c, kind);
     if (r == NULL) {
         client_close(c, "out of memory");
@@ -1078,11 +880,11 @@ static int wants_info_section(px_client *c) {
 static px_req *forward_current(px_client *c, px_upstream *u, const char *frame) {
     const char *data;
     size_t len;
-    request_bytes(c, frame, &data, &len);
+    px_client_request_bytes(c, frame, &data, &len);
     /* on the client's own connection, a frame of the input goes by
      * reference (a shared one gathers the requests of many clients, each
      * copied as before) */
-    px_req *r = forward_to(c, u, PX_REQ_CLIENT, data, len, u == c->pinned && !c->rq.is_inline);
+    px_req *r = px_client_forward_to(c, u, PX_REQ_CLIENT, data, len, u == c->pinned && !c->rq.is_inline);
     if (r != NULL && !c->in_multi) {
         if (wants_info_section(c)) r->aux_flags |= PX_AUX_INFO;
         if (wants_cluster_rewrite(c)) r->aux_flags |= PX_AUX_CLUSTER_SLOTS;
@@ -1090,12 +892,6 @@ static px_req *forward_current(px_client *c, px_upstream *u, const char *frame) 
         if (resp_acl_changes(c->rq.argc, c->rq.argv)) r->aux_flags |= PX_AUX_ACL;
     }
     return r;
-}
-
-/* The EXEC of a transaction that queued an ACL command. */
-static void txn_acl_exec(px_client *c, px_req *r) {
-    if (c->txn_acl) r->aux_flags |= PX_AUX_ACL;
-    c->txn_acl = 0;
 }
 
 /* Commands queued in MULTI on the client's own connection travel as a run:
@@ -1111,7 +907,7 @@ static int run_extend(px_client *c, const char *frame) {
         return 0;
     const char *data;
     size_t len;
-    request_bytes(c, frame, &data, &len);
+    px_client_request_bytes(c, frame, &data, &len);
     /* a frame of the input (not an inline command encoded in scratch,
      * which the next one overwrites) goes by reference: client_process
      * settles it */
@@ -1124,24 +920,6 @@ static int run_extend(px_client *c, const char *frame) {
 #define TXN_EAGER_BYTES 16384
 
 /* Records what a forwarded command does to the transaction state. */
-static void track_txn(px_client *c, int id) {
-    switch (id) {
-    case CMD_WATCH:
-        if (!c->in_multi) c->watching = 1;
-        break;
-    case CMD_MULTI:
-        c->in_multi = 1;
-        break;
-    case CMD_EXEC:
-    case CMD_DISCARD:
-        if (c->in_multi) c->in_multi = c->watching = 0;
-        break;
-    case CMD_UNWATCH:
-        if (!c->in_multi) c->watching = 0;
-        break;
-    }
-}
-
 /* Forwards to the client's own connection, keeping the transaction state
  * and what the cache must learn from it: the keys of writes queued in
  * MULTI are invalidated when EXEC's reply comes (C1). */
@@ -1151,7 +929,7 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
     int opens_txn = !c->in_multi && id == CMD_MULTI;
     int state = ends_txn || opens_txn || (!c->in_multi && id == CMD_UNWATCH);
     if (c->in_multi && id == CMD_DISCARD) c->txn_acl = 0;
-    track_txn(c, id);
+    px_txn_track(c, id);
     if (queued && run_extend(c, frame)) {
         px_caching_on_send(c, c->pinned, NULL, 0, 1);
         /* a long transaction starts reaching Redis while the proxy parses
@@ -1193,10 +971,10 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
          * proxy, sending on without waiting for that reply, took as queued */
         px_io_write_early(&c->pinned->io, 1);
         px_caching_txn_close(c, r);
-        if (id == CMD_EXEC) txn_acl_exec(c, r);
+        if (id == CMD_EXEC) px_txn_acl_exec(c, r);
     }
-    if (watch) watch_send(c, c->pinned, r);
-    if (ends_txn && id == CMD_DISCARD) discard_send(c, r);
+    if (watch) px_txn_watch_send(c, c->pinned, r);
+    if (ends_txn && id == CMD_DISCARD) px_txn_discard_send(c, r);
     /* a queued command's reply is +QUEUED or an error, with nothing to
      * learn: the next ones may join its record */
     if (queued && r->aux_flags == 0) r->run = 1;
@@ -1218,10 +996,10 @@ static void pinned_name(px_client *c, px_upstream *u) {
 
 /* Takes a connection of the client's own. Returns 0, or -1 after replying
  * with the reason it could not be had. */
-static int pin_new(px_client *c, int mode) {
+int px_client_pin_new(px_client *c, int mode) {
     px_upstream *u = px_pool_pin(c->pool, c, mode == PX_MODE_TUNNEL);
     if (u == NULL) {
-        reply_unavailable(c, c->pool);
+        px_client_reply_unavailable(c, c->pool);
         return -1;
     }
     c->pinned = u;
@@ -1283,250 +1061,13 @@ static void enter_tunnel(px_client *c, const char *frame) {
     /* writes queued before it may run at an EXEC in the tunnel, whose
      * reply is not matched (tunnel_waits) */
     if (c->in_multi && (c->txn_keys.len > 0 || c->txn_flush)) c->pinned->tunnel_wrote = 1;
-    request_bytes(c, frame, &data, &len);
+    px_client_request_bytes(c, frame, &data, &len);
     /* a new connection's handshake may still await its replies, which
      * Redis would count as the client's pipeline */
     if (c->rq.argc >= 2 && resp_arg_is(a[0].ptr, a[0].len, "SCRIPT") && resp_arg_is(a[1].ptr, a[1].len, "DEBUG"))
         px_upstream_send_alone(c->pinned, data, len);
     else
         px_upstream_send_raw(c->pinned, data, len);
-}
-
-/* ------------------------------------------------------------------------ */
-/* transactions without WATCH, on the shared connection */
-
-/* Most commands and bytes a transaction queues here; beyond, it moves to a
- * connection of the client's own, as one that Redis must answer does. */
-#define TXN_LOCAL_MAX_COMMANDS 10000
-#define TXN_LOCAL_MAX_BYTES (4 * 1024 * 1024)
-
-/*
- * MULTI without WATCH is answered here (+OK), and the transaction stays on
- * the shared connection: nothing pins a connection while the client takes
- * its time between MULTI and EXEC. Each queued command is checked by Redis
- * itself, as Redis checks it when queuing (unknown command, arity, ACL,
- * OOM, MISCONF, ...), with MULTI <command> DISCARD — a contiguous triple on
- * the shared connection that runs nothing — and the client gets Redis's
- * own answer (+QUEUED or the error). At EXEC, once every check is answered,
- * MULTI, the commands and EXEC go as one block (txn_local_exec; behind a
- * refused command, aborted as Redis aborts it).
- * Commands with connection state (SELECT, nested MULTI, WATCH, commands
- * answered here outside MULTI, ...) and oversized transactions move it to a
- * connection of the client's own (txn_local_to_pinned).
- */
-/* Redis refused this identity a MULTI or a DISCARD that sidecache added:
- * a local MULTI's check (MULTI, the command, DISCARD) cannot be made. */
-static int local_txn_denied(const px_client *c) {
-    uint64_t now = px_acl_mark(c->srv);
-    return c->pool->txn_denied == now || c->pool->discard_denied == now;
-}
-
-static int txn_local_allowed(px_client *c) {
-    /* where Redis wants a password, MULTI of a client without one is NOAUTH;
-     * an identity Redis refused MULTI or DISCARD sends its own */
-    return (c->pass != NULL || c->srv->open_access == 1) && !local_txn_denied(c);
-}
-
-/* The local transaction's commands and what Redis's checks said of them
- * are forgotten (sent, or dropped). */
-static void txn_local_clear(px_client *c) {
-    c->txn_local = 0;
-    c->txn_dirty = 0;
-    c->txn_denyoom = 0;
-    c->txn_count = 0;
-    c->txn_queued = 0;
-    c->txn_checked_at = 0;
-    resp_buf_reset(&c->txn_frames);
-}
-
-/* Ends the local transaction (exec: its written keys stay recorded for
- * EXEC's reply). Otherwise they are purged, every check being answered:
- * a check whose MULTI Redis refused ran its command. */
-static void txn_local_end(px_client *c, int exec) {
-    if (!c->txn_local) return;
-    if (!exec) px_caching_txn_abandon(c);
-    c->txn_acl = 0;
-    txn_local_clear(c);
-}
-
-static int client_dispatch(px_client *c, const char *frame);
-
-/* A command Redis refuses at queue time whatever the user or memory
- * (arity is checked first): sent inside MULTI, it flags Redis's
- * transaction, whose EXEC then aborts; its reply is dropped. Returns 0, or
- * -1 with the client closed (out of memory). */
-static int send_refused_cmd(px_client *c, px_upstream *u) {
-    static const char refused_cmd[] = "*1\r\n$3\r\nGET\r\n";
-    px_req *r = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
-    if (r == NULL) {
-        client_close(c, "out of memory");
-        return -1;
-    }
-    px_upstream_send(u, r, refused_cmd, sizeof refused_cmd - 1);
-    return 0;
-}
-
-/* The transaction so far goes to a connection of the client's own, and the
- * current command follows it there, for Redis to answer. */
-static int txn_local_to_pinned(px_client *c, const char *frame) {
-    if (c->inflight > 0) return DISPATCH_WAIT;
-    if (pin_new(c, PX_MODE_PINNED) != 0) {
-        c->txn_dirty = 1; /* replied: unavailable; the transaction cannot run */
-        return DISPATCH_DONE;
-    }
-    if (px_block_send(c->pinned, c->txn_frames.data, c->txn_frames.len, c->txn_count, 0) != 0) {
-        client_close(c, "out of memory");
-        return DISPATCH_DONE;
-    }
-    if (c->txn_dirty) {
-        /* Redis refused a queued command (OOM, MISCONF, ...): sent again, it
-         * may pass now, but the client was told it failed, and EXEC must
-         * abort. A command Redis refuses at queue time whatever the user or
-         * memory (arity is checked first) flags Redis's transaction too. */
-        if (send_refused_cmd(c, c->pinned) != 0) return DISPATCH_DONE;
-    }
-    c->in_multi = 1;
-    /* the queued keys stay in txn_keys for EXEC; Redis flags its own
-     * transaction from now on */
-    txn_local_clear(c);
-    c->srv->txn_pinned++;
-    return client_dispatch(c, frame);
-}
-
-/* EXEC: MULTI, the queued commands and EXEC, one block on the shared
- * connection; the EXEC's record carries the keys to invalidate again.
- * dirty: Redis refused a queued command, so the block ends with one it
- * refuses whatever happened since, and the EXEC aborts; but Redis checks
- * EXEC itself first (its ACL, a busy script, a cluster's slots for the
- * queued keys, ...), and the client gets that answer as Redis gives it. */
-static int txn_local_exec(px_client *c, int dirty) {
-    px_upstream *u = shared_conn(c);
-    if (u == NULL) {
-        txn_local_end(c, 0);
-        reply_unavailable(c, c->pool);
-        return DISPATCH_DONE;
-    }
-    if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
-    static const char exec_cmd[] = "*1\r\n$4\r\nEXEC\r\n";
-    if (px_block_send(u, c->txn_frames.data, c->txn_frames.len, c->txn_count, 0) != 0) {
-        client_close(c, "out of memory");
-        return DISPATCH_DONE;
-    }
-    if (dirty && send_refused_cmd(c, u) != 0) return DISPATCH_DONE;
-    px_req *r = forward_to(c, u, PX_REQ_CLIENT, exec_cmd, sizeof exec_cmd - 1, 0);
-    if (r == NULL) {
-        /* MULTI and the commands went without EXEC: the connection is
-         * inside MULTI */
-        px_upstream_close(u, "out of memory");
-        return DISPATCH_DONE;
-    }
-    r->aux_flags |= PX_AUX_BLOCK_EXEC | (dirty ? 0 : PX_AUX_BLOCK_CLEAN) | (c->txn_denyoom ? PX_AUX_BLOCK_DENYOOM : 0);
-    px_io_write_early(&u->io, 1);
-    px_caching_txn_close(c, r);
-    txn_acl_exec(c, r);
-    txn_local_end(c, 1);
-    c->srv->txn_shared++;
-    return DISPATCH_DONE;
-}
-
-/* Sends MULTI <command> DISCARD on u: the command's reply is Redis's answer
- * to queuing it; nothing runs. */
-static int txn_local_check(px_client *c, px_upstream *u, const char *data, size_t len, int denyoom) {
-    static const char multi_cmd[] = "*1\r\n$5\r\nMULTI\r\n", discard_cmd[] = "*1\r\n$7\r\nDISCARD\r\n";
-    px_req *m = px_req_new(c->srv, NULL, PX_REQ_TXN_CTL), *d = px_req_new(c->srv, NULL, PX_REQ_TXN_CTL);
-    px_req *r = px_req_new(c->srv, c, PX_REQ_CLIENT);
-    if (m == NULL || d == NULL || r == NULL) {
-        if (m) px_req_release(c->srv, m);
-        if (d) px_req_release(c->srv, d);
-        if (r) px_req_release(c->srv, r);
-        client_close(c, "out of memory");
-        return -1;
-    }
-    r->aux_flags |= PX_AUX_TXN_CHECK | (denyoom ? PX_AUX_CHECK_DENYOOM : 0);
-    d->aux_flags |= PX_AUX_CTL_DISCARD;
-    d->fill_token = c->srv->acl_epoch; /* its +OK teaches discard_epoch */
-    px_upstream_send(u, m, multi_cmd, sizeof multi_cmd - 1);
-    px_client_take_slot(c, r, u, len);
-    px_upstream_send(u, r, data, len);
-    px_upstream_send(u, d, discard_cmd, sizeof discard_cmd - 1);
-    c->txn_checks++;
-    return 0;
-}
-
-static int txn_local_dispatch(px_client *c, int id, int act, const char *frame) {
-    /* EXEC and DISCARD wait for every check: EXEC's outcome depends on them,
-     * and a check must not count for the next transaction */
-    if ((id == CMD_EXEC || id == CMD_DISCARD) && c->txn_checks > 0) return DISPATCH_WAIT;
-    if (id == CMD_EXEC && c->rq.argc != 1) {
-        /* Redis discards the transaction, naming the arity error */
-        txn_local_end(c, 0);
-        reply_error(c, "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command");
-        return DISPATCH_DONE;
-    }
-    if (id == CMD_EXEC && c->pool->txn_denied != px_acl_mark(c->srv)) return txn_local_exec(c, c->txn_dirty);
-    if (id == CMD_EXEC && !c->txn_dirty) {
-        /* MULTI is refused to this identity now: the block's commands would
-         * run one by one. Nothing ran; disconnected, as on a lost
-         * connection. */
-        close_after_replies(c);
-        return DISPATCH_DONE;
-    }
-    if (id == CMD_EXEC) {
-        /* (no block without MULTI: what Redis says of a transaction with
-         * a refused command, unless EXEC itself is refused) */
-        txn_local_end(c, 0);
-        reply_error(c, "EXECABORT Transaction discarded because of previous errors.");
-        return DISPATCH_DONE;
-    }
-    int multi_denied = c->pool->txn_denied == px_acl_mark(c->srv);
-    int discard_known = permission_known(c, c->pool->discard_epoch) && c->pool->discard_denied != px_acl_mark(c->srv);
-    if (id == CMD_DISCARD && (multi_denied || discard_known)) {
-        /* (with MULTI refused now nothing of it can be on Redis) */
-        txn_local_end(c, 0);
-        reply_simple(c, "OK");
-        return DISPATCH_DONE;
-    }
-    if (multi_denied) {
-        /* Redis refused this identity a MULTI since this transaction
-         * began: a check, or the block that takes it to a connection of
-         * its own, would run commands the client believes queued.
-         * Disconnected, as on a lost connection. */
-        close_after_replies(c);
-        return DISPATCH_DONE;
-    }
-    /* A DISCARD Redis may refuse goes there too: then the transaction stays
-     * open on Redis, as the client must see it. So does every command once a
-     * check's DISCARD was refused (it would leave a connection in MULTI). */
-    if (act != ACT_FORWARD || id == CMD_DISCARD || c->pool->discard_denied == px_acl_mark(c->srv) ||
-        c->txn_count >= TXN_LOCAL_MAX_COMMANDS || c->txn_frames.len + c->rq.frame_len > TXN_LOCAL_MAX_BYTES)
-        return txn_local_to_pinned(c, frame);
-    px_upstream *u = shared_conn(c);
-    if (u == NULL) {
-        /* as a command Redis refused: the transaction cannot run */
-        c->txn_dirty = 1;
-        reply_unavailable(c, c->pool);
-        return DISPATCH_DONE;
-    }
-    if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
-    const char *data;
-    size_t len;
-    request_bytes(c, frame, &data, &len);
-    /* after a refusal Redis queues nothing more (txn_local_checked); the
-     * check still gives the client Redis's answer */
-    if (!c->txn_dirty) {
-        if (px_frames_append(&c->txn_frames, data, len) != 0) {
-            client_close(c, "out of memory");
-            return DISPATCH_DONE;
-        }
-        c->txn_count++;
-    }
-    const cmdtable *t = px_caching_cmdtable(c->srv);
-    int flags = 0;
-    /* (no command table, with the cache off: no OOM is named) */
-    int denyoom = t != NULL && cmdtable_check(t, c->rq.argc, c->rq.argv, &flags) && (flags & CMDT_F_DENYOOM);
-    px_caching_on_send(c, NULL, NULL, 0, 1); /* its keys, for EXEC */
-    txn_local_check(c, u, data, len, denyoom);
-    return DISPATCH_DONE;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1540,7 +1081,7 @@ static int valid_name(const char *p, size_t n) {
 
 static void cmd_ping(px_client *c) {
     if (c->rq.argc > 2) return reply_arity(c, "ping");
-    if (c->rq.argc == 1) return reply_simple(c, "PONG");
+    if (c->rq.argc == 1) return px_client_reply_simple(c, "PONG");
     resp_buf_reset(&c->scratch);
     resp_enc_bulk(&c->scratch, c->rq.argv[1].ptr, c->rq.argv[1].len);
     reply_buf(c, &c->scratch);
@@ -1623,27 +1164,28 @@ static int client_local_ask(px_client *c, int sub) {
         [CLIENT_GETNAME] = "*2\r\n$6\r\nCLIENT\r\n$7\r\nGETNAME\r\n",
         [CLIENT_SETINFO] = "*4\r\n$6\r\nCLIENT\r\n$7\r\nSETINFO\r\n$8\r\nLIB-NAME\r\n$15\r\nsidecache probe\r\n",
     };
-    px_upstream *u = c->mode == PX_MODE_PINNED ? c->pinned : shared_conn(c);
+    px_upstream *u = c->mode == PX_MODE_PINNED ? c->pinned : px_client_shared_conn(c);
     if (u == NULL) {
-        reply_unavailable(c, c->pool);
-        return DISPATCH_DONE;
+        px_client_reply_unavailable(c, c->pool);
+        return PX_DISPATCH_DONE;
     }
-    if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
+    if (c->inflight > 0 && c->inflight_on != u) return PX_DISPATCH_WAIT;
     client_local_answer(c, &c->scratch);
     char *answer = malloc(c->scratch.len);
-    px_req *r = answer != NULL ? forward_to(c, u, PX_REQ_CLIENT_LOCAL, probes[sub], strlen(probes[sub]), 0) : NULL;
+    px_req *r =
+        answer != NULL ? px_client_forward_to(c, u, PX_REQ_CLIENT_LOCAL, probes[sub], strlen(probes[sub]), 0) : NULL;
     if (r == NULL) {
         free(answer);
         if (c->state != PX_CLIENT_CLOSED) client_close(c, "out of memory");
-        return DISPATCH_DONE;
+        return PX_DISPATCH_DONE;
     }
     memcpy(answer, c->scratch.data, c->scratch.len);
     r->aux = answer;
     r->aux_len = c->scratch.len;
-    permission_probe(c, r, 0);
+    px_client_permission_probe(c, r, 0);
     c->pend_client = sub;
     c->barrier = 1;
-    return DISPATCH_DONE;
+    return PX_DISPATCH_DONE;
 }
 
 /* Whether Redis's reply to a probe says it ran the subcommand: a value,
@@ -1664,7 +1206,7 @@ static int client_probe_ran(const char *data, size_t len) {
  * written). */
 static void client_local_reply(px_client *c, px_req *r, const char **data, size_t *len, resp_buf *out) {
     if (r->lost || !client_probe_ran(*data, *len)) return;
-    permission_learn(c, r, 1, &c->pool->client_epoch[c->pend_client]);
+    px_client_permission_learn(c, r, 1, &c->pool->client_epoch[c->pend_client]);
     if (resp_buf_append(out, r->aux, r->aux_len) != 0) return client_close(c, "out of memory");
     *data = out->data;
     *len = out->len;
@@ -1672,11 +1214,11 @@ static void client_local_reply(px_client *c, px_req *r, const char **data, size_
 
 static int cmd_client_local(px_client *c) {
     int sub = client_local_sub(c);
-    if (!permission_known(c, c->pool->client_epoch[sub])) return client_local_ask(c, sub);
+    if (!px_client_permission_known(c, c->pool->client_epoch[sub])) return client_local_ask(c, sub);
     client_local_answer(c, &c->scratch);
     client_local_apply(c);
     reply_buf(c, &c->scratch);
-    return DISPATCH_DONE;
+    return PX_DISPATCH_DONE;
 }
 
 /* The session as a new connection's, in the upstream's db, on the shared
@@ -1691,18 +1233,18 @@ static void session_reset(px_client *c, int reply) {
     free(c->name), c->name = NULL;
     px_pool *p = px_pool_ref(c->srv, NULL, NULL, c->db, 2);
     if (p != NULL) switch_pool(c, p);
-    if (reply) reply_simple(c, "RESET");
+    if (reply) px_client_reply_simple(c, "RESET");
 }
 
 static int cmd_reset(px_client *c) {
-    if (c->inflight > 0) return DISPATCH_WAIT;
-    txn_local_end(c, 0);
+    if (c->inflight > 0) return PX_DISPATCH_WAIT;
+    px_txn_local_end(c, 0);
     /* a transaction queued on the client's own connection is dropped with
      * it; its keys are purged all the same (every reply is in: what ran, if
      * Redis had refused the MULTI, has run) */
     px_caching_txn_abandon(c);
     session_reset(c, 1);
-    return DISPATCH_DONE;
+    return PX_DISPATCH_DONE;
 }
 
 /* The tunnel an ACL command went through has ended: that command has run
@@ -1739,8 +1281,8 @@ void px_client_on_tunnel_reset(px_client *c) {
             px_io_resume_read(&c->io);
             return;
         }
-        reply_error(c, "%s", c->tunnel_fail);
-        close_after_replies(c);
+        px_client_reply_error(c, "%s", c->tunnel_fail);
+        px_client_close_after_replies(c);
         return;
     }
     /* every reply up to the RESET's was relayed (Redis's +RESET among them,
@@ -1759,11 +1301,11 @@ static int args_equal(const resp_arg *x, const resp_arg *y) {
  * shared connection, for Redis to answer after its own checks
  * (NOAUTH, ACL), which come first. */
 static int forward_refused(px_client *c, const char *frame) {
-    px_upstream *u = shared_conn(c);
-    if (u == NULL) return reply_unavailable(c, c->pool), DISPATCH_DONE;
-    if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
+    px_upstream *u = px_client_shared_conn(c);
+    if (u == NULL) return px_client_reply_unavailable(c, c->pool), PX_DISPATCH_DONE;
+    if (c->inflight > 0 && c->inflight_on != u) return PX_DISPATCH_WAIT;
     forward_current(c, u, frame);
-    return DISPATCH_DONE;
+    return PX_DISPATCH_DONE;
 }
 
 /*
@@ -1781,7 +1323,7 @@ static int cmd_state(px_client *c, int id, const char *frame) {
 
     clear_pending_state(c);
     if (id == CMD_SELECT) {
-        if (argc != 2) return reply_arity(c, "select"), DISPATCH_DONE;
+        if (argc != 2) return reply_arity(c, "select"), PX_DISPATCH_DONE;
         char num[32];
         long long v;
         /* an index no db has: Redis answers it, after its NOAUTH and ACL
@@ -1794,8 +1336,8 @@ static int cmd_state(px_client *c, int id, const char *frame) {
         resp_buf_reset(b);
         resp_enc_commandv(b, "SELECT", num, NULL);
     } else if (id == CMD_AUTH) {
-        if (argc < 2) return reply_arity(c, "auth"), DISPATCH_DONE;
-        if (argc > 3) return reply_error(c, "ERR syntax error"), DISPATCH_DONE;
+        if (argc < 2) return reply_arity(c, "auth"), PX_DISPATCH_DONE;
+        if (argc > 3) return px_client_reply_error(c, "ERR syntax error"), PX_DISPATCH_DONE;
         if (argc == 3) set_str(&c->pend_user, a[1].ptr, a[1].len);
         set_str(&c->pend_pass, a[argc - 1].ptr, a[argc - 1].len);
         user = c->pend_user;
@@ -1807,12 +1349,12 @@ static int cmd_state(px_client *c, int id, const char *frame) {
         if (argc >= 2) {
             long long v;
             if (!resp_string2ll(a[1].ptr, a[1].len, &v)) {
-                reply_error(c, "ERR Protocol version is not an integer or out of range");
-                return DISPATCH_DONE;
+                px_client_reply_error(c, "ERR Protocol version is not an integer or out of range");
+                return PX_DISPATCH_DONE;
             }
             if (v != 2 && v != 3) {
-                reply_error(c, "NOPROTO unsupported protocol version");
-                return DISPATCH_DONE;
+                px_client_reply_error(c, "NOPROTO unsupported protocol version");
+                return PX_DISPATCH_DONE;
             }
             proto = (int)v;
         }
@@ -1826,8 +1368,8 @@ static int cmd_state(px_client *c, int id, const char *frame) {
                     /* Redis logs in as each in turn and stops at the first
                      * it refuses: sidecache can check one identity only */
                     clear_pending_state(c);
-                    reply_error(c, "ERR sidecache: HELLO with two different AUTH options is not supported");
-                    return DISPATCH_DONE;
+                    px_client_reply_error(c, "ERR sidecache: HELLO with two different AUTH options is not supported");
+                    return PX_DISPATCH_DONE;
                 }
                 /* the name so far holds even if this AUTH is refused (only
                  * the same credentials may follow: refused at the first) */
@@ -1879,24 +1421,24 @@ static int cmd_state(px_client *c, int id, const char *frame) {
     if (target == NULL) {
         clear_pending_state(c);
         client_close(c, "out of memory");
-        return DISPATCH_DONE;
+        return PX_DISPATCH_DONE;
     }
     px_upstream *u = px_pool_shared(target, c->id);
     if (u == NULL) {
         clear_pending_state(c);
-        reply_unavailable(c, target);
+        px_client_reply_unavailable(c, target);
         px_pool_unref(target);
-        return DISPATCH_DONE;
+        return PX_DISPATCH_DONE;
     }
     px_pool_unref(target); /* the session takes its reference on success */
     if (c->inflight > 0 && c->inflight_on != u) {
         clear_pending_state(c);
-        return DISPATCH_WAIT;
+        return PX_DISPATCH_WAIT;
     }
-    px_req *r = forward_to(c, u, kind, b->data, b->len, 0);
+    px_req *r = px_client_forward_to(c, u, kind, b->data, b->len, 0);
     if (r != NULL && bad_at) r->aux_flags |= PX_AUX_HELLO_REFUSED;
     c->barrier = 1;
-    return DISPATCH_DONE;
+    return PX_DISPATCH_DONE;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1975,37 +1517,35 @@ static int classify(px_client *c, const resp_cmd_info *info) {
     return ACT_FORWARD;
 }
 
-/* Answers a command the proxy keeps locally: DISPATCH_DONE or
- * DISPATCH_WAIT, or ANSWER_FORWARD if it must go to Redis after all (PING
+/* Answers a command the proxy keeps locally: PX_DISPATCH_DONE or
+ * PX_DISPATCH_WAIT, or ANSWER_FORWARD if it must go to Redis after all (PING
  * and ECHO while it is not known that Redis lets this identity send them,
  * or lets a client without credentials in). */
 #define ANSWER_FORWARD (-1)
 static int answer_local(px_client *c, const resp_cmd_info *info) {
     /* Redis checks the arity its command table gives (ECHO's 2, PING's at
      * least 1) before it asks for a password; PING's limit of 2 is PING's */
-    if (info->id == CMD_ECHO && c->rq.argc != 2) return reply_arity(c, "echo"), DISPATCH_DONE;
+    if (info->id == CMD_ECHO && c->rq.argc != 2) return reply_arity(c, "echo"), PX_DISPATCH_DONE;
     if (c->pass == NULL && c->srv->open_access == 0) {
-        reply_error(c, "NOAUTH Authentication required.");
-        return DISPATCH_DONE;
+        px_client_reply_error(c, "NOAUTH Authentication required.");
+        return PX_DISPATCH_DONE;
     }
     if (info->id == CMD_CLIENT) return cmd_client_local(c);
     /* PING and ECHO once Redis has answered them for this identity: its
      * ACL may deny them (px_client_on_reply learns it) */
-    if (!permission_known(c, info->id == CMD_PING ? c->pool->ping_epoch : c->pool->echo_epoch))
+    if (!px_client_permission_known(c, info->id == CMD_PING ? c->pool->ping_epoch : c->pool->echo_epoch))
         return ANSWER_FORWARD;
     if (info->id == CMD_PING)
         cmd_ping(c);
     else
         cmd_echo(c);
-    return DISPATCH_DONE;
+    return PX_DISPATCH_DONE;
 }
 
-/* Routes one parsed request. DISPATCH_WAIT leaves it unconsumed, to be
- * parsed again when the in-flight requests it must follow are answered. */
-static int client_dispatch(px_client *c, const char *frame) {
+int px_client_dispatch(px_client *c, const char *frame) {
     const resp_arg *a = c->rq.argv;
-    if (c->rq.argc == 0) return DISPATCH_DONE;
-    if (c->mode == PX_MODE_TUNNEL && hold_for_upstream(c)) return DISPATCH_WAIT;
+    if (c->rq.argc == 0) return PX_DISPATCH_DONE;
+    if (c->mode == PX_MODE_TUNNEL && hold_for_upstream(c)) return PX_DISPATCH_WAIT;
     /* a user's permissions may change: forget what was learned of them,
      * now and again when Redis has run the command (PX_AUX_ACL). In a
      * tunnel, where its reply is not matched, nothing is learned until the
@@ -2027,13 +1567,13 @@ static int client_dispatch(px_client *c, const char *frame) {
              * what follows it waits unread, not in memory here, and is
              * read once the held bytes are written (px_client_upstream_drained) */
             c->backlogged = 1;
-            return DISPATCH_WAIT;
+            return PX_DISPATCH_WAIT;
         }
         /* no reply is matched in a tunnel: a write invalidates when sent,
          * and what Redis sends back waits for its invalidations from then
          * on (upstream.c, tunnel_waits) */
         if (px_caching_on_send(c, NULL, NULL, 0, 0) && c->pinned != NULL) c->pinned->tunnel_wrote = 1;
-        request_bytes(c, frame, &data, &len);
+        px_client_request_bytes(c, frame, &data, &len);
         if (c->pinned != NULL) px_upstream_send_raw(c->pinned, data, len);
         tunnel_follow_reply(c);
         if (c->pinned != NULL && c->rq.argc == 1 && resp_arg_is(a[0].ptr, a[0].len, "RESET")) {
@@ -2046,12 +1586,12 @@ static int client_dispatch(px_client *c, const char *frame) {
             px_upstream_send_reset_marker(c->pinned);
             c->barrier = 1;
         }
-        return DISPATCH_DONE;
+        return PX_DISPATCH_DONE;
     }
 
     /* a write batch's outcome decides what is sent next (proxy/batch.h),
      * and a merged MGET's whether it goes again */
-    if (c->batch_wait || c->mget_merge != NULL) return DISPATCH_WAIT;
+    if (c->batch_wait || c->mget_merge != NULL) return PX_DISPATCH_WAIT;
     const resp_cmd_info *info = resp_cmd_lookup(a[0].ptr, a[0].len);
     /* Redis refuses these with an argument (arity 1) as any command: its
      * error, and in MULTI EXECABORT at EXEC (EXEC itself: below) */
@@ -2068,27 +1608,28 @@ static int client_dispatch(px_client *c, const char *frame) {
         batchable = act == ACT_FORWARD && px_batch_eligible(c);
         if (!batchable) {
             px_batch_flush(c);
-            if (c->batch_wait) return DISPATCH_WAIT;
+            if (c->batch_wait) return PX_DISPATCH_WAIT;
         }
     }
     if (id == CMD_QUIT) {
-        reply_simple(c, "OK");
-        close_after_replies(c);
-        return DISPATCH_DONE;
+        px_client_reply_simple(c, "OK");
+        px_client_close_after_replies(c);
+        return PX_DISPATCH_DONE;
     }
     if (id == CMD_RESET) return cmd_reset(c);
-    if (c->txn_local) return hold_for_upstream(c) ? DISPATCH_WAIT : txn_local_dispatch(c, id, act, frame);
+    if (c->txn_local)
+        return hold_for_upstream(c) ? PX_DISPATCH_WAIT : px_txn_local_dispatch(c, id, act == ACT_FORWARD, frame);
     /* a WATCH answered ahead must hold before EXEC may run */
-    if (id == CMD_EXEC && c->watch_ahead > 0) return DISPATCH_WAIT;
+    if (id == CMD_EXEC && c->watch_ahead > 0) return PX_DISPATCH_WAIT;
 
     /* A session with its own connection forwards there; a transaction in
      * MULTI queues everything on Redis, so nothing is answered here. */
     if (c->mode == PX_MODE_STICKY || (c->mode == PX_MODE_PINNED && c->in_multi)) {
-        if (act != ACT_ALONE && hold_for_upstream(c)) return DISPATCH_WAIT;
+        if (act != ACT_ALONE && hold_for_upstream(c)) return PX_DISPATCH_WAIT;
         if (act == ACT_TUNNEL) {
-            if (c->inflight > 0) return DISPATCH_WAIT;
+            if (c->inflight > 0) return PX_DISPATCH_WAIT;
             enter_tunnel(c, frame);
-            return DISPATCH_DONE;
+            return PX_DISPATCH_DONE;
         }
         /* a state Redis gives the connection (at EXEC, when queued): it
          * stays the client's; PING and ECHO give none */
@@ -2098,21 +1639,21 @@ static int client_dispatch(px_client *c, const char *frame) {
          * block) may wait for ever: upstream-timeout must not cut it */
         if (act == ACT_BLOCK && !c->in_multi) c->blocking = 1;
         forward_pinned(c, id, frame);
-        return DISPATCH_DONE;
+        return PX_DISPATCH_DONE;
     }
     if (c->mode == PX_MODE_PINNED) {
-        if (act != ACT_LOCAL && act != ACT_ALONE && hold_for_upstream(c)) return DISPATCH_WAIT;
+        if (act != ACT_LOCAL && act != ACT_ALONE && hold_for_upstream(c)) return PX_DISPATCH_WAIT;
         switch (act) {
         case ACT_LOCAL: {
             int rc = answer_local(c, info);
             if (rc != ANSWER_FORWARD) return rc;
-            if (hold_for_upstream(c)) return DISPATCH_WAIT;
+            if (hold_for_upstream(c)) return PX_DISPATCH_WAIT;
             break;
         }
         case ACT_TUNNEL:
-            if (c->inflight > 0) return DISPATCH_WAIT;
+            if (c->inflight > 0) return PX_DISPATCH_WAIT;
             enter_tunnel(c, frame);
-            return DISPATCH_DONE;
+            return PX_DISPATCH_DONE;
         case ACT_STATE:
         case ACT_STICKY:
             c->mode = PX_MODE_STICKY;
@@ -2124,7 +1665,7 @@ static int client_dispatch(px_client *c, const char *frame) {
             break;
         }
         forward_pinned(c, id, frame);
-        return DISPATCH_DONE;
+        return PX_DISPATCH_DONE;
     }
 
     /* SHARED */
@@ -2135,13 +1676,13 @@ static int client_dispatch(px_client *c, const char *frame) {
         break;
     }
     case ACT_STATE:
-        return hold_for_upstream(c) ? DISPATCH_WAIT : cmd_state(c, id, frame);
+        return hold_for_upstream(c) ? PX_DISPATCH_WAIT : cmd_state(c, id, frame);
     case ACT_TXN:
-        if (id == CMD_UNWATCH && unwatch_local(c)) return DISPATCH_DONE;
-        if (id == CMD_MULTI && txn_local_allowed(c)) {
+        if (id == CMD_UNWATCH && px_txn_unwatch_local(c)) return PX_DISPATCH_DONE;
+        if (id == CMD_MULTI && px_txn_local_allowed(c)) {
             c->txn_local = 1;
-            reply_simple(c, "OK");
-            return DISPATCH_DONE;
+            px_client_reply_simple(c, "OK");
+            return PX_DISPATCH_DONE;
         }
         if (id != CMD_WATCH && id != CMD_MULTI) break; /* Redis answers the error */
         /* fall through */
@@ -2149,28 +1690,28 @@ static int client_dispatch(px_client *c, const char *frame) {
     case ACT_STICKY:
     case ACT_TUNNEL:
     case ACT_ALONE:
-        if (c->inflight > 0) return DISPATCH_WAIT;
-        if (act != ACT_ALONE && hold_for_upstream(c)) return DISPATCH_WAIT;
+        if (c->inflight > 0) return PX_DISPATCH_WAIT;
+        if (act != ACT_ALONE && hold_for_upstream(c)) return PX_DISPATCH_WAIT;
         if (act == ACT_ALONE) {
             /* a shared connection with nothing ahead is ready (a new one's
              * handshake would meet Redis's BUSY, a SELECT among it) */
             px_upstream *idle = px_pool_idle_shared(c->pool);
             if (idle != NULL) {
                 forward_current(c, idle, frame);
-                return DISPATCH_DONE;
+                return PX_DISPATCH_DONE;
             }
         }
-        if (pin_new(c, act == ACT_STICKY ? PX_MODE_STICKY
+        if (px_client_pin_new(c, act == ACT_STICKY ? PX_MODE_STICKY
                        : act == ACT_TUNNEL ? PX_MODE_TUNNEL
                                            : PX_MODE_PINNED) != 0)
-            return DISPATCH_DONE;
+            return PX_DISPATCH_DONE;
         if (act == ACT_TUNNEL) {
             enter_tunnel(c, frame);
-            return DISPATCH_DONE;
+            return PX_DISPATCH_DONE;
         }
         if (act == ACT_BLOCK) c->blocking = 1;
         forward_pinned(c, id, frame);
-        return DISPATCH_DONE;
+        return PX_DISPATCH_DONE;
     default:
         break;
     }
@@ -2178,28 +1719,28 @@ static int client_dispatch(px_client *c, const char *frame) {
     int hit = c->srv->caching != NULL ? px_caching_try_hit(c, &cacheable) : 0;
     if (hit == PX_CACHING_WAIT) {
         /* read again once the keep-alive is answered (px_clients_ping_wake;
-         * DISPATCH_WAIT pauses the input) */
+         * PX_DISPATCH_WAIT pauses the input) */
         wait_in(&c->srv->ping_waiters, c);
-        return DISPATCH_WAIT;
+        return PX_DISPATCH_WAIT;
     }
     if (hit) {
         px_latency_add(&c->srv->lat_hit, px_now_us() - c->read_us);
-        return DISPATCH_DONE;
+        return PX_DISPATCH_DONE;
     }
-    if (hold_for_upstream(c)) return DISPATCH_WAIT;
-    px_upstream *u = shared_conn(c);
+    if (hold_for_upstream(c)) return PX_DISPATCH_WAIT;
+    px_upstream *u = px_client_shared_conn(c);
     if (u == NULL) {
-        reply_unavailable(c, c->pool);
-        return DISPATCH_DONE;
+        px_client_reply_unavailable(c, c->pool);
+        return PX_DISPATCH_DONE;
     }
-    if (c->inflight > 0 && c->inflight_on != u) return DISPATCH_WAIT;
+    if (c->inflight > 0 && c->inflight_on != u) return PX_DISPATCH_WAIT;
     if (batchable < 0) batchable = act == ACT_FORWARD && !cacheable && px_batch_eligible(c);
     if (batchable) {
         const char *data;
         size_t len;
-        request_bytes(c, frame, &data, &len);
+        px_client_request_bytes(c, frame, &data, &len);
         px_batch_add(c, u, data, len);
-        return DISPATCH_DONE;
+        return PX_DISPATCH_DONE;
     }
     px_caching_before_read(c, u, cacheable);
     px_req *r;
@@ -2208,16 +1749,17 @@ static int client_dispatch(px_client *c, const char *frame) {
         const char *data;
         size_t len;
         px_caching_mget_request(c, &data, &len);
-        r = forward_to(c, u, PX_REQ_CLIENT, data, len, 0);
+        r = px_client_forward_to(c, u, PX_REQ_CLIENT, data, len, 0);
     } else {
         r = forward_current(c, u, frame);
     }
     if (r != NULL) {
         px_caching_on_send(c, u, r, cacheable, 0);
-        if (id == CMD_UNWATCH) unwatch_probe(c, r);
-        if (id == CMD_PING || id == CMD_ECHO) permission_probe(c, r, id == CMD_PING ? PX_AUX_PING : PX_AUX_ECHO);
+        if (id == CMD_UNWATCH) px_txn_unwatch_probe(c, r);
+        if (id == CMD_PING || id == CMD_ECHO)
+            px_client_permission_probe(c, r, id == CMD_PING ? PX_AUX_PING : PX_AUX_ECHO);
     }
-    return DISPATCH_DONE;
+    return PX_DISPATCH_DONE;
 }
 
 /* Parses and routes what the client sent; an open write batch goes when
@@ -2236,7 +1778,7 @@ static void client_process(px_client *c) {
     /* the client is gone and what it sent has all been dispatched (a
      * partial command left is dropped, as Redis drops it) */
     else if (c->peer_closed && !waits && c->state == PX_CLIENT_ACTIVE)
-        close_after_replies(c);
+        px_client_close_after_replies(c);
     /* what run_extend appended by reference leaves the input now */
     px_io_settle(c->srv);
     px_batch_flush(c);
@@ -2334,7 +1876,7 @@ static int client_process_input(px_client *c) {
             return 0;
         }
         size_t flen = c->rq.frame_len;
-        if (client_dispatch(c, data) == DISPATCH_WAIT) {
+        if (px_client_dispatch(c, data) == PX_DISPATCH_WAIT) {
             pause_input(c);
             return 1;
         }
@@ -2400,7 +1942,7 @@ static void client_on_peer_close(px_client *c) {
         c->peer_closed = 1;
         px_io_pause_read(&c->io);
     } else {
-        close_after_replies(c);
+        px_client_close_after_replies(c);
     }
 }
 
@@ -2556,7 +2098,7 @@ void px_client_begin_stop(px_client *c) {
         client_close(c, "shutdown");
         return;
     }
-    close_after_replies(c);
+    px_client_close_after_replies(c);
 }
 
 void px_client_cron(px_client *c, int64_t now_ms) {

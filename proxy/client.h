@@ -242,4 +242,53 @@ void px_client_close(px_client *c, const char *why);
 /* Frees a client queued for reaping. */
 void px_client_free(px_client *c);
 
+/* ------------------------------------------------------------------------ */
+/* The router's own parts (client.c, txn.c), not for other modules. Each
+ * acts on the current request (c->rq) and its reply slot. */
+
+/* What routing a request did: PX_DISPATCH_WAIT leaves it unconsumed, to be
+ * routed again when the requests in flight it must follow are answered. */
+enum px_dispatch_result { PX_DISPATCH_DONE, PX_DISPATCH_WAIT };
+
+/* Routes the current request; frame: its bytes in the client's input. */
+int px_client_dispatch(px_client *c, const char *frame);
+
+/* A reply made here takes the request's slot: +s, or an error line (CR and
+ * LF become spaces). */
+void px_client_reply_simple(px_client *c, const char *s);
+void px_client_reply_error(px_client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The error a command gets when no connection to Redis can be had. */
+void px_client_reply_unavailable(px_client *c, px_pool *p);
+
+/* No more input; the client closes once every reply queued is written. */
+void px_client_close_after_replies(px_client *c);
+
+/* The pool's shared connection for this client, or NULL when none can be
+ * had (the pool's last_error says why). */
+px_upstream *px_client_shared_conn(px_client *c);
+
+/* Takes a connection of the client's own (mode PX_MODE_PINNED, STICKY or
+ * TUNNEL). Returns 0, or -1 after replying why it could not be had. */
+int px_client_pin_new(px_client *c, int mode);
+
+/* The current request's bytes as Redis must receive them: the frame as it
+ * came, or an inline command encoded as multibulk (in c->scratch, valid
+ * until the next request). */
+void px_client_request_bytes(px_client *c, const char *frame, const char **out, size_t *outlen);
+
+/* Sends a request on u and takes its reply slot; by_ref: data is the
+ * frame in the client's input (px_upstream_send_ref). Returns the record,
+ * or NULL (the client is closed: out of memory). */
+px_req *px_client_forward_to(px_client *c, px_upstream *u, int kind, const char *data, size_t len, int by_ref);
+
+/* What Redis showed it lets this client's identity do (UNWATCH, WATCH,
+ * DISCARD, CLIENT ...): a command sent as r with px_client_permission_probe
+ * and answered ok teaches *learned (px_client_permission_learn), which
+ * px_client_permission_known trusts while no ACL change went through the
+ * proxy since. */
+int px_client_permission_known(const px_client *c, uint64_t learned);
+void px_client_permission_probe(px_client *c, px_req *r, unsigned flag);
+void px_client_permission_learn(px_client *c, const px_req *r, int ok, uint64_t *learned);
+
 #endif

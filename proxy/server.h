@@ -81,7 +81,7 @@ typedef struct px_server {
     /* bytes waiting to be written to Redis on every upstream connection but
      * the invalidation one (px_io_count_output), and the clients not read
      * while it is over upstream-output-limit, first paused first
-     * (proxy/client.c) */
+     * (proxy/txn.c) */
     size_t upstream_output;
     px_waitq output_waiters;
     uint64_t output_limit_pauses;
@@ -163,8 +163,8 @@ typedef struct px_server {
     px_latency lat_hit, lat_upstream;
     /* blocks sent as MULTI ... EXEC on shared connections (proxy/batch.h) */
     uint64_t batch_blocks, batch_commands, batch_replays, batch_relayed, txn_shared, txn_pinned;
-    uint64_t unwatch_local;    /* UNWATCH answered here (proxy/client.c) */
-    uint64_t watch_ahead;      /* WATCH answered +OK before Redis did (proxy/client.c) */
+    uint64_t unwatch_local;    /* UNWATCH answered here (proxy/txn.c) */
+    uint64_t watch_ahead;      /* WATCH answered +OK before Redis did (proxy/txn.c) */
     uint64_t watch_ahead_refused; /* ... that Redis refused after all: client closed */
     /* An ACL command that changes permissions sent through the proxy: what
      * was learned of a user's permissions before (px_pool.unwatch_epoch,
