@@ -135,7 +135,7 @@ static void slot_pop(px_client *c, px_req *r) {
  * a client could hold some 220 times what it sent: a BLPOP that blocks,
  * then PINGs, each a slot of 1.3 KB for 7 bytes.
  */
-#define SLOT_COST (sizeof(px_req) + 64)
+#define SLOT_COST PX_REQ_COST
 #define LOCAL_SLOT_COST (SLOT_COST + 1024 + 128)
 
 /* A reply made here: written now if nothing is ahead of it, else queued,
@@ -251,15 +251,19 @@ static void resume_input(px_client *c) {
  * upstream-output-limit. The bounds above are per client: toward a Redis
  * that stopped reading (SIGSTOP, a long script, a fork stall) every client
  * could add 64 MB. So what waits to be written to Redis is bounded for all
- * clients together too: past the limit no client is read (its bytes wait
- * in the socket buffers), and once half of it is written the clients read
- * again, in the order they paused. Nothing is refused or lost, and no
- * deadlock: what waits there leaves whenever Redis reads, which does not
- * depend on any client being read.
+ * clients together too, with the records of the requests on shared
+ * connections whose replies it owes (px_server_upstream_load): past the
+ * limit no client is read (its bytes wait in the socket buffers), and once
+ * half of it is written and answered the clients read again, in the order
+ * they paused. Nothing is refused or lost, and no deadlock: what waits
+ * there leaves whenever Redis reads and answers, which does not depend on
+ * any client being read (a command that may block for ever is on a
+ * connection of its client's own, not counted; what ends a stall is not
+ * held, ACT_ALONE).
  */
 static int upstream_output_full(const px_server *srv) {
     long long limit = srv->cfg->upstream_output_limit;
-    return limit > 0 && srv->upstream_output >= (size_t)limit;
+    return limit > 0 && px_server_upstream_load(srv) >= (size_t)limit;
 }
 
 /* Appends c to q (nothing if it is there already). */
@@ -308,9 +312,9 @@ static void output_wait(px_client *c) {
     pause_input(c);
     if (c->waiting_in == &srv->output_waiters) return;
     if (srv->output_waiters.head == NULL && px_now_ms() >= srv->output_limit_log_ms) {
-        px_notice("upstream-output-limit reached: %zu bytes wait to be written to Redis; clients are not read until "
-                  "half of them are written",
-                  srv->upstream_output);
+        px_notice("upstream-output-limit reached: %zu bytes wait to be written to Redis and %zu requests on shared "
+                  "connections for its replies; clients are not read until they fall to half the limit",
+                  srv->upstream_output, srv->upstream_requests);
         srv->output_limit_log_ms = px_now_ms() + 60000;
     }
     wait_in(&srv->output_waiters, c);

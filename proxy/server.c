@@ -73,12 +73,20 @@ static void output_wake_cb(evutil_socket_t fd, short what, void *arg) {
     px_clients_output_wake(arg);
 }
 
+/* A record is some 200 bytes; the smallest request it stands for, some
+ * 20: toward a stalled Redis, bytes alone would let the records of many
+ * clients' small requests grow ten times past the limit. */
+size_t px_server_upstream_load(const px_server *srv) {
+    return srv->upstream_output + srv->upstream_requests * PX_REQ_COST;
+}
+
 void px_server_upstream_output_fell(px_server *srv) {
     if (srv->output_waiters.head == NULL || srv->output_wake_ev == NULL) return;
     long long limit = srv->cfg->upstream_output_limit;
     /* half the limit: a client woken has room for a good part of its
      * pipeline, not one command before it pauses again */
-    if (limit == 0 || srv->upstream_output <= (size_t)limit / 2) event_active(srv->output_wake_ev, EV_TIMEOUT, 0);
+    if (limit == 0 || px_server_upstream_load(srv) <= (size_t)limit / 2)
+        event_active(srv->output_wake_ev, EV_TIMEOUT, 0);
 }
 
 /* Runs after the read callbacks of a loop iteration: every socket they

@@ -79,10 +79,12 @@ typedef struct px_server {
     char io_read_buf[PX_IO_READ_CHUNK];
     struct event *flush_ev;
     /* bytes waiting to be written to Redis on every upstream connection but
-     * the invalidation one (px_io_count_output), and the clients not read
-     * while it is over upstream-output-limit, first paused first
-     * (proxy/txn.c) */
+     * the invalidation one (px_io_count_output), the requests whose replies
+     * are awaited on them (their records: PX_REQ_COST each), and the
+     * clients not read while the two are over upstream-output-limit, first
+     * paused first (proxy/client.c) */
     size_t upstream_output;
+    size_t upstream_requests;
     px_waitq output_waiters;
     uint64_t output_limit_pauses;
     int64_t output_limit_log_ms; /* its notice is not logged again before this */
@@ -212,8 +214,12 @@ int64_t px_now_us(void);
  * read in a later iteration than its request was written). */
 int64_t px_loop_now_us(struct px_server *srv);
 
-/* What waits to be written to Redis fell (or upstream-output-limit
- * changed): clients paused for it are woken once it is at half the limit. */
+/* What upstream-output-limit bounds: the bytes waiting to be written to
+ * Redis and the records of the requests awaiting its replies. */
+size_t px_server_upstream_load(const px_server *srv);
+
+/* That load fell (or upstream-output-limit changed): clients paused for it
+ * are woken once it is at half the limit. */
 void px_server_upstream_output_fell(px_server *srv);
 
 /* The most arguments of a request: max-multibulk-len, or less when the

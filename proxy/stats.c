@@ -34,6 +34,7 @@ void px_stats_collect(px_server *srv, px_stats *s) {
         if (c->pinned != NULL) s->pinned_connections++;
     for (const px_pool *p = srv->pools; p != NULL; p = p->next) s->upstream_pools++;
     s->upstream_output_bytes = srv->upstream_output;
+    s->upstream_requests_pending = srv->upstream_requests;
     s->clients_paused_upstream_output = srv->output_waiters.n;
     s->upstream_output_limit_pauses = srv->output_limit_pauses;
     s->batch_blocks = srv->batch_blocks;

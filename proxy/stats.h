@@ -28,6 +28,7 @@ struct px_server;
     X(pinned_connections, gauge, "Upstream connections pinned to one client")                               \
     X(upstream_pools, gauge, "Identities (user, db, protocol) with connections or clients")                \
     X(upstream_output_bytes, gauge, "Bytes waiting to be written to Redis, all connections")                \
+    X(upstream_requests_pending, gauge, "Requests on shared connections whose replies Redis owes")          \
     X(clients_paused_upstream_output, gauge, "Clients not read: upstream-output-limit reached")           \
     X(upstream_output_limit_pauses, counter, "Times a client stopped being read for upstream-output-limit")\
     X(batch_blocks, counter, "Write batches sent as MULTI/EXEC blocks")                                    \

@@ -876,6 +876,23 @@ static void up_link(px_upstream *u, px_req *r) {
         u->head = r;
     u->tail = r;
     u->npending++;
+    /* (not on a client's own connection: there a BLPOP may wait for ever,
+     * and its slots and output are bounded per client) */
+    r->shared_load = u->owner == NULL;
+    u->srv->upstream_requests += r->shared_load;
+}
+
+/* r, the head of u's FIFO, is answered (or failed): off the FIFO. */
+static void up_unlink_head(px_upstream *u, px_req *r) {
+    u->head = r->next_up;
+    if (u->head == NULL) u->tail = NULL;
+    u->npending--;
+    r->next_up = NULL;
+    if (r->shared_load) {
+        r->shared_load = 0;
+        u->srv->upstream_requests--;
+        px_server_upstream_output_fell(u->srv);
+    }
 }
 
 void px_upstream_send(px_upstream *u, px_req *r, const char *data, size_t len) {
@@ -926,10 +943,7 @@ static void batch_relayed_end(px_upstream *u, px_req *r, const char *err, size_t
 static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, const char *read_err, size_t read_len) {
     px_req *r;
     while ((r = u->head) != NULL) {
-        u->head = r->next_up;
-        if (u->head == NULL) u->tail = NULL;
-        u->npending--;
-        r->next_up = NULL;
+        up_unlink_head(u, r);
         r->lost = 1;
         if (r->kind == PX_REQ_BATCH && u->block_relay) {
             /* the replies its commands had already are theirs */
@@ -1457,11 +1471,8 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_client_on_reply_part(r->client, r, data, len);
         return;
     }
-    u->head = r->next_up;
-    if (u->head == NULL) u->tail = NULL;
-    u->npending--;
+    up_unlink_head(u, r);
     r->pending = 0;
-    r->next_up = NULL;
     if (u->tunnel) up_release_held(u);
     if (r->kind == PX_REQ_TRACKING) {
         if (type != '-' && type != '!') u->tracked_epoch = r->fill_token;

@@ -185,7 +185,14 @@ typedef struct px_req {
                                    others: those made after it join it */
     int flush_hold;             /* a write of keys unknown: reads go to Redis
                                    until it is released (px_caching_flush_released) */
+    int shared_load;            /* awaited on a shared connection: counted in
+                                   srv->upstream_requests */
 } px_req;
+
+/* What a request record costs in memory where it is counted against a
+ * limit (a client's slots, upstream-output-limit): the record and the
+ * allocator's and libevent's share around it. */
+#define PX_REQ_COST (sizeof(px_req) + 64)
 
 enum px_up_state { PX_UP_CONNECTING, PX_UP_HANDSHAKE, PX_UP_READY, PX_UP_CLOSED };
 

@@ -688,6 +688,44 @@ def test_many_clients_to_stopped_redis_are_bounded_together(proxy_factory, upstr
     assert grown < 100 * MB, "proxy RSS grew %.1f MB" % mb(grown)
 
 
+def test_records_of_small_requests_to_stopped_redis_count_in_the_limit(proxy_factory, upstream):
+    """Many clients pipeline small GETs (about 30 bytes each) to a stopped
+    Redis: what upstream-output-limit counted was their bytes, but each
+    request also holds a record of some 200 bytes until Redis answers, ten
+    times its bytes, so with a 2mb limit the records grew to some 45 MB. The
+    limit now counts the records of the requests awaited on shared
+    connections too: the proxy holds about 2 MB for them. When Redis runs
+    again every GET is answered, in order."""
+    nclients, n = 24, 12000
+    mport = free_port()
+    p = proxy_factory(args=("--upstream-output-limit", "2mb", "--metrics-port", str(mport)))
+    m = Metrics(mport)
+    clients = [p.raw() for _ in range(nclients)]
+    for c in clients:
+        assert c.cmd("GET", "warm").raw == b"$-1\r\n"
+    sends = [BackgroundSend(c, b"".join(encode("GET", "r%d:%d" % (i, j)) for j in range(n)))
+             for i, c in enumerate(clients)]
+    base = proc_status(p.proc.pid)["VmRSS"]
+    with stopped(upstream):
+        for s in sends:
+            s.t.start()
+        time.sleep(3)  # the proxy reads what it will
+        grown = proc_status(p.proc.pid)["VmRSS"] - base
+        d = m.get()
+    print("\n[%d clients, %d small GETs to a stopped Redis] proxy RSS grew %.1f MB; %d requests pending, "
+          "%d bytes unwritten" % (nclients, nclients * n, mb(grown), d.get("upstream_requests_pending", -1),
+                                  d["upstream_output_bytes"]))
+    assert grown < 20 * MB, "proxy RSS grew %.1f MB" % mb(grown)
+    assert d["clients_paused_upstream_output"] >= 1, d
+    assert d["upstream_requests_pending"] * 200 < 3 * MB, d
+    for c in clients:
+        assert [f.raw for f in c.read_many_fast(n, timeout=60)] == [b"$-1\r\n"] * n
+    for s in sends:
+        s.join()
+    m.wait(lambda d: d["clients_paused_upstream_output"] == 0 and d["upstream_requests_pending"] == 0, 5,
+           "none paused, none pending")
+
+
 def test_reload_that_lifts_upstream_output_limit_reads_paused_clients(tmp_path, upstream):
     """Clients paused at upstream-output-limit are read again as soon as a
     reload (SIGHUP) lifts the limit, Redis still stopped; then everything is
