@@ -1945,6 +1945,12 @@ static void client_on_peer_close(px_client *c) {
          * client closes after them (client_process) */
         c->peer_closed = 1;
         px_io_pause_read(&c->io);
+        /* In a tunnel that reply is RESET's, which a command ahead of it
+         * may hold for ever (a BLPOP 0: the tunnel does not follow what
+         * blocks). Redis is told of the end as it would have seen it,
+         * after what was sent: if the connection is blocked it is freed
+         * (px_client_on_pinned_lost), else RESET is answered first. */
+        if (c->mode == PX_MODE_TUNNEL && c->pinned != NULL) px_io_shutdown_write(&c->pinned->io);
     } else {
         px_client_close_after_replies(c);
     }
@@ -1959,8 +1965,11 @@ static void client_on_event(void *arg, int what, int err) {
          * still to go (err: unread in the socket) is read on first, and
          * its end seen then. */
         /* (a tunnel ending in a protocol error, held silent or not, reads
-         * nothing more of it: client_on_peer_close) */
-        if (err == 0 || c->tunnel_fail != NULL) client_on_peer_close(c);
+         * nothing more of it; nor does a client blocked, which Redis frees
+         * at once with what it did not run; nor a tunnel that waits for its
+         * RESET's reply: client_on_peer_close) */
+        if (err == 0 || c->tunnel_fail != NULL || c->blocking || (c->mode == PX_MODE_TUNNEL && c->barrier))
+            client_on_peer_close(c);
         return;
     }
     if (what == PX_IO_EOF) {

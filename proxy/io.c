@@ -74,13 +74,40 @@ static void io_settle_writing(px_io *io) {
     io_settle(io);
 }
 
+/* A shutdown of writing asked for (px_io_shutdown_write) goes once the
+ * output is written and the connection is up. */
+static void io_shutdown_if_written(px_io *io) {
+    if (io->shutdown_write != 1 || io->closed || io->fd < 0 || io->connecting || px_io_tls_handshaking(io) ||
+        px_io_pending(io) > 0)
+        return;
+    io->shutdown_write = 2;
+    if (io->ssl != NULL) {
+        SSL_shutdown(io->ssl); /* close_notify, best effort; reading goes on */
+        ERR_clear_error();
+    } else {
+        shutdown(io->fd, SHUT_WR);
+    }
+}
+
+/* The output is all written: the owner hears of it. */
+static void io_drained(px_io *io) {
+    if (io->closed) return;
+    io_shutdown_if_written(io);
+    if (io->ops->on_drain) io->ops->on_drain(io->arg);
+}
+
+void px_io_shutdown_write(px_io *io) {
+    if (io->shutdown_write == 0) io->shutdown_write = 1;
+    io_shutdown_if_written(io);
+}
+
 /* Writes what the socket takes. Returns 0, or -1 after reporting an error. */
 static int io_write_now(px_io *io) {
     io_settle_writing(io);
     if (io->discard_output) {
         evbuffer_drain(io->out, evbuffer_get_length(io->out));
         io_disarm_write(io);
-        if (!io->closed && io->ops->on_drain) io->ops->on_drain(io->arg);
+        io_drained(io);
         return 0;
     }
     if (io->lost_output) {
@@ -103,7 +130,7 @@ static int io_write_now(px_io *io) {
         return -1;
     }
     io_disarm_write(io);
-    if (!io->closed && io->ops->on_drain) io->ops->on_drain(io->arg);
+    io_drained(io);
     return 0;
 }
 
@@ -243,7 +270,7 @@ static int io_tls_write_now(px_io *io) {
         return -1;
     }
     io_disarm_write(io);
-    if (!io->closed && io->ops->on_drain) io->ops->on_drain(io->arg);
+    io_drained(io);
     return 0;
 }
 

@@ -81,6 +81,7 @@ typedef struct px_io {
     int tls_read_wants_write;  /* SSL_read needs the socket writable first */
     int tls_write_wants_read;  /* SSL_write needs the socket readable first */
     struct evbuffer_cb_entry *count_cb; /* px_io_count_output */
+    int shutdown_write;        /* px_io_shutdown_write: 1 asked, 2 done */
 } px_io;
 
 /* From now on until it closes, io's output counts in srv->upstream_output,
@@ -92,11 +93,17 @@ void px_io_count_output(px_io *io);
 /* While its reading is paused, the io reports the peer's close
  * (PX_IO_PEER_CLOSED) rather than leave it unseen until reading resumes;
  * where the event backend can tell (EV_CLOSED), on plain sockets. */
+void px_io_watch_close(px_io *io);
+
 /* The peer can read nothing more (its socket reset our write): what is
  * queued is dropped, and so is all output from now on, without an error;
  * input already read stays, for the owner to finish with. */
 void px_io_discard_output(px_io *io);
-void px_io_watch_close(px_io *io);
+
+/* Once what is queued is written, the peer is told that nothing more comes
+ * (shutdown(SHUT_WR), or TLS close_notify); reading goes on. Nothing may
+ * be written after this. */
+void px_io_shutdown_write(px_io *io);
 
 /* Sets up the buffers of an io that has no socket yet: writes are kept
  * until px_io_attach or px_io_connect gives it one. Returns 0 or -1 (OOM). */

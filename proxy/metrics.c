@@ -51,8 +51,13 @@ int px_metrics_start(px_server *srv) {
         px_error("metrics: out of memory");
         return -1;
     }
-    /* a scrape is small and quick: a slow or idle peer is dropped */
+    /* a scrape is small and quick: a slow or idle peer is dropped, and so
+     * is one that sends more than a scrape (libevent would keep any body
+     * or header line whole in memory, fed faster than the timeout) */
     evhttp_set_timeout(srv->metrics, 10);
+    evhttp_set_max_headers_size(srv->metrics, 16384);
+    evhttp_set_max_body_size(srv->metrics, 4096);
+    /* (POST reaches on_request, for its 405) */
     evhttp_set_allowed_methods(srv->metrics, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
     evhttp_set_gencb(srv->metrics, on_request, srv);
     if (evhttp_bind_socket(srv->metrics, cfg->metrics_bind, (unsigned short)cfg->metrics_port) != 0) {

@@ -264,13 +264,20 @@ def redis_clients(server):
     return int(info.split("connected_clients:")[1].split("\r\n")[0])
 
 
-@pytest.mark.parametrize("after", [("GET", "x"), ("RESET",)], ids=["command-waiting", "tunnel-reset"])
+@pytest.mark.parametrize("after", [
+    [("GET", "x")],
+    [("RESET",)],
+    [("RESET",), ("PING",)],
+    [("SUBSCRIBE", "ch")] + [("PING",)] * 5000,
+], ids=["command-waiting", "tunnel-reset", "tunnel-reset-then-more", "more-than-the-proxy-reads"])
 def test_client_gone_behind_a_blocked_command_frees_its_connection(proxy, ref, upstream, after):
     """A client that sends BLPOP never 0 and something the proxy holds back
     behind it (a GET waiting for the BLPOP's connection; a RESET in a
-    tunnel), then disconnects: Redis frees it at once, and so must the
-    proxy, closing the connection the BLPOP blocks, rather than hold both
-    until the BLPOP returns (here: never)."""
+    tunnel, and what follows it; 70 KB, more than the proxy reads of a
+    client that waits, so that some are still unread in the socket when
+    the close comes), then disconnects: Redis frees it at once, and so must
+    the proxy, closing the connection the BLPOP blocks, rather than hold
+    both until the BLPOP returns (here: never). The last two used to."""
     def scenario(ep):
         server = upstream if ep is proxy else ref
         with ep.raw() as c0:
@@ -278,9 +285,9 @@ def test_client_gone_behind_a_blocked_command_frees_its_connection(proxy, ref, u
         before = redis_clients(server)
         for _ in range(3):
             c = ep.raw()
-            if after == ("RESET",):
+            if after[0] == ("RESET",):
                 c.cmd("CLIENT", "REPLY", "ON")  # a tunnel
-            c.send(encode("BLPOP", "never", "0") + encode(*after))
+            c.send(encode("BLPOP", "never", "0") + b"".join(encode(*a) for a in after))
             time.sleep(0.1)
             c.close()
         deadline = time.monotonic() + 5

@@ -88,3 +88,36 @@ def test_metrics_other_paths_and_off(proxy_factory):
     proxy_factory()
     with pytest.raises(OSError):
         scrape(port2)
+
+
+@pytest.mark.parametrize("part", ["body", "header"])
+def test_metrics_request_larger_than_a_scrape_is_refused_not_buffered(proxy_factory, part):
+    """A peer that streams a large POST body or one endless header line to
+    metrics-port: libevent kept either whole in memory (the timeout only
+    ends an idle peer), so 32 MB sent grew the proxy by 32 MB. A request
+    larger than a scrape is refused and its connection closed, with the
+    proxy's memory unchanged; a scrape still works after."""
+    import socket
+    from faulthelpers import proc_status
+    port = free_port()
+    p = proxy_factory(args=("--metrics-port", str(port)))
+    assert scrape(port)[0] == 200
+    base = proc_status(p.proc.pid)["VmRSS"]
+    total, chunk = 32 << 20, b"x" * 65536
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    if part == "body":
+        s.sendall(b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % total)
+    else:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Long: ")
+    sent, closed = 0, False
+    try:
+        while sent < total:
+            s.sendall(chunk)
+            sent += len(chunk)
+    except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        closed = True
+    grown = proc_status(p.proc.pid)["VmRSS"] - base
+    s.close()
+    assert closed, "the proxy took all %d MB" % (total >> 20)
+    assert grown < 8 << 20, "the proxy grew %.1f MB" % (grown / (1 << 20))
+    assert scrape(port)[0] == 200

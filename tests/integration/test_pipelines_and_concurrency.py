@@ -287,17 +287,22 @@ def read_to_eof(sock, timeout=5.0):
         out += d
 
 
-@pytest.mark.parametrize("case", ["pipeline", "blocked"])
+@pytest.mark.parametrize("case", ["pipeline", "blocked", "tunnel-reset", "tunnel-blocked-reset"])
 def test_client_that_shuts_down_its_writing_gets_redis_answers(proxy, ref, case):
     """A client that sends its commands and then shuts down its writing (nc
     -N, a health check) gets the replies to all of them, then the close, as
     from Redis; a client blocked (BLPOP 0) when it does that is freed at
-    once, with no reply, as by Redis."""
+    once, with no reply, as by Redis. In a tunnel (CLIENT REPLY OFF) what
+    follows RESET waits for RESET's reply, which a BLPOP 0 ahead of it would
+    hold for ever: Redis is told of the end, and answers RESET, or frees the
+    blocked connection (the client and its connection used to stay)."""
     import socket
     commands = {
         "pipeline": [("PING",), ("SET", "hc", "1"), ("GET", "hc"), ("INCR", "hc"), ("MULTI",), ("INCR", "hc"),
                      ("EXEC",), ("GET", "nokey")],
         "blocked": [("BLPOP", "never", "0"), ("PING",)],
+        "tunnel-reset": [("CLIENT", "REPLY", "OFF"), ("SET", "hc", "2"), ("RESET",), ("PING",), ("GET", "hc")],
+        "tunnel-blocked-reset": [("CLIENT", "REPLY", "OFF"), ("BLPOP", "never", "0"), ("RESET",), ("PING",)],
     }[case]
 
     def scenario(ep):
