@@ -32,6 +32,13 @@ static int copy_bulk(const char *buf, size_t len, size_t *at, char *out, size_t 
 
 /* One sentinel: "host:port" (len bytes). The master's host and port in
  * host/port, or -1 with why. */
+/* A TCP port in decimal (1 to 65535), or -1. */
+static int port_number(const char *s) {
+    long long v;
+    if (!resp_string2ll(s, strlen(s), &v) || v < 1 || v > 65535) return -1;
+    return (int)v;
+}
+
 static int ask_one(const char *addr, size_t alen, const char *name, char *host, size_t hostlen, char *port,
                    size_t portlen, char *why, size_t whylen) {
     char h[PX_SENTINEL_NAME_MAX], p[8];
@@ -56,7 +63,11 @@ static int ask_one(const char *addr, size_t alen, const char *name, char *host, 
         snprintf(sentinel.host, sizeof sentinel.host, "%.*s", (int)(hl - 2), h + 1);
     else
         snprintf(sentinel.host, sizeof sentinel.host, "%s", h);
-    sentinel.port = atoi(p);
+    sentinel.port = port_number(p);
+    if (sentinel.port < 0) {
+        snprintf(why, whylen, "sentinel %s:%s: not a port", h, p);
+        return -1;
+    }
     if (px_resolve_address(&sentinel, &sa, &salen, cause, sizeof cause) != 0) {
         snprintf(why, whylen, "sentinel %s:%s: %s", h, p, cause);
         return -1;
@@ -118,7 +129,11 @@ static int ask_master(px_server *srv, struct sockaddr_storage *sa, unsigned *sal
             px_upstream_addr up;
             memset(&up, 0, sizeof up);
             snprintf(up.host, sizeof up.host, "%s", host);
-            up.port = atoi(port);
+            up.port = port_number(port);
+            if (up.port < 0) {
+                snprintf(why, whylen, "sentinel gave the master of %s as %s:%s: not a port", name, host, port);
+                return -1;
+            }
             return px_resolve_address(&up, sa, salen, why, whylen);
         }
     }
