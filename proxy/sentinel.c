@@ -30,8 +30,6 @@ static int copy_bulk(const char *buf, size_t len, size_t *at, char *out, size_t 
     return 0;
 }
 
-/* One sentinel: "host:port" (len bytes). The master's host and port in
- * host/port, or -1 with why. */
 /* A TCP port in decimal (1 to 65535), or -1. */
 static int port_number(const char *s) {
     long long v;
@@ -39,6 +37,8 @@ static int port_number(const char *s) {
     return (int)v;
 }
 
+/* One sentinel: "host:port" (len bytes). The master's host and port in
+ * host/port, or -1 with why. */
 static int ask_one(const char *addr, size_t alen, const char *name, char *host, size_t hostlen, char *port,
                    size_t portlen, char *why, size_t whylen) {
     char h[PX_SENTINEL_NAME_MAX], p[8];
