@@ -752,9 +752,14 @@ int inv_unread(const inv_conn *t) {
     SSL *ssl = bufferevent_openssl_get_ssl(t->bev);
     if (ssl != NULL && SSL_pending(ssl) > 0) return 1;
     evutil_socket_t fd = bufferevent_getfd(t->bev);
+    if (fd < 0) return 0;
     char b;
-    /* (0, the peer closed: no invalidation there; the close is seen next) */
-    return fd >= 0 && recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    /* The peer's close or a reset counts as unread too: Redis may have
+     * closed the connection (CLIENT KILL) after a write whose invalidation
+     * it will never send, and answered the writer; the loss, which empties
+     * the cache, must be seen before a hit (C4). */
+    return n > 0 || n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 int inv_server_cluster(const inv_conn *t) {

@@ -165,7 +165,8 @@ long long inv_redirect_id(const inv_conn *t);
  * would fill the cache with values this connection hears no change of). */
 const char *inv_server_id(const inv_conn *t);
 /* 1 if bytes have reached this connection that it has not handled yet: in
- * its socket, in TLS's buffer, or a message in part. Libevent runs the
+ * its socket, in TLS's buffer, or a message in part; or its close (or a
+ * reset), not handled yet either. Libevent runs the
  * connection's read first only among the events of one poll: a client's
  * read may take bytes that came after an invalidation still unread (a
  * pipeline, a command in pieces). One recv(MSG_PEEK). */
