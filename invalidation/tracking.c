@@ -173,6 +173,16 @@ static void inv_fail(inv_conn *t, const char *why, int refused) {
     arm_timer(t, t->backoff_ms);
 }
 
+/* A command that could not be encoded or queued whole must not go in part
+ * (replies would be matched to the wrong commands): the socket is shut
+ * instead, and the loss handled as any other, when the loop sees it
+ * (drop_connection; hits wait meanwhile: inv_unread). */
+static void write_cmd(inv_conn *t, const resp_buf *b) {
+    if (!b->failed && bufferevent_write(t->bev, b->data, b->len) == 0) return;
+    evutil_socket_t fd = bufferevent_getfd(t->bev);
+    if (fd >= 0) shutdown(fd, SHUT_RDWR);
+}
+
 static void send_cmd(inv_conn *t, const char *a0, ...) {
     /* at most a few words; built with the protocol/ encoder */
     resp_buf b;
@@ -186,7 +196,7 @@ static void send_cmd(inv_conn *t, const char *a0, ...) {
     resp_arg argv[64];
     for (int i = 0; i < n; i++) argv[i].ptr = words[i], argv[i].len = strlen(words[i]);
     resp_enc_command(&b, n, argv);
-    bufferevent_write(t->bev, b.data, b.len);
+    write_cmd(t, &b);
     resp_buf_deinit(&b);
 }
 
@@ -216,7 +226,7 @@ static void send_tracking(inv_conn *t, long long id) {
         argv[nfixed + 2 * i + 1].ptr = t->prefixes[i], argv[nfixed + 2 * i + 1].len = strlen(t->prefixes[i]);
     }
     resp_enc_command(&b, n, argv);
-    bufferevent_write(t->bev, b.data, b.len);
+    write_cmd(t, &b);
     resp_buf_deinit(&b);
     free(argv);
     expect(t, EXP_TRACKING);
@@ -473,6 +483,12 @@ static void read_cb(struct bufferevent *bev, void *arg) {
         size_t len = evbuffer_get_length(in);
         if (len == 0 || (t->rp.need && len < t->rp.need)) return;
         const char *buf = (const char *)evbuffer_pullup(in, -1);
+        if (buf == NULL) {
+            /* (no memory to make the input one piece: an invalidation that
+             * cannot be read is a lost connection, C4) */
+            inv_fail(t, "out of memory", 0);
+            return;
+        }
         int rc = resp_reply_parse(&t->rp, buf, len);
         if (rc == RESP_AGAIN) return;
         if (rc == RESP_ERR) {

@@ -212,6 +212,7 @@ void resp_buf_init(resp_buf *b) {
     b->data = NULL;
     b->len = 0;
     b->cap = 0;
+    b->failed = 0;
 }
 
 void resp_buf_deinit(resp_buf *b) {
@@ -225,6 +226,7 @@ void resp_buf_trim(resp_buf *b, size_t keep) {
 
 void resp_buf_reset(resp_buf *b) {
     b->len = 0;
+    b->failed = 0;
 }
 
 /* Makes room for `extra` more bytes; geometric so appends are amortised O(1). */
@@ -234,15 +236,19 @@ static int buf_reserve(resp_buf *b, size_t extra) {
 
     if (extra <= b->cap - b->len)
         return 0;
-    if (extra > SIZE_MAX - b->len)
+    if (extra > SIZE_MAX - b->len) {
+        b->failed = 1;
         return -1;
+    }
     want = b->len + extra;
     ncap = b->cap ? b->cap : 64;
     while (ncap < want)
         ncap = ncap > SIZE_MAX / 2 ? want : ncap * 2;
     d = realloc(b->data, ncap);
-    if (d == NULL)
+    if (d == NULL) {
+        b->failed = 1;
         return -1;
+    }
     b->data = d;
     b->cap = ncap;
     return 0;
@@ -1287,7 +1293,11 @@ static int enc_line(resp_buf *b, char prefix, const char *s, size_t n) {
 int resp_enc_bulk(resp_buf *b, const char *p, size_t n) {
     size_t mark = b->len;
     /* Reserve the whole thing first so a big payload grows b once. */
-    if (n > SIZE_MAX - 32 || buf_reserve(b, n + 32) < 0)
+    if (n > SIZE_MAX - 32) {
+        b->failed = 1;
+        return -1;
+    }
+    if (buf_reserve(b, n + 32) < 0)
         return -1;
     if (enc_line_ll(b, '$', (long long)n) < 0 || resp_buf_append(b, p, n) < 0 ||
         resp_buf_append(b, "\r\n", 2) < 0) {
@@ -1412,7 +1422,11 @@ int resp_enc_verbatim(resp_buf *b, const char *fmt3, const char *p, size_t n,
     if (fmt3 == NULL)
         fmt3 = "txt";
     assert(strlen(fmt3) == 3);
-    if (n > SIZE_MAX - 40 || buf_reserve(b, n + 40) < 0)
+    if (n > SIZE_MAX - 40) {
+        b->failed = 1;
+        return -1;
+    }
+    if (buf_reserve(b, n + 40) < 0)
         return -1;
     if (enc_line_ll(b, '=', (long long)n + 4) < 0 ||
         resp_buf_append(b, fmt3, 3) < 0 || resp_buf_append(b, ":", 1) < 0 ||

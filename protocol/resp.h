@@ -100,6 +100,10 @@ typedef struct resp_buf {
     char *data;
     size_t len;
     size_t cap;
+    /* An append found no memory since the last reset: what the buffer holds
+     * is not what was encoded (an encoder is several appends), and must not
+     * be sent. The encoders return nothing; whoever sends checks this. */
+    int failed;
 } resp_buf;
 
 void resp_buf_init(resp_buf *b);
@@ -107,7 +111,7 @@ void resp_buf_init(resp_buf *b);
  * large reply made once must not stay with an idle client). */
 void resp_buf_trim(resp_buf *b, size_t keep);
 void resp_buf_deinit(resp_buf *b);
-void resp_buf_reset(resp_buf *b); /* len = 0, keeps the allocation */
+void resp_buf_reset(resp_buf *b); /* len = 0 and failed = 0, keeps the allocation */
 /* Each returns 0, or -1 when memory could not be had (b is left unchanged). */
 int resp_buf_append(resp_buf *b, const void *p, size_t n);
 int resp_buf_printf(resp_buf *b, const char *fmt, ...)

@@ -194,7 +194,8 @@ static void send_tracking_on(px_server *srv, px_upstream *u) {
         resp_enc_commandv(&b, "CLIENT", "TRACKING", "ON", "REDIRECT", id, "OPTIN", NULL);
     else
         resp_enc_commandv(&b, "CLIENT", "TRACKING", "ON", "REDIRECT", id, NULL);
-    px_req *r = px_req_new(srv, NULL, PX_REQ_TRACKING);
+    /* (not sent: the connection's reads fill nothing, tracked_epoch) */
+    px_req *r = b.failed ? NULL : px_req_new(srv, NULL, PX_REQ_TRACKING);
     if (r != NULL) {
         r->fill_token = pc->epoch;
         px_upstream_send(u, r, b.data, b.len);
@@ -955,8 +956,13 @@ static uint64_t change_seq(struct px_caching *pc);
 /* A hit counts in the client's output limit like any reply: a client that
  * pipelines small reads of large cached values and reads nothing must not
  * make the proxy hold them without bound. */
+/* (a hit that could not be encoded whole is never sent: the client would
+ * take the next reply for it) */
 static int hit_write(px_client *c, resp_buf *b) {
-    px_client_write_reply(c, b->data, b->len);
+    if (b->failed)
+        px_client_close(c, "out of memory");
+    else
+        px_client_write_reply(c, b->data, b->len);
     return 1;
 }
 
@@ -1070,6 +1076,11 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
     plan_item it;
     for (size_t at = sizeof h; plan_next(plan->data, plan->len, &at, &it);)
         if (!it.cached) resp_enc_bulk(req, it.key, it.klen);
+    if (req->failed) {
+        resp_buf_reset(req);
+        resp_buf_reset(plan);
+        *cacheable = PX_READ_NONE; /* out of memory: the plain MGET goes */
+    }
     return 0;
 }
 

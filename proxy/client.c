@@ -136,6 +136,9 @@ static void slot_pop(px_client *c, px_req *r) {
  * then PINGs, each a slot of 1.3 KB for 7 bytes.
  */
 #define SLOT_COST PX_REQ_COST
+
+/* In place of a reply that could not be made for want of memory. */
+static const char oom_reply[] = "-ERR sidecache: out of memory\r\n";
 #define LOCAL_SLOT_COST (SLOT_COST + 1024 + 128)
 
 /* A reply made here: written now if nothing is ahead of it, else queued,
@@ -175,8 +178,13 @@ static void reply_bytes(px_client *c, const char *data, size_t len) {
     slot_append(c, r);
 }
 
+/* (a reply that could not be encoded whole is never sent: the client
+ * would take the next reply for it) */
 static void reply_buf(px_client *c, resp_buf *b) {
-    reply_bytes(c, b->data, b->len);
+    if (b->failed)
+        client_close(c, "out of memory");
+    else
+        reply_bytes(c, b->data, b->len);
     resp_buf_reset(b);
 }
 
@@ -612,8 +620,9 @@ static int info_with_section(px_client *c, const char *data, size_t len, resp_bu
         resp_enc_verbatim(out, "txt", sec.data, sec.len, 3);
     else
         resp_enc_bulk(out, sec.data, sec.len);
+    int failed = sec.failed || out->failed;
     resp_buf_deinit(&sec);
-    return 0;
+    return failed ? -1 : 0;
 }
 
 void px_client_take_slot(px_client *c, px_req *r, px_upstream *u, size_t len) {
@@ -659,14 +668,18 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
      * waits for: a write that happened must invalidate all the same. */
     if (c->srv->caching != NULL) {
         int k = px_caching_on_reply(c, r, data, len, &rewritten);
-        if (k == PX_CACHING_RESEND && c->state != PX_CLIENT_CLOSED) {
+        if (k == PX_CACHING_RESEND && c->state != PX_CLIENT_CLOSED && !rewritten.failed) {
             /* r keeps its slot; its connection answered this reply, so it
              * is alive, and nothing of the client's went there since */
             px_upstream_send(r->up, r, rewritten.data, rewritten.len);
             resp_buf_deinit(&rewritten);
             return;
         }
-        if (k == 1) {
+        if (k != 0 && rewritten.failed) {
+            /* (Redis's reply is not the client's: a part of its MGET) */
+            data = oom_reply;
+            len = sizeof oom_reply - 1;
+        } else if (k == 1) {
             data = rewritten.data;
             len = rewritten.len;
         }
@@ -679,11 +692,11 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     resp_buf topology;
     resp_buf_init(&topology);
     if ((r->aux_flags & PX_AUX_CLUSTER_SLOTS) && c->state != PX_CLIENT_CLOSED &&
-        cluster_slots_here(c, r, data, len, &topology) == 0) {
+        cluster_slots_here(c, r, data, len, &topology) == 0 && !topology.failed) {
         data = topology.data;
         len = topology.len;
     } else if (len > 0 && data[0] == '-' && !(r->aux_flags & PX_AUX_SCRIPT) && moved_becomes_tryagain(r) &&
-               px_follow_tryagain(c->srv, data, len, &topology)) {
+               px_follow_tryagain(c->srv, data, len, &topology) && !topology.failed) {
         data = topology.data;
         len = topology.len;
     }
@@ -992,9 +1005,12 @@ static void pinned_name(px_client *c, px_upstream *u) {
     resp_buf_init(&b);
     resp_enc_commandv(&b, "CLIENT", "SETNAME", c->name != NULL ? c->name : "", NULL);
     u->named = c->name != NULL;
-    px_req *r = px_req_new(c->srv, NULL, PX_REQ_DISCARD);
+    px_req *r = b.failed ? NULL : px_req_new(c->srv, NULL, PX_REQ_DISCARD);
     /* in a tunnel too: its reply is matched before the tunnel's bytes */
-    if (r != NULL) px_upstream_send(u, r, b.data, b.len);
+    if (r != NULL)
+        px_upstream_send(u, r, b.data, b.len);
+    else
+        u->named = 1; /* (not known: set again at the next pin) */
     resp_buf_deinit(&b);
 }
 
@@ -1175,7 +1191,7 @@ static int client_local_ask(px_client *c, int sub) {
     }
     if (c->inflight > 0 && c->inflight_on != u) return PX_DISPATCH_WAIT;
     client_local_answer(c, &c->scratch);
-    char *answer = malloc(c->scratch.len);
+    char *answer = c->scratch.failed ? NULL : malloc(c->scratch.len);
     px_req *r =
         answer != NULL ? px_client_forward_to(c, u, PX_REQ_CLIENT_LOCAL, probes[sub], strlen(probes[sub]), 0) : NULL;
     if (r == NULL) {
@@ -1438,6 +1454,11 @@ static int cmd_state(px_client *c, int id, const char *frame) {
     if (c->inflight > 0 && c->inflight_on != u) {
         clear_pending_state(c);
         return PX_DISPATCH_WAIT;
+    }
+    if (b->failed) {
+        clear_pending_state(c);
+        client_close(c, "out of memory");
+        return PX_DISPATCH_DONE;
     }
     px_req *r = px_client_forward_to(c, u, kind, b->data, b->len, 0);
     if (r != NULL && bad_at) r->aux_flags |= PX_AUX_HELLO_REFUSED;

@@ -388,7 +388,9 @@ static void io_write_cb(evutil_socket_t fd, short what, void *arg) {
             return;
         }
         io->ops->on_event(io->arg, PX_IO_CONNECTED, 0);
-        if (!io->closed && evbuffer_get_length(io->out) > 0) io_queue_flush(io);
+        /* (output lost while connecting is reported now: io_lost_output
+         * could not queue the flush then) */
+        if (!io->closed && (evbuffer_get_length(io->out) > 0 || io->lost_output)) io_queue_flush(io);
         return;
     }
     io->want_write = 0; /* a non-persistent event: it is disarmed now */
@@ -419,13 +421,14 @@ int px_io_attach(px_io *io, int fd, int connecting) {
     io->fd = fd;
     io->rev = event_new(io->srv->base, fd, EV_READ | EV_PERSIST, io_read_cb, io);
     io->wev = event_new(io->srv->base, fd, EV_WRITE, io_write_cb, io);
-    if (!io->rev || !io->wev) {
+    /* (libevent allocates when it meets a new fd: a socket never read
+     * would be held for ever) */
+    if (!io->rev || !io->wev || event_add(io->rev, NULL) != 0) {
         close(fd);
         io->fd = -1;
         io->closed = 1;
         return -1;
     }
-    event_add(io->rev, NULL);
     io->reading = 1;
     io->connecting = connecting;
     if (connecting)

@@ -373,10 +373,14 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
      * command to the new master */
     if (srv.move_again_ev != NULL) event_priority_set(srv.move_again_ev, 0);
     struct timeval second = {1, 0};
-    event_add(srv.cron_ev, &second);
-    event_add(srv.sig_term, NULL);
-    event_add(srv.sig_int, NULL);
-    event_add(srv.sig_hup, NULL);
+    if (srv.flush_ev == NULL || srv.reap_ev == NULL || srv.output_wake_ev == NULL || srv.cron_ev == NULL ||
+        srv.sig_term == NULL || srv.sig_int == NULL || srv.sig_hup == NULL || srv.stop_ev == NULL ||
+        srv.move_again_ev == NULL || event_add(srv.cron_ev, &second) != 0 || event_add(srv.sig_term, NULL) != 0 ||
+        event_add(srv.sig_int, NULL) != 0 || event_add(srv.sig_hup, NULL) != 0) {
+        px_error("cannot set up the event loop: out of memory");
+        srv.exit_code = 1;
+        goto out;
+    }
 
     char tls_err[512];
     if (px_tls_init(&srv, tls_err, sizeof tls_err) != 0) {
@@ -465,15 +469,10 @@ out:
     px_follow_free(&srv);
     px_aclwatch_free(&srv);
     px_slotwatch_free(&srv);
-    event_free(srv.reap_ev);
-    event_free(srv.output_wake_ev);
-    event_free(srv.cron_ev);
-    event_free(srv.sig_term);
-    event_free(srv.sig_int);
-    event_free(srv.sig_hup);
-    if (srv.stop_ev != NULL) event_free(srv.stop_ev);
-    if (srv.move_again_ev != NULL) event_free(srv.move_again_ev);
-    event_free(srv.flush_ev);
+    struct event *evs[] = {srv.reap_ev, srv.output_wake_ev, srv.cron_ev, srv.sig_term, srv.sig_int,
+                           srv.sig_hup,  srv.stop_ev,        srv.move_again_ev, srv.flush_ev};
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+        if (evs[i] != NULL) event_free(evs[i]);
     event_base_free(srv.base);
     return srv.exit_code;
 }

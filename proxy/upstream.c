@@ -765,6 +765,12 @@ static px_upstream *up_connect(px_pool *p) {
     resp_buf hs;
     resp_buf_init(&hs);
     u->handshake_left = up_write_handshake(u, &hs);
+    if (hs.failed) {
+        /* (in part, it would leave replies awaited that never come) */
+        resp_buf_deinit(&hs);
+        snprintf(cause, sizeof cause, "out of memory");
+        goto fail;
+    }
     if (hs.len > 0) px_io_write(&u->io, hs.data, hs.len);
     resp_buf_deinit(&hs);
     srv->nupstreams++;
@@ -1294,6 +1300,12 @@ void px_upstream_send_reset_marker(px_upstream *u) {
     resp_buf b;
     resp_buf_init(&b);
     resp_enc_commandv(&b, "HELLO", "2", u->reset_nonce, NULL);
+    if (b.failed) {
+        /* (no marker: the end of the RESET's replies would never be seen) */
+        resp_buf_deinit(&b);
+        px_upstream_close(u, "out of memory");
+        return;
+    }
     px_upstream_send_raw(u, b.data, b.len);
     resp_buf_deinit(&b);
     u->reset_awaited = 1;

@@ -1370,15 +1370,27 @@ static void test_buf(void) {
     CHECK_EQ_INT(resp_buf_printf(&b, "%s", ""), 0);
     CHECK_EQ_INT(b.len, 299 * 2 + 1);
 
-    /* an impossible size fails and leaves the content alone */
+    /* an impossible size fails and leaves the content alone, and the
+     * buffer says so until it is reset: an encoder is several appends,
+     * and what it left must not be sent */
     resp_buf_reset(&b);
     resp_buf_append(&b, "keep", 4);
+    CHECK_EQ_INT(b.failed, 0);
     CHECK_EQ_INT(resp_buf_append(&b, big, SIZE_MAX - 2), -1);
     CHECK_BUF(&b, "keep");
+    CHECK_EQ_INT(b.failed, 1);
+    CHECK_EQ_INT(resp_buf_append(&b, "!", 1), 0);
+    CHECK_EQ_INT(b.failed, 1); /* sticky */
+    resp_buf_reset(&b);
+    CHECK_EQ_INT(b.failed, 0);
+    resp_buf_append(&b, "keep", 4);
     CHECK_EQ_INT(resp_enc_bulk(&b, big, SIZE_MAX - 8), -1);
     CHECK_BUF(&b, "keep");
+    CHECK_EQ_INT(b.failed, 1);
+    b.failed = 0;
     CHECK_EQ_INT(resp_enc_verbatim(&b, "txt", big, SIZE_MAX - 8, 3), -1);
     CHECK_BUF(&b, "keep");
+    CHECK_EQ_INT(b.failed, 1);
     {
         /* a command fails as a whole, not after its first arguments */
         resp_arg av[3] = {{"SET", 3}, {"k", 1}, {big, SIZE_MAX - 8}};
