@@ -8,11 +8,11 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include <openssl/sha.h>
 
 #include "protocol/resp.h"
 #include "proxy/caching.h"
 #include "proxy/log.h"
+#include "proxy/sha1.h"
 #include "proxy/stats.h"
 #include "proxy/upstream.h"
 
@@ -22,8 +22,8 @@ struct px_aclwatch {
     int asking;                       /* a check is on its way */
     int known;                        /* digest holds a reply */
     uint64_t answers;                 /* INFO acl_checks */
-    unsigned char digest[SHA_DIGEST_LENGTH];
-    unsigned char default_user[SHA_DIGEST_LENGTH]; /* ... and its "user default" line */
+    unsigned char digest[PX_SHA1_LEN];
+    unsigned char default_user[PX_SHA1_LEN]; /* ... and its "user default" line */
 };
 
 static const char acl_list[] = "*2\r\n$3\r\nACL\r\n$4\r\nLIST\r\n";
@@ -69,12 +69,12 @@ static void user_line(const char *data, size_t len, const char *name, const char
 }
 
 /* The SHA-1 of the list's "user default ..." line (of nothing when there
- * is none: an ACL file may delete the user). */
-static void default_user_digest(const char *data, size_t len, unsigned char *md) {
+ * is none: an ACL file may delete the user). Returns 0, or -1. */
+static int default_user_digest(const char *data, size_t len, unsigned char *md) {
     const char *line;
     size_t llen;
     user_line(data, len, "default", &line, &llen);
-    SHA1((const unsigned char *)line, llen, md);
+    return px_sha1(line, llen, md);
 }
 
 /* May the line's user read every key ("~*", "%R~*", "%RW~*")? */
@@ -116,9 +116,9 @@ void px_aclwatch_on_reply(px_server *srv, px_req *r, const char *data, size_t le
         }
         return; /* LOADING, MASTERDOWN...: asked again at the next tick */
     }
-    unsigned char md[SHA_DIGEST_LENGTH], dmd[SHA_DIGEST_LENGTH];
-    SHA1((const unsigned char *)data, len, md);
-    default_user_digest(data, len, dmd);
+    unsigned char md[PX_SHA1_LEN], dmd[PX_SHA1_LEN];
+    /* (no digest: this list is not compared; the next tick asks again) */
+    if (px_sha1(data, len, md) != 0 || default_user_digest(data, len, dmd) != 0) return;
     /* A password for the default user (or the user turned off) does not
      * log out the connections it is logged in on: those of clients without
      * credentials are replaced, before the cache is emptied. */

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include <openssl/sha.h>
 
 #include "protocol/commands.h"
+#include "proxy/sha1.h"
 
 /* The longest missing-name reply kept (Redis's is under 200 bytes). */
 #define MISSING_MAX 1024
@@ -72,12 +72,12 @@ int px_lookup_match(const px_lookup *l, int argc, const resp_arg *argv) {
 }
 
 int px_lookup_match_body(const px_lookup *l, const char *body, size_t len) {
-    unsigned char md[SHA_DIGEST_LENGTH];
+    unsigned char md[PX_SHA1_LEN];
     char hex[41];
     static const char digits[] = "0123456789abcdef";
-    if (l == NULL || l->n == 0) return -1;
-    SHA1((const unsigned char *)body, len, md);
-    for (int i = 0; i < SHA_DIGEST_LENGTH; i++) {
+    /* (no digest, no match: the script goes to Redis as any other) */
+    if (l == NULL || l->n == 0 || px_sha1(body, len, md) != 0) return -1;
+    for (int i = 0; i < PX_SHA1_LEN; i++) {
         hex[2 * i] = digits[md[i] >> 4];
         hex[2 * i + 1] = digits[md[i] & 15];
     }
