@@ -1377,8 +1377,10 @@ static void invalidate_now(void *arg, const char *key, size_t klen) {
     }
     if (ks->keys != NULL) {
         uint32_t n = (uint32_t)klen;
-        resp_buf_append(ks->keys, &n, sizeof n);
-        resp_buf_append(ks->keys, key, klen);
+        size_t before = ks->keys->len;
+        /* (whole records only; keys->failed then says one is missing) */
+        if (resp_buf_append(ks->keys, &n, sizeof n) != 0 || resp_buf_append(ks->keys, key, klen) != 0)
+            ks->keys->len = before;
     }
 }
 
@@ -1561,6 +1563,9 @@ int px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, i
     resp_buf_init(&keys);
     key_sink ks = {pc, in_multi ? &c->txn_keys : r != NULL ? &keys : NULL, in_multi, 0};
     int w = cmdtable_writes(pc->cmdt, argc, a, invalidate_now, &ks);
+    /* a key not recorded for the reply (no memory): as a write of keys
+     * unknown, the reply flushes all */
+    if (ks.keys != NULL && ks.keys->failed) w = CMDT_WRITES_UNKNOWN;
     /* Change data without being writes by Redis's flags: a role change
      * (C6) or a DEBUG RELOAD/POPULATE. */
     if (argc >= 1 && (resp_arg_is(a[0].ptr, a[0].len, "REPLICAOF") || resp_arg_is(a[0].ptr, a[0].len, "SLAVEOF") ||
