@@ -9,6 +9,7 @@ connection, so only the behaviour under test can produce the right answer.
 Cache hits are proven with the INFO # sidecache counters; values are checked
 against Redis itself.
 """
+import contextlib
 import hashlib
 import shutil
 import socket
@@ -1513,6 +1514,30 @@ def _pipelined_hits(port, key, stop):
                 want -= len(got)
 
 
+@contextlib.contextmanager
+def _hits_pipelined_beside(p):
+    """Three processes pipelining hits of i7 (set to "v7" first) on proxy
+    p for the with block: its passes of the loop grow long."""
+    import multiprocessing
+    stop = multiprocessing.Event()
+    loaders = [multiprocessing.Process(target=_pipelined_hits, args=(p.port, "i7", stop), daemon=True)
+               for _ in range(3)]
+    try:
+        for loader in loaders:
+            loader.start()
+        yield
+    finally:
+        stop.set()
+        for loader in loaders:
+            loader.join(5)
+
+
+# GET i5 in two sends: the first leaves the reader's socket ready in the
+# proxy's next poll, the second completes the command after a write
+GET_I5 = encode("GET", "i5")
+GET_I5_HEAD, GET_I5_TAIL = GET_I5[:14], GET_I5[14:]  # "*2\r\n$3\r\nGET\r\n" | "$2\r\ni5\r\n"
+
+
 def test_c10_a_read_completed_after_a_direct_writes_reply_sees_it(proxy_factory, upstream):
     """The reader sends the first bytes of GET i5, so that its socket is
     ready in the proxy's next poll; SET i5 goes to Redis directly and is
@@ -1524,34 +1549,22 @@ def test_c10_a_read_completed_after_a_direct_writes_reply_sees_it(proxy_factory,
     came after an invalidation still unread (review-stale, finding 2;
     a pipelining reader met it too). Now a hit waits a turn of the loop
     while the invalidation connection has bytes it has not handled."""
-    import multiprocessing
     p, st = start_cached(proxy_factory, mode="bcast")
     with upstream.raw(auth=True) as d:
         d.cmd("SET", "i5", "v0")
         d.cmd("SET", "i7", "v7")
-    stop = multiprocessing.Event()
-    loaders = [multiprocessing.Process(target=_pipelined_hits, args=(p.port, "i7", stop), daemon=True)
-               for _ in range(3)]
-    req = encode("GET", "i5")
-    head, tail = req[:14], req[14:]  # "*2\r\n$3\r\nGET\r\n" | "$2\r\ni5\r\n"
     stale = []
-    try:
-        with upstream.raw(auth=True) as d, p.raw(auth=True) as c:
-            warm(c, st, ("GET", "i7"), ("GET", "i5"))
-            for loader in loaders:
-                loader.start()
+    with upstream.raw(auth=True) as d, p.raw(auth=True) as c:
+        warm(c, st, ("GET", "i7"), ("GET", "i5"))
+        with _hits_pipelined_beside(p):
             time.sleep(0.3)
             for n in range(1, 4001):
-                c.send(head)
+                c.send(GET_I5_HEAD)
                 assert d.cmd("SET", "i5", "v%d" % n).raw == b"+OK\r\n"
-                c.send(tail)
+                c.send(GET_I5_TAIL)
                 got = c.read_frame().value
                 if got != b"v%d" % n:
                     stale.append((n, got))
-    finally:
-        stop.set()
-        for loader in loaders:
-            loader.join(5)
     assert not stale, "%d reads completed after the write's reply got an older value: %r" % (len(stale), stale[:5])
     assert st.get()["cache_hits"] >= 10000, "the loaders' reads were not hits"
 
@@ -1567,39 +1580,25 @@ def test_c4_a_read_completed_after_the_invalidation_connection_was_killed_sees_t
     handled took its close for nothing unread, and the loss, which empties
     the cache (C4), was seen only after the hit. Now a close or a reset not
     handled yet holds the hit a turn of the loop too."""
-    import multiprocessing
     p, st = start_cached(proxy_factory, mode="bcast")
     with upstream.raw(auth=True) as d:
         d.cmd("SET", "i5", "v0")
         d.cmd("SET", "i7", "v7")
-    stop = multiprocessing.Event()
-    loaders = [multiprocessing.Process(target=_pipelined_hits, args=(p.port, "i7", stop), daemon=True)
-               for _ in range(3)]
-    req = encode("GET", "i5")
-    head, tail = req[:14], req[14:]
     kill = encode("CLIENT", "KILL", "TYPE", "pubsub")
     stale, rounds = [], 300
-    try:
-        with upstream.raw(auth=True) as d, p.raw(auth=True) as c:
-            for loader in loaders:
-                loader.start()
-            for n in range(1, rounds + 1):
-                wait_tracking_active(p, stats=st)
-                # (filled, then most likely a hit: the loaders' hits hide
-                # which it was)
-                assert [c.cmd("GET", "i5").value for _ in range(2)] == [b"v%d" % (n - 1)] * 2
-                c.send(head)
-                d.send(encode("MULTI") + kill + encode("SET", "i5", "v%d" % n) + encode("EXEC"))
-                replies = [d.read_frame().raw for _ in range(4)]
-                assert replies[3] == b"*2\r\n:1\r\n+OK\r\n", replies
-                c.send(tail)
-                got = c.read_frame().value
-                if got != b"v%d" % n:
-                    stale.append((n, got))
-    finally:
-        stop.set()
-        for loader in loaders:
-            loader.join(5)
+    with upstream.raw(auth=True) as d, p.raw(auth=True) as c, _hits_pipelined_beside(p):
+        for n in range(1, rounds + 1):
+            wait_tracking_active(p, stats=st)
+            # (filled, then most likely a hit: the loaders' hits hide which)
+            assert [c.cmd("GET", "i5").value for _ in range(2)] == [b"v%d" % (n - 1)] * 2
+            c.send(GET_I5_HEAD)
+            d.send(encode("MULTI") + kill + encode("SET", "i5", "v%d" % n) + encode("EXEC"))
+            replies = [d.read_frame().raw for _ in range(4)]
+            assert replies[3] == b"*2\r\n:1\r\n+OK\r\n", replies
+            c.send(GET_I5_TAIL)
+            got = c.read_frame().value
+            if got != b"v%d" % n:
+                stale.append((n, got))
     assert not stale, "%d of %d reads completed after the write's reply got an older value: %r" % (
         len(stale), rounds, stale[:5])
     assert st.get()["tracking_losses"] >= rounds
