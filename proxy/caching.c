@@ -1986,6 +1986,8 @@ void px_caching_txn_close(px_client *c, px_req *r) {
         r->purge_mark = c->txn_purge_mark;
         resp_buf_init(&c->txn_keys);
     }
+    /* (a key that could not be recorded made txn_flush: spent with it) */
+    c->txn_keys.failed = 0;
     if (c->txn_flush) {
         r->aux_flags |= PX_AUX_FLUSH;
         flush_hold(c->srv->caching, c, r);

@@ -141,6 +141,21 @@ static void slot_pop(px_client *c, px_req *r) {
 static const char oom_reply[] = "-ERR sidecache: out of memory\r\n";
 #define LOCAL_SLOT_COST (SLOT_COST + 1024 + 128)
 
+/* A blocking command unanswered this long is taken for blocked: one that
+ * Redis answers at once (its list is not empty) is answered well before. */
+#define BLOCKED_AFTER_US 100000
+
+/* Redis is blocked on the client now: its oldest request not answered is
+ * a blocking command, sent BLOCKED_AFTER_US ago. (c->blocking stays set
+ * while anything is in flight after one: a BLPOP that returned at once is
+ * followed by what the client pipelined behind it, which Redis runs to
+ * the end.) A client gone meanwhile is looked at again by the cron. */
+static int blocked_now(const px_client *c) {
+    for (const px_req *r = c->slots_head; r != NULL; r = r->next_slot)
+        if (!r->done) return r->blocks && r->pending && px_loop_now_us(c->srv) - r->sent_us >= BLOCKED_AFTER_US;
+    return 0;
+}
+
 /* A reply made here: written now if nothing is ahead of it, else queued,
  * with the replies made here just before it if they wait too. */
 static void reply_bytes(px_client *c, const char *data, size_t len) {
@@ -728,6 +743,13 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
     }
     if (c->state == PX_CLIENT_CLOSED) return;
     if (c->inflight == 0) c->blocking = 0;
+    /* gone, and now Redis blocks on what it sent (all before is answered):
+     * Redis frees such a client, and its connection goes (the commands
+     * behind, which Redis would not run, with it) */
+    if (c->peer_closed && blocked_now(c)) {
+        client_close(c, "client closed connection");
+        return;
+    }
     maybe_unpin(c);
 
     if (c->state == PX_CLIENT_CLOSING) {
@@ -995,6 +1017,15 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
     /* a queued command's reply is +QUEUED or an error, with nothing to
      * learn: the next ones may join its record */
     if (queued && r->aux_flags == 0) r->run = 1;
+}
+
+/* forward_pinned, and a blocking command (not queued in MULTI, where it
+ * does not block) says so in its record (blocked_now). */
+static void forward_blocking_aware(px_client *c, int id, int act, const char *frame) {
+    int blocks = act == ACT_BLOCK && !c->in_multi;
+    forward_pinned(c, id, frame);
+    px_req *r = c->slots_tail;
+    if (blocks && c->state != PX_CLIENT_CLOSED && r != NULL && r->pending) r->blocks = 1;
 }
 
 /* The name the client gave us on its own connection, so that CLIENT LIST
@@ -1663,7 +1694,7 @@ int px_client_dispatch(px_client *c, const char *frame) {
         /* a blocking command (not queued in MULTI, where it does not
          * block) may wait for ever: upstream-timeout must not cut it */
         if (act == ACT_BLOCK && !c->in_multi) c->blocking = 1;
-        forward_pinned(c, id, frame);
+        forward_blocking_aware(c, id, act, frame);
         return PX_DISPATCH_DONE;
     }
     if (c->mode == PX_MODE_PINNED) {
@@ -1689,7 +1720,7 @@ int px_client_dispatch(px_client *c, const char *frame) {
         default:
             break;
         }
-        forward_pinned(c, id, frame);
+        forward_blocking_aware(c, id, act, frame);
         return PX_DISPATCH_DONE;
     }
 
@@ -1735,7 +1766,7 @@ int px_client_dispatch(px_client *c, const char *frame) {
             return PX_DISPATCH_DONE;
         }
         if (act == ACT_BLOCK) c->blocking = 1;
-        forward_pinned(c, id, frame);
+        forward_blocking_aware(c, id, act, frame);
         return PX_DISPATCH_DONE;
     default:
         break;
@@ -1798,7 +1829,7 @@ static void client_process(px_client *c) {
      * reads the end behind it (which the close of its connection is), as
      * it would have freed the client itself. Waiting for its reply would
      * let it take an element nobody gets, or block for ever. */
-    if (c->peer_closed && c->blocking && c->state == PX_CLIENT_ACTIVE)
+    if (c->peer_closed && blocked_now(c) && c->state == PX_CLIENT_ACTIVE)
         client_close(c, "client closed connection");
     /* the client is gone and what it sent has all been dispatched (a
      * partial command left is dropped, as Redis drops it) */
@@ -1958,7 +1989,7 @@ static void client_on_drain(void *arg) {
 static void client_on_peer_close(px_client *c) {
     /* (a tunnel ending in a protocol error: nobody is left to read what
      * Redis still owes before the error, nor the error) */
-    if (c->blocking || c->tunnel_fail != NULL) {
+    if (blocked_now(c) || c->tunnel_fail != NULL) {
         client_close(c, "client closed connection");
     } else if (c->state == PX_CLIENT_ACTIVE && c->input_paused && px_io_input_len(&c->io) > 0) {
         /* commands read, waiting for a reply before they may go (a state
@@ -1973,6 +2004,9 @@ static void client_on_peer_close(px_client *c) {
          * (px_client_on_pinned_lost), else RESET is answered first. */
         if (c->mode == PX_MODE_TUNNEL && c->pinned != NULL) px_io_shutdown_write(&c->pinned->io);
     } else {
+        /* (should Redis block on what it sent before the replies are all
+         * in, the client goes then: on_reply_deliver) */
+        c->peer_closed = 1;
         px_client_close_after_replies(c);
     }
 }
@@ -1986,11 +2020,22 @@ static void client_on_event(void *arg, int what, int err) {
          * still to go (err: unread in the socket) is read on first, and
          * its end seen then. */
         /* (a tunnel ending in a protocol error, held silent or not, reads
-         * nothing more of it; nor does a client blocked, which Redis frees
-         * at once with what it did not run; nor a tunnel that waits for its
-         * RESET's reply: client_on_peer_close) */
-        if (err == 0 || c->tunnel_fail != NULL || c->blocking || (c->mode == PX_MODE_TUNNEL && c->barrier))
+         * nothing more of it; nor does a client Redis blocks on, which
+         * Redis frees at once with what it did not run: client_on_peer_close) */
+        if (err == 0 || c->tunnel_fail != NULL || blocked_now(c))
             client_on_peer_close(c);
+        /* A tunnel waiting for its RESET's reply, which a command ahead of
+         * it may hold for ever (the tunnel does not follow what blocks):
+         * Redis is told of the end, after what was sent, and frees the
+         * connection if it blocks there (px_client_on_pinned_lost); else
+         * RESET is answered, reading resumes, and the rest and the end are
+         * read then. */
+        else if (c->mode == PX_MODE_TUNNEL && c->barrier && c->pinned != NULL)
+            px_io_shutdown_write(&c->pinned->io);
+        /* (behind a blocking command not yet taken for blocked: the cron
+         * looks again) */
+        else if (c->blocking)
+            c->peer_gone = 1;
         return;
     }
     if (what == PX_IO_EOF) {
@@ -2146,6 +2191,12 @@ void px_client_cron(px_client *c, int64_t now_ms) {
      * hit) leaves no large buffer with the client, as Redis's clientsCron */
     resp_buf_trim(&c->scratch, PX_CLIENT_SCRATCH_KEEP);
     px_batch_cron(c);
+    /* gone behind a blocking command, which Redis now blocks on: as Redis,
+     * the client is freed (client_on_peer_close) */
+    if ((c->peer_closed || c->peer_gone) && c->state != PX_CLIENT_CLOSED && blocked_now(c)) {
+        client_close(c, "client closed connection");
+        return;
+    }
     if (c->state == PX_CLIENT_CLOSING) {
         /* waiting only for a client to read what is left (after QUIT, an
          * error, its own connection lost): it has `timeout` to do so */

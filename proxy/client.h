@@ -161,6 +161,9 @@ typedef struct px_client {
     int peer_closed;           /* the client closed its side with commands read
                                   but not yet run: they run (as in Redis),
                                   then it closes; nothing more is read */
+    int peer_gone;             /* its close was seen with bytes of it unread,
+                                  behind a blocking command: read on, unless
+                                  Redis blocks there (px_client_cron) */
 
     /* pending session change, applied when Redis accepts it */
     int pend_db, pend_proto;

@@ -29,7 +29,8 @@ static void on_request(struct evhttp_request *req, void *arg) {
     resp_buf b;
     resp_buf_init(&b);
     px_stats_prometheus(srv, &b);
-    struct evbuffer *out = evbuffer_new();
+    /* (a page with series missing would pass for a whole one) */
+    struct evbuffer *out = b.failed ? NULL : evbuffer_new();
     if (out == NULL || (b.len > 0 && evbuffer_add(out, b.data, b.len) != 0)) {
         if (out != NULL) evbuffer_free(out);
         resp_buf_deinit(&b);

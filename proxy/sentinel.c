@@ -125,15 +125,16 @@ static int ask_master(px_server *srv, struct sockaddr_storage *sa, unsigned *sal
     for (int i = 0; i < n; i++) {
         int k = (srv->sentinel_first + i) % n;
         if (ask_one(addr[k], alen[k], name, host, sizeof host, port, sizeof port, why, whylen) == 0) {
-            srv->sentinel_first = k;
             px_upstream_addr up;
             memset(&up, 0, sizeof up);
             snprintf(up.host, sizeof up.host, "%s", host);
             up.port = port_number(port);
             if (up.port < 0) {
+                /* an answer no master can have: the next sentinel is asked */
                 snprintf(why, whylen, "sentinel gave the master of %s as %s:%s: not a port", name, host, port);
-                return -1;
+                continue;
             }
+            srv->sentinel_first = k;
             return px_resolve_address(&up, sa, salen, why, whylen);
         }
     }

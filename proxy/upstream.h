@@ -187,6 +187,8 @@ typedef struct px_req {
                                    until it is released (px_caching_flush_released) */
     int shared_load;            /* awaited on a shared connection: counted in
                                    srv->upstream_requests */
+    int blocks;                 /* a blocking command (BLPOP ...) not queued in
+                                   MULTI: Redis may hold its reply for ever */
 } px_req;
 
 /* What a request record costs in memory where it is counted against a

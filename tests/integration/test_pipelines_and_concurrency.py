@@ -314,6 +314,44 @@ def test_client_that_shuts_down_its_writing_gets_redis_answers(proxy, ref, case)
     assert_same_runs(scenario, proxy, ref)
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("head,n", [
+    ([("RPUSH", "l", "x"), ("BLPOP", "l", "0")], 20000),
+    ([("CLIENT", "REPLY", "ON"), ("DEBUG", "SLEEP", "0.3"), ("RESET",)], 5000),
+], ids=["blpop-answered-at-once", "tunnel-reset-behind-a-slow-command"])
+def test_a_long_pipeline_then_shutdown_all_runs(proxy, upstream, ref, head, n):
+    """A client writes a command the proxy must wait on (a BLPOP that its
+    list answers at once; a RESET in a tunnel behind a slow command), then
+    thousands of INCRs, and shuts down its writing while many are still
+    unread in its socket: Redis runs every INCR, and so must the proxy.
+    Seen closed with bytes unread, the first client was taken for one
+    still blocked, and the second's input was not read on after RESET's
+    reply: thousands of INCRs were dropped (review-diff-today3)."""
+    import socket
+
+    def scenario(ep):
+        server = upstream if ep is proxy else ref
+        with server.raw(auth=True) as d:
+            d.cmd("DEL", "l", "c")
+        s = socket.create_connection((ep.host, ep.port))
+        if ep.password:
+            s.sendall(encode("AUTH", ep.password))
+            assert s.recv(5) == b"+OK\r\n"
+        # (read on meanwhile: the replies must not hold the requests back)
+        reader = threading.Thread(target=read_to_eof, args=(s, 30.0), daemon=True)
+        reader.start()
+        s.sendall(b"".join(encode(*c) for c in head) + encode("INCR", "c") * n)
+        s.shutdown(socket.SHUT_WR)
+        reader.join(30)
+        s.close()
+        with server.raw(auth=True) as d:
+            wait_until(lambda: d.cmd("GET", "c").value == b"%d" % n, timeout=10, interval=0.1,
+                       what="every INCR run (%s)" % ("sidecache" if ep is proxy else "Redis"))
+        return [n]
+
+    assert_same_runs(scenario, proxy, ref)
+
+
 @pytest.mark.parametrize("state_cmd", [("SELECT", "1"), ("HELLO", "3")])
 def test_commands_read_before_the_client_closes_all_run(proxy, upstream, ref, state_cmd):
     """A client writes commands and closes at once, reading nothing: Redis

@@ -223,27 +223,33 @@ def test_failover_disconnects_every_client_with_its_own_connection(redis_factory
 
 def test_a_port_out_of_range_from_a_sentinel_is_not_followed(redis_factory, proxy_factory):
     """A sentinel that names the master at port 99999 (or 0): not a port, so
-    not a new master; the proxy stays on the one it has, with the clients
-    and connections it has, and logs why. The port used to be taken as it
-    came, truncated to 16 bits: a switch to some other port, which closed
-    every client's own connection."""
+    not a new master; the next sentinel is asked, the proxy stays on the
+    master it has, with the clients and connections it has, and logs why.
+    The port used to be taken as it came, truncated to 16 bits: a switch to
+    some other port, which closed every client's own connection; then, the
+    other sentinels were not asked."""
     a = redis_factory(name="a")
-    s = FakeSentinel(a.port)
+    s, s2 = FakeSentinel(a.port), FakeSentinel(a.port)
     try:
-        p = proxy_factory(up=a, args=("--upstream-sentinel", "mymaster", s.addr, "--sentinel-check-ms", "100"))
+        p = proxy_factory(up=a, args=("--upstream-sentinel", "mymaster", "%s,%s" % (s.addr, s2.addr),
+                                      "--sentinel-check-ms", "100"))
         w = p.raw()
         assert w.cmd("WATCH", "x").raw == b"+OK\r\n"
         c = p.raw()
         assert c.cmd("SET", "k", "v").raw == b"+OK\r\n"
-        for bad in (99999, 0):
-            s.master = bad
-            asks = s.asks
-            wait_until(lambda: s.asks >= asks + 1, timeout=10, interval=0.05, what="the proxy to ask again")
+        # the first sentinel answers 99999, then 0; the one asked first
+        # after it answered well is the second
+        for bad, first, then in ((99999, s, s2), (0, s2, s)):
+            first.master = bad
+            asks, asks2 = first.asks, then.asks
+            wait_until(lambda: first.asks > asks and then.asks > asks2, timeout=10, interval=0.05,
+                       what="the proxy to ask again, the next sentinel too")
             assert c.cmd("GET", "k").raw == b"$1\r\nv\r\n"
             assert w.cmd("GET", "x").raw == b"$-1\r\n"  # still its own connection, still watching
         assert "not a port" in open(p.logpath).read()
     finally:
         s.close()
+        s2.close()
 
 
 @contextlib.contextmanager
