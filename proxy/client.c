@@ -156,6 +156,27 @@ static int blocked_now(const px_client *c) {
     return 0;
 }
 
+/* The client's close was seen behind a blocking command not taken for
+ * blocked yet: it is looked at again once it may be (px_clients_gone_check),
+ * and by the cron. */
+static void gone_check_later(px_client *c) {
+    static const struct timeval later = {0, BLOCKED_AFTER_US + 10000};
+    if (c->blocking && c->srv->gone_check_ev != NULL && !evtimer_pending(c->srv->gone_check_ev, NULL))
+        evtimer_add(c->srv->gone_check_ev, &later);
+}
+
+void px_clients_gone_check(px_server *srv) {
+    for (px_client *c = srv->clients, *next; c != NULL; c = next) {
+        next = c->next;
+        if ((c->peer_closed || c->peer_gone) && c->state != PX_CLIENT_CLOSED) {
+            if (blocked_now(c))
+                client_close(c, "client closed connection");
+            else
+                gone_check_later(c);
+        }
+    }
+}
+
 /* A reply made here: written now if nothing is ahead of it, else queued,
  * with the replies made here just before it if they wait too. */
 static void reply_bytes(px_client *c, const char *data, size_t len) {
@@ -2005,10 +2026,11 @@ static void client_on_peer_close(px_client *c) {
         if (c->mode == PX_MODE_TUNNEL && c->pinned != NULL) px_io_shutdown_write(&c->pinned->io);
     } else {
         /* (should Redis block on what it sent before the replies are all
-         * in, the client goes then: on_reply_deliver) */
+         * in, the client goes then: on_reply_deliver, gone_check_later) */
         c->peer_closed = 1;
         px_client_close_after_replies(c);
     }
+    if (c->state != PX_CLIENT_CLOSED) gone_check_later(c);
 }
 
 static void client_on_event(void *arg, int what, int err) {
@@ -2034,8 +2056,10 @@ static void client_on_event(void *arg, int what, int err) {
             px_io_shutdown_write(&c->pinned->io);
         /* (behind a blocking command not yet taken for blocked: the cron
          * looks again) */
-        else if (c->blocking)
+        else if (c->blocking) {
             c->peer_gone = 1;
+            gone_check_later(c);
+        }
         return;
     }
     if (what == PX_IO_EOF) {

@@ -215,6 +215,10 @@ void px_clients_output_wake(px_server *srv);
  * read waited for it (px_caching_try_hit, PX_CACHING_WAIT) go on. */
 void px_clients_ping_wake(px_server *srv);
 
+/* Clients whose close was seen behind a blocking command not yet taken for
+ * blocked (srv->gone_check_ev): those Redis now blocks on go. */
+void px_clients_gone_check(px_server *srv);
+
 /* Tunnel bytes from the client's own connection. */
 void px_client_on_tunnel_data(px_client *c, const char *data, size_t len);
 

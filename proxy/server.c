@@ -317,6 +317,10 @@ static void sentinel_cb(evutil_socket_t fd, short what, void *arg) {
     px_sentinel_check(arg);
 }
 
+static void gone_check_cb(evutil_socket_t fd, short what, void *arg) {
+    px_clients_gone_check(arg);
+}
+
 static void move_again_cb(evutil_socket_t fd, short what, void *arg) {
     px_upstreams_move_again_now(arg);
 }
@@ -367,6 +371,7 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     srv.sig_hup = evsignal_new(srv.base, SIGHUP, on_reload_signal, &srv);
     srv.stop_ev = evtimer_new(srv.base, stop_deadline_cb, &srv);
     srv.move_again_ev = evtimer_new(srv.base, move_again_cb, &srv);
+    srv.gone_check_ev = evtimer_new(srv.base, gone_check_cb, &srv);
     /* The highest priority, as the invalidation connection's: a client that
      * had the READONLY and sent its next command at once may be read in
      * the same pass as this move is due; the move goes first, and that
@@ -375,7 +380,7 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     struct timeval second = {1, 0};
     if (srv.flush_ev == NULL || srv.reap_ev == NULL || srv.output_wake_ev == NULL || srv.cron_ev == NULL ||
         srv.sig_term == NULL || srv.sig_int == NULL || srv.sig_hup == NULL || srv.stop_ev == NULL ||
-        srv.move_again_ev == NULL || event_add(srv.cron_ev, &second) != 0 || event_add(srv.sig_term, NULL) != 0 ||
+        srv.move_again_ev == NULL || srv.gone_check_ev == NULL || event_add(srv.cron_ev, &second) != 0 || event_add(srv.sig_term, NULL) != 0 ||
         event_add(srv.sig_int, NULL) != 0 || event_add(srv.sig_hup, NULL) != 0) {
         px_error("cannot set up the event loop: out of memory");
         srv.exit_code = 1;
@@ -470,7 +475,8 @@ out:
     px_aclwatch_free(&srv);
     px_slotwatch_free(&srv);
     struct event *evs[] = {srv.reap_ev, srv.output_wake_ev, srv.cron_ev, srv.sig_term, srv.sig_int,
-                           srv.sig_hup,  srv.stop_ev,        srv.move_again_ev, srv.flush_ev};
+                           srv.sig_hup,  srv.stop_ev,        srv.move_again_ev, srv.flush_ev,
+                           srv.gone_check_ev};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         if (evs[i] != NULL) event_free(evs[i]);
     event_base_free(srv.base);

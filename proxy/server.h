@@ -152,6 +152,9 @@ typedef struct px_server {
     struct event *sentinel_soon_ev; /* ... and soon after a sign of a move (px_sentinel_ask_soon) */
     int64_t sentinel_next_ms;  /* ... but not before this after failures */
     int64_t sentinel_asked_ms; /* when the sentinels were last asked */
+    struct event *gone_check_ev; /* px_clients_gone_check, once a client
+                                    gone behind a blocking command may be
+                                    blocked on by now (proxy/client.c) */
     struct event *move_again_ev; /* moves the connections to the address
                                     again (px_upstreams_move_again) */
     int move_again_why;        /* ... why (enum px_move_again) */
