@@ -775,7 +775,7 @@ int inv_unread(const inv_conn *t) {
      * closed the connection (CLIENT KILL) after a write whose invalidation
      * it will never send, and answered the writer; the loss, which empties
      * the cache, must be seen before a hit (C4). */
-    return n > 0 || n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 int inv_server_cluster(const inv_conn *t) {
