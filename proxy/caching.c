@@ -955,9 +955,8 @@ static uint64_t change_seq(struct px_caching *pc);
 
 /* A hit counts in the client's output limit like any reply: a client that
  * pipelines small reads of large cached values and reads nothing must not
- * make the proxy hold them without bound. */
-/* (a hit that could not be encoded whole is never sent: the client would
- * take the next reply for it) */
+ * make the proxy hold them without bound. One that could not be encoded
+ * whole is never sent: the client would take the next reply for it. */
 static int hit_write(px_client *c, resp_buf *b) {
     if (b->failed)
         px_client_close(c, "out of memory");
@@ -1060,26 +1059,25 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
             fail = 1; /* a key of 4 GiB or more: the plain MGET goes */
         }
     }
+    resp_buf_reset(req);
+    if (!fail) {
+        memcpy(plan->data, &h, sizeof h);
+        resp_enc_array(req, (long long)h.nmiss + 1);
+        resp_enc_bulk(req, "MGET", 4);
+        plan_item it;
+        for (size_t at = sizeof h; plan_next(plan->data, plan->len, &at, &it);)
+            if (!it.cached) resp_enc_bulk(req, it.key, it.klen);
+        fail = req->failed;
+    }
     if (fail) {
         resp_buf_reset(plan);
+        resp_buf_reset(req);
         *cacheable = PX_READ_NONE; /* out of memory: the plain MGET goes */
         return 0;
     }
-    memcpy(plan->data, &h, sizeof h);
     if (h.nmiss < h.n) {
         COUNT(pc, mget_partial, 1);
         COUNT(pc, mget_keys_cached, h.n - h.nmiss);
-    }
-    resp_buf_reset(req);
-    resp_enc_array(req, (long long)h.nmiss + 1);
-    resp_enc_bulk(req, "MGET", 4);
-    plan_item it;
-    for (size_t at = sizeof h; plan_next(plan->data, plan->len, &at, &it);)
-        if (!it.cached) resp_enc_bulk(req, it.key, it.klen);
-    if (req->failed) {
-        resp_buf_reset(req);
-        resp_buf_reset(plan);
-        *cacheable = PX_READ_NONE; /* out of memory: the plain MGET goes */
     }
     return 0;
 }

@@ -149,7 +149,7 @@ static const char oom_reply[] = "-ERR sidecache: out of memory\r\n";
  * a blocking command, sent BLOCKED_AFTER_US ago. (c->blocking stays set
  * while anything is in flight after one: a BLPOP that returned at once is
  * followed by what the client pipelined behind it, which Redis runs to
- * the end.) A client gone meanwhile is looked at again by the cron. */
+ * the end.) A client gone meanwhile is looked at again (gone_check_later). */
 static int blocked_now(const px_client *c) {
     for (const px_req *r = c->slots_head; r != NULL; r = r->next_slot)
         if (!r->done) return r->blocks && r->pending && px_loop_now_us(c->srv) - r->sent_us >= BLOCKED_AFTER_US;
@@ -157,8 +157,9 @@ static int blocked_now(const px_client *c) {
 }
 
 /* The client's close was seen behind a blocking command not taken for
- * blocked yet: it is looked at again once it may be (px_clients_gone_check),
- * and by the cron. */
+ * blocked yet, or a blocking command of a client gone was just sent: it is
+ * looked at again once it may be (px_clients_gone_check, which looks again
+ * while the client has anything in flight behind one). */
 static void gone_check_later(px_client *c) {
     static const struct timeval later = {0, BLOCKED_AFTER_US + 10000};
     if (c->blocking && c->srv->gone_check_ev != NULL && !evtimer_pending(c->srv->gone_check_ev, NULL))
@@ -1046,7 +1047,10 @@ static void forward_blocking_aware(px_client *c, int id, int act, const char *fr
     int blocks = act == ACT_BLOCK && !c->in_multi;
     forward_pinned(c, id, frame);
     px_req *r = c->slots_tail;
-    if (blocks && c->state != PX_CLIENT_CLOSED && r != NULL && r->pending) r->blocks = 1;
+    if (!blocks || c->state == PX_CLIENT_CLOSED || r == NULL || !r->pending) return;
+    r->blocks = 1;
+    /* (sent after the client's close was seen: a command it sent before) */
+    if (c->peer_closed || c->peer_gone) gone_check_later(c);
 }
 
 /* The name the client gave us on its own connection, so that CLIENT LIST
@@ -2054,8 +2058,8 @@ static void client_on_event(void *arg, int what, int err) {
          * read then. */
         else if (c->mode == PX_MODE_TUNNEL && c->barrier && c->pinned != NULL)
             px_io_shutdown_write(&c->pinned->io);
-        /* (behind a blocking command not yet taken for blocked: the cron
-         * looks again) */
+        /* (behind a blocking command not yet taken for blocked: looked at
+         * again then) */
         else if (c->blocking) {
             c->peer_gone = 1;
             gone_check_later(c);
@@ -2215,12 +2219,6 @@ void px_client_cron(px_client *c, int64_t now_ms) {
      * hit) leaves no large buffer with the client, as Redis's clientsCron */
     resp_buf_trim(&c->scratch, PX_CLIENT_SCRATCH_KEEP);
     px_batch_cron(c);
-    /* gone behind a blocking command, which Redis now blocks on: as Redis,
-     * the client is freed (client_on_peer_close) */
-    if ((c->peer_closed || c->peer_gone) && c->state != PX_CLIENT_CLOSED && blocked_now(c)) {
-        client_close(c, "client closed connection");
-        return;
-    }
     if (c->state == PX_CLIENT_CLOSING) {
         /* waiting only for a client to read what is left (after QUIT, an
          * error, its own connection lost): it has `timeout` to do so */

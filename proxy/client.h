@@ -163,7 +163,7 @@ typedef struct px_client {
                                   then it closes; nothing more is read */
     int peer_gone;             /* its close was seen with bytes of it unread,
                                   behind a blocking command: read on, unless
-                                  Redis blocks there (px_client_cron) */
+                                  Redis blocks there (px_clients_gone_check) */
 
     /* pending session change, applied when Redis accepts it */
     int pend_db, pend_proto;
