@@ -87,7 +87,8 @@ typedef struct cache_stats {
                                     or no memory for the value */
     uint64_t fills_too_big;      /* replies above max_value, or too big for
                                     max_bytes even alone */
-    uint64_t invalidations;      /* cache_invalidate_key calls */
+    uint64_t invalidations;      /* keys invalidated (by cache_invalidate_key
+                                    or _keys, each key once) */
     uint64_t keys_purged;        /* entries purged by invalidations (placeholders too) */
     uint64_t flushes;            /* cache_flush calls */
     uint64_t evictions;          /* entries evicted for memory (placeholders too) */

@@ -68,7 +68,6 @@ struct inv_conn {
     int nexpect;
     int backoff_ms;
     int64_t setup_deadline_ms;
-    int64_t ping_sent_ms;     /* outstanding keep-alive ping, 0 if none */
     /* Every PING in ACTIVE, keep-alive or barrier (inv_barrier), counted:
      * Redis answers them in order, so the n-th answer is the n-th PING's */
     uint64_t pings_sent, pings_answered;
@@ -121,7 +120,7 @@ static void inv_set_state(inv_conn *t, enum inv_state to, const char *why) {
     t->state = to;
     if (from == INV_ACTIVE) {
         t->stats.losses++;
-        t->cb.on_flush(t->arg, why ? why : "tracking lost");
+        t->cb.on_flush(t->arg, 0, why ? why : "tracking lost");
         t->cb.on_active(t->arg, 0);
     }
     if (to == INV_ACTIVE || from == INV_ACTIVE || to == INV_BACKOFF)
@@ -145,7 +144,6 @@ static void drop_connection(inv_conn *t) {
     }
     resp_reply_reset(&t->rp);
     t->nexpect = 0;
-    t->ping_sent_ms = 0;
     /* no answer will come: every barrier is passed (leaving ACTIVE empties
      * the cache first, inv_set_state) */
     t->stats.pings_lost += t->pings_sent - t->pings_answered;
@@ -275,6 +273,13 @@ static void send_ping(inv_conn *t, int64_t now) {
     t->ping_send_seq[slot] = t->pings_sent;
 }
 
+/* A stall ended (ping_answered): hits wait for a fresh PING (stall_seq). */
+static void stall_ended(inv_conn *t) {
+    if (t->state != INV_ACTIVE) return;
+    t->stats.stalls++;
+    t->stall_seq = inv_barrier(t);
+}
+
 /* An answer more than hold_ms (at least STALL_MIN_MS) later than it could
  * have come ends a stall (a fork, a long script): the reads that came
  * meanwhile went to Redis (inv_hold_left_ms), but Redis may answer the
@@ -292,12 +297,6 @@ static void send_ping(inv_conn *t, int64_t now) {
  * network is slower than hold_ms. That round trip counts from the second
  * one a connection measures: its first may be slow. */
 #define STALL_MIN_MS 10
-static void stall_ended(inv_conn *t) {
-    if (t->state != INV_ACTIVE) return;
-    t->stats.stalls++;
-    t->stall_seq = inv_barrier(t);
-}
-
 static void ping_answered(inv_conn *t) {
     int64_t now = now_ms(), silence = now - t->ping_progress_ms;
     uint64_t seq = t->pings_answered + 1;
@@ -325,7 +324,6 @@ static void ping_answered(inv_conn *t) {
     t->ping_progress_ms = now;
     t->progress_is_send = 0;
     if (t->keepalive_seq != 0 && t->pings_answered >= t->keepalive_seq) {
-        t->ping_sent_ms = 0;
         t->keepalive_seq = 0;
     }
     if (stalled) stall_ended(t);
@@ -351,8 +349,7 @@ static void on_push(inv_conn *t, const char *buf, size_t len) {
     if (next_elem(t, buf, len, &off, &type, &p, &n, &count) != 0) goto bad;
     t->stats.messages++;
     if (type == '_' || count < 0) {
-        t->stats.null_messages++;
-        t->cb.on_flush(t->arg, "null invalidation (FLUSHALL, FLUSHDB or resync)");
+        t->cb.on_flush(t->arg, 1, "null invalidation (FLUSHALL, FLUSHDB or resync)");
         return;
     }
     if (type == '$') { /* one key as a bulk string (not sent by Redis 6+, but cheap) */
@@ -426,11 +423,12 @@ static void on_setup_reply(inv_conn *t, const char *buf, size_t len) {
     }
     switch (e) {
     case EXP_AUTH:
+    case EXP_TRACKING:
+        break;
     case EXP_SETNAME:
     case EXP_NOEVICT:
     case EXP_SERVER_ID:
-    case EXP_TRACKING:
-        break;
+        break; /* (answered above, refused or not) */
     case EXP_COMMAND:
         if (t->cb.on_command_table) t->cb.on_command_table(t->arg, buf, len);
         break;
@@ -625,10 +623,10 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg) {
             inv_fail(t, "keep-alive PING not answered in time", 0);
             return;
         }
-        if (t->ping_sent_ms == 0 && now - t->last_ping_ms >= t->cfg.ping_ms) {
+        if (t->keepalive_seq == 0 && now - t->last_ping_ms >= t->cfg.ping_ms) {
             send_ping(t, now);
             t->keepalive_seq = t->pings_sent;
-            t->ping_sent_ms = t->last_ping_ms = now;
+            t->last_ping_ms = now;
         }
         arm_timer(t, t->cfg.ping_ms < 100 ? t->cfg.ping_ms : 100);
         return;

@@ -11,7 +11,8 @@
  *     │                 ▼                      ▼                      │
  *     └──back-off── BACKOFF ◄──────── error, refusal, ping deadline ───┘
  *                                                                     
- * SETUP sends, on one RESP2 connection: [AUTH], INFO server (the server's
+ * SETUP sends, on one RESP2 connection: [AUTH], CLIENT SETNAME and CLIENT
+ * NO-EVICT on (a refusal of either is ignored), INFO server (the server's
  * run_id, inv_server_id; a refusal leaves it unknown), COMMAND (the owner learns
  * which commands write which keys), CLIENT ID, then (bcast mode) CLIENT
  * TRACKING ON REDIRECT <own id> BCAST PREFIX p ... and SUBSCRIBE
@@ -53,8 +54,10 @@ typedef struct inv_callbacks {
     /* Redis says these keys may have changed (n >= 1; a long message comes
      * in several calls). */
     void (*on_invalidate)(void *arg, const inv_key *keys, size_t n);
-    /* Everything may have changed: empty the cache. why is for logs. */
-    void (*on_flush)(void *arg, const char *why);
+    /* Everything may have changed: empty the cache. null_message: Redis
+     * said so (a null key list: FLUSHALL, FLUSHDB, a resync); else the
+     * connection left ACTIVE. why is for logs. */
+    void (*on_flush)(void *arg, int null_message, const char *why);
     /* ACTIVE entered (1) or left (0). */
     void (*on_active)(void *arg, int active);
     /* The reply to COMMAND, one whole RESP2 frame, each time it is read. */
@@ -93,7 +96,7 @@ typedef struct inv_config {
                                      0: only receive what the data connections'
                                      CLIENT TRACKING ... REDIRECT <our id> send */
     int ping_ms;                  /* keep-alive period */
-    int timeout_ms;               /* ping answer deadline */
+    int timeout_ms;               /* deadline of a PING's answer, and of a connect */
     int hold_ms;                  /* how long an unanswered ping holds hits;
                                      then Redis answers (inv_ping_hold_ms) */
     int tcp_keepalive;            /* TCP keepalive of the socket, seconds (0: off;
@@ -180,7 +183,6 @@ const char *inv_state_name(enum inv_state s);
 typedef struct inv_stats {
     uint64_t messages;       /* invalidation messages received */
     uint64_t keys;           /* keys named in them */
-    uint64_t null_messages;  /* null key lists (flush) */
     uint64_t connects;       /* setups started */
     uint64_t losses;         /* times ACTIVE was left */
     /* PINGs (keep-alives, barriers): sent = answered + lost + unanswered */

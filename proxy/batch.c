@@ -6,10 +6,15 @@
  * that a client closing meanwhile keeps it. When sent, the batch's
  * bookkeeping moves to the aux of the EXEC's record (PX_REQ_BATCH):
  *
- *   batch_aux | n request pointers | n × (u32 length, command bytes)
+ *   batch_aux | n request pointers | n + 1 reply offsets | n × (u32 length, command bytes)
+ *
+ * The offsets are room for splitting EXEC's array (split_array), made
+ * before the block is sent: the reply of writes that ran must not fail to
+ * reach their clients for want of memory.
  */
 #include "proxy/batch.h"
 
+#include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +27,19 @@ typedef struct batch_aux {
     uint32_t n;
     px_upstream *up;   /* where the block went: a resend goes there too */
 } batch_aux;
+
+/* The parts of a PX_REQ_BATCH's aux (above). */
+static px_req **aux_reqs(const px_req *ex) {
+    return (px_req **)(void *)(ex->aux + sizeof(batch_aux));
+}
+
+static size_t *aux_offs(const px_req *ex, uint32_t n) {
+    return (size_t *)(void *)(ex->aux + sizeof(batch_aux) + n * sizeof(px_req *));
+}
+
+static const char *aux_frames(const px_req *ex, uint32_t n) {
+    return ex->aux + sizeof(batch_aux) + n * sizeof(px_req *) + (n + 1) * sizeof(size_t);
+}
 
 static const char multi_cmd[] = "*1\r\n$5\r\nMULTI\r\n";
 static const char exec_cmd[] = "*1\r\n$4\r\nEXEC\r\n";
@@ -76,6 +94,9 @@ int px_block_send(px_upstream *u, const char *frames, size_t len, int n, int bat
         r->aux_flags |= PX_AUX_BLOCK_QUEUED | batch_flag;
         px_upstream_send(u, r, f, flen);
     }
+    /* n frames, each with its record: a record left over would never be
+     * released, and the replies of the block would be miscounted */
+    assert(r == NULL && at == len);
     return 0;
 }
 
@@ -159,7 +180,8 @@ void px_batch_flush(px_client *c) {
         return;
     }
     batch_aux h = {(uint32_t)n, u};
-    size_t auxlen = sizeof h + c->batch_reqs.len + c->batch_frames.len;
+    size_t offs_len = ((size_t)n + 1) * sizeof(size_t);
+    size_t auxlen = sizeof h + c->batch_reqs.len + offs_len + c->batch_frames.len;
     char *aux = malloc(auxlen);
     px_req *ex = aux != NULL ? px_req_new(srv, c, PX_REQ_BATCH) : NULL;
     if (ex == NULL || px_block_send(u, c->batch_frames.data, c->batch_frames.len, n, 1) != 0) {
@@ -172,7 +194,7 @@ void px_batch_flush(px_client *c) {
     }
     memcpy(aux, &h, sizeof h);
     memcpy(aux + sizeof h, c->batch_reqs.data, c->batch_reqs.len);
-    memcpy(aux + sizeof h + c->batch_reqs.len, c->batch_frames.data, c->batch_frames.len);
+    memcpy(aux + sizeof h + c->batch_reqs.len + offs_len, c->batch_frames.data, c->batch_frames.len);
     ex->aux = aux;
     ex->aux_len = auxlen;
     px_upstream_send(u, ex, exec_cmd, sizeof exec_cmd - 1);
@@ -208,11 +230,11 @@ void px_batch_on_reply(px_client *c, px_req *ex, const char *data, size_t len) {
     px_server *srv = c->srv;
     batch_aux h;
     memcpy(&h, ex->aux, sizeof h);
-    px_req **reqs = (px_req **)(ex->aux + sizeof h);
-    const char *frames = ex->aux + sizeof h + h.n * sizeof(px_req *);
-    size_t *offs = malloc((h.n + 1) * sizeof *offs);
+    px_req **reqs = aux_reqs(ex);
+    const char *frames = aux_frames(ex, h.n);
+    size_t *offs = aux_offs(ex, h.n);
     c->batch_wait = 0;
-    if (!ex->lost && offs != NULL && split_array(srv, data, len, h.n, offs) == 0) {
+    if (!ex->lost && split_array(srv, data, len, h.n, offs) == 0) {
         for (uint32_t i = 0; i < h.n; i++) {
             reqs[i]->pending = 0;
             px_client_on_reply(c, reqs[i], data + offs[i], offs[i + 1] - offs[i]);
@@ -251,7 +273,6 @@ void px_batch_on_reply(px_client *c, px_req *ex, const char *data, size_t len) {
             px_client_on_reply(c, reqs[i], data, len);
         }
     }
-    free(offs);
     px_req_release(srv, ex);
 }
 
@@ -260,7 +281,7 @@ void px_batch_on_relayed(px_client *c, px_req *ex, const char *replies, size_t l
     px_server *srv = c->srv;
     batch_aux h;
     memcpy(&h, ex->aux, sizeof h);
-    px_req **reqs = (px_req **)(ex->aux + sizeof h);
+    px_req **reqs = aux_reqs(ex);
     c->batch_wait = 0;
     resp_reply_parser p;
     resp_reply_init(&p, &srv->reply_limits);

@@ -50,7 +50,7 @@ int px_batch_add(px_client *c, px_upstream *u, const char *data, size_t len);
 void px_batch_flush(px_client *c);
 
 /* Once a second: with no batch open, the client's batch buffers go (an idle
- * pooled connection keeps nothing a block needed). */
+ * client keeps nothing a batch needed). */
 void px_batch_cron(px_client *c);
 
 /* The reply to a batch's EXEC (r->kind == PX_REQ_BATCH). */

@@ -1,11 +1,21 @@
 /*
  * proxy/caching.c — see caching.h.
  *
- * A request carries what its reply needs in px_req.aux:
- *   fill: the entry's identity (partition, db, kind, key, field) and token;
- *   write: the keys to invalidate again, as (u32 length, bytes) records;
- * and flags: FLUSH (the write's keys cannot be known), INFO (append our
- * section), EXEC (the client's queued writes are invalidated).
+ * A request carries what its reply needs in px_req.aux, as its aux_flags
+ * say (upstream.h):
+ *   FILL: the entry's identity (partition, db, kind, key, field; the token
+ *     is in tag.fill_token);
+ *   INVAL: the keys to invalidate again, as (u32 length, bytes) records; with
+ *     PREPURGED they were purged when sent (mark.purge_mark). A
+ *     transaction's queued keys move to its EXEC or DISCARD so
+ *     (px_caching_txn_close);
+ *   MGET: the merge plan (mget_hdr, then a plan_item per key);
+ *   LOOKUP: the dentry identity of a lookup script (lookup_id, the key, the
+ *     name);
+ * and a PX_REQ_TTL parks the value whose fill waits for its PTTL
+ * (ttl_fill). Flags without aux: FLUSH (the write's keys cannot be known),
+ * INFO (append our section), SCRIPT_LOAD and SCRIPT_FLUSH (what Redis holds
+ * of the lookup scripts).
  */
 #include "proxy/caching.h"
 
@@ -38,8 +48,8 @@ static const char *const juicefs_lookup_scripts[] = {
     "8526c64984678fc27f67f44755c8ba7dcdf7ea60",
     "72af033cd6d0773efd6a53eaf9490b4a138f55af",
 };
-_Static_assert(PX_MAX_LOOKUP_SCRIPTS + sizeof juicefs_lookup_scripts / sizeof *juicefs_lookup_scripts <=
-                   PX_LOOKUP_MAX_SCRIPTS,
+#define N_JUICEFS_LOOKUP_SCRIPTS (sizeof juicefs_lookup_scripts / sizeof *juicefs_lookup_scripts)
+_Static_assert(PX_MAX_LOOKUP_SCRIPTS + N_JUICEFS_LOOKUP_SCRIPTS <= PX_LOOKUP_MAX_SCRIPTS,
                "every cache-lookup-script fits beside the profile's");
 
 /* JuiceFS's resolve scripts (1.x, 0.x): the gateway and the SDKs send one
@@ -84,7 +94,7 @@ struct px_caching {
     int64_t busy_ms;          /* ... the last time */
     /* px_caching_try_hit of a request that it counted once already (it
      * waited to go to Redis, and comes again): nothing is counted */
-    int recount;
+    int counted_already;
     uint64_t purges_skipped; /* write replies whose purge was skipped (purge_again) */
     uint64_t bypassed;       /* cacheable reads sent to Redis because the client
                                 had requests in flight (neither hit nor miss) */
@@ -120,8 +130,8 @@ struct px_caching {
 };
 
 /* A counter of the reads px_caching_try_hit decides (not moved when it
- * decides a read again: recount) */
-#define COUNT(pc, counter, n) ((pc)->recount ? (void)0 : (void)((pc)->counter += (n)))
+ * decides a read again: counted_already) */
+#define COUNT(pc, counter, n) ((pc)->counted_already ? (void)0 : (void)((pc)->counter += (n)))
 
 /* Every flush: the cache, and what is known of Redis's scripts (a flush
  * may mean a restarted or another Redis, which holds none of them). */
@@ -166,12 +176,12 @@ static void on_invalidate(void *arg, const inv_key *keys, size_t n) {
     reclaim_later(srv->caching);
 }
 
-static void on_flush(void *arg, const char *why) {
+static void on_flush(void *arg, int null_message, const char *why) {
     px_server *srv = arg;
     struct px_caching *pc = srv->caching;
     flush_cache(pc);
     if (pc->moving) return;
-    if (strncmp(why, "null", 4) == 0)
+    if (null_message)
         pc->flush_null++;
     else
         pc->flush_tracking++;
@@ -197,7 +207,7 @@ static void send_tracking_on(px_server *srv, px_upstream *u) {
     /* (not sent: the connection's reads fill nothing, tracked_epoch) */
     px_req *r = b.failed ? NULL : px_req_new(srv, NULL, PX_REQ_TRACKING);
     if (r != NULL) {
-        r->fill_token = pc->epoch;
+        r->tag.tracking_epoch = pc->epoch;
         px_upstream_send(u, r, b.data, b.len);
     }
     resp_buf_deinit(&b);
@@ -480,7 +490,7 @@ static void on_command_table(void *arg, const char *reply, size_t len) {
     for (int i = 0; i < srv->cfg->nreadonly_scripts; i++) cmdtable_add_readonly_script(t, srv->cfg->readonly_scripts[i]);
     for (int i = 0; i < srv->cfg->nlookup_scripts; i++) cmdtable_add_readonly_script(t, srv->cfg->lookup_scripts[i]);
     if (srv->cfg->profile == PX_PROFILE_JUICEFS) {
-        add_readonly_scripts(t, juicefs_lookup_scripts, sizeof juicefs_lookup_scripts / sizeof *juicefs_lookup_scripts);
+        add_readonly_scripts(t, juicefs_lookup_scripts, N_JUICEFS_LOOKUP_SCRIPTS);
         add_readonly_scripts(t, juicefs_readonly_scripts,
                              sizeof juicefs_readonly_scripts / sizeof *juicefs_readonly_scripts);
     }
@@ -618,7 +628,7 @@ static void describe_rules(const px_config *cfg, const cache_rules *r, FILE *f) 
         fprintf(f, "# lookup scripts: none (not used with a key-prefix)\n");
         return;
     }
-    int n = cfg->profile == PX_PROFILE_JUICEFS ? 2 : 0;
+    int n = cfg->profile == PX_PROFILE_JUICEFS ? (int)N_JUICEFS_LOOKUP_SCRIPTS : 0;
     n += cfg->nlookup_scripts;
     if (n > PX_LOOKUP_MAX_SCRIPTS) n = PX_LOOKUP_MAX_SCRIPTS;
     fprintf(f, "# lookup scripts answered from the cache: %d\n", n);
@@ -655,7 +665,10 @@ int px_caching_init(px_server *srv) {
         return 0;
     }
     struct px_caching *pc = calloc(1, sizeof *pc);
-    if (pc == NULL) return -1;
+    if (pc == NULL) {
+        px_error("cache setup failed: out of memory");
+        return -1;
+    }
     srv->caching = pc;
     cache_rules_init(&pc->rules);
     if (build_rules(cfg, &pc->rules, err, sizeof err) != 0) goto bad;
@@ -675,7 +688,7 @@ int px_caching_init(px_server *srv) {
      * Cluster) JuiceFS does not use them, and their keys are not ours. */
     if (cfg->key_prefix[0] == '\0') {
         if (cfg->profile == PX_PROFILE_JUICEFS)
-            for (size_t i = 0; i < sizeof juicefs_lookup_scripts / sizeof *juicefs_lookup_scripts; i++)
+            for (size_t i = 0; i < N_JUICEFS_LOOKUP_SCRIPTS; i++)
                 px_lookup_add(pc->lookup, juicefs_lookup_scripts[i]);
         for (int i = 0; i < cfg->nlookup_scripts; i++)
             if (px_lookup_add(pc->lookup, cfg->lookup_scripts[i]) != 0)
@@ -911,7 +924,7 @@ typedef struct plan_item {
     uint32_t vlen;
     const char *key;
     uint32_t klen;
-    char *token;       /* from the reply: where its fill token is (8 bytes) */
+    char *token_at;    /* from the reply: where its fill token is (8 bytes) */
 } plan_item;
 
 /* The item at *at of a plan (starting after the header); advances *at.
@@ -927,7 +940,7 @@ static int plan_next(char *plan, size_t len, size_t *at, plan_item *it) {
         q += 6 + it->vlen;
         memcpy(&it->klen, q, 4);
         it->key = q + 4;
-        it->token = NULL;
+        it->token_at = NULL;
         *at += 6 + it->vlen + 4 + it->klen;
     } else {
         it->nil = 0;
@@ -935,7 +948,7 @@ static int plan_next(char *plan, size_t len, size_t *at, plan_item *it) {
         it->vlen = 0;
         memcpy(&it->klen, q + 1, 4);
         it->key = q + 5;
-        it->token = q + 5 + it->klen;
+        it->token_at = q + 5 + it->klen;
         *at += 5 + it->klen + 8;
     }
     return 1;
@@ -1232,11 +1245,11 @@ int px_caching_try_hit(px_client *c, int *cacheable) {
     /* A read that went on to Redis may wait there (upstream-output-limit,
      * or for its connection) and come here again: its hit or miss, its
      * partial MGET, were counted the first time. */
-    pc->recount = c->read_counted;
-    cache_count_reads(pc->cache, !pc->recount);
+    pc->counted_already = c->read_counted;
+    cache_count_reads(pc->cache, !pc->counted_already);
     int hit = try_hit(pc, c, cacheable);
     cache_count_reads(pc->cache, 1);
-    pc->recount = 0;
+    pc->counted_already = 0;
     if (hit == 0 && *cacheable != PX_READ_NONE) c->read_counted = 1;
     return hit;
 }
@@ -1292,8 +1305,8 @@ static int ttl_ask(struct px_caching *pc, px_server *srv, px_upstream *u, const 
     px_req *t = px_req_new(srv, NULL, PX_REQ_TTL);
     if (t == NULL) return -1;
     /* the entry's life counts from here: Redis runs it later */
-    t->fill_token = (uint64_t)px_now_ms();
-    t->purge_mark = key_digest(key, klen);
+    t->tag.sent_ms = px_now_ms();
+    t->mark.key_digest = key_digest(key, klen);
     px_upstream_send(u, t, b->data, b->len);
     pc->ttl_asked++;
     return 0;
@@ -1305,7 +1318,7 @@ static int ttl_ask(struct px_caching *pc, px_server *srv, px_upstream *u, const 
  * caller aborts the fill). */
 static int ttl_wait(px_req *t, uint64_t token, uint32_t part, uint32_t db, int kind, const char *key, size_t klen,
                     const char *field, size_t flen, const char *val, size_t vlen) {
-    if (t == NULL || t->kind != PX_REQ_TTL || t->aux != NULL || t->purge_mark != key_digest(key, klen)) return -1;
+    if (t == NULL || t->kind != PX_REQ_TTL || t->aux != NULL || t->mark.key_digest != key_digest(key, klen)) return -1;
     ttl_fill f = {token, part, db, (uint32_t)kind, (uint32_t)klen, (uint32_t)flen, (uint32_t)vlen};
     char *aux = malloc(sizeof f + klen + flen + vlen);
     if (aux == NULL) return -1;
@@ -1335,7 +1348,7 @@ static void fill_or_wait(struct px_caching *pc, px_server *srv, int asked, px_re
 void px_caching_on_ttl_reply(px_server *srv, px_req *t, const char *data, size_t len) {
     struct px_caching *pc = srv->caching;
     if (pc == NULL) return;
-    px_caching_on_error_reply(srv, data, len); /* C6: MASTERDOWN, READONLY, ... */
+    px_caching_note_reply(srv, data, len); /* C6: MASTERDOWN, READONLY, ... */
     if (resp_frame_is_noperm(data, len) && t->up != NULL && t->up->pool != NULL)
         t->up->pool->ttl_denied = px_acl_mark(srv);
     if (t->aux == NULL) return;
@@ -1349,7 +1362,7 @@ void px_caching_on_ttl_reply(px_server *srv, px_req *t, const char *data, size_t
         cache_fill_abort(pc->cache, f.token, f.part, (int)f.db, (int)f.kind, key, f.klen, field, f.flen);
         return;
     }
-    int64_t until = pttl == -1 ? 0 : (int64_t)t->fill_token + pttl;
+    int64_t until = pttl == -1 ? 0 : t->tag.sent_ms + pttl;
     cache_fill_complete_until(pc->cache, f.token, f.part, (int)f.db, (int)f.kind, key, f.klen, field, f.flen, val,
                               f.vlen, 0, px_now_ms(), until);
 }
@@ -1432,7 +1445,7 @@ static void mget_send(struct px_caching *pc, px_client *c, px_upstream *u, px_re
             cache_fill_abort(pc->cache, token, h.part, (int)h.db, CACHE_KIND_GET, it.key, it.klen, "", 0);
             token = 0;
         }
-        memcpy(it.token, &token, 8);
+        memcpy(it.token_at, &token, 8);
         if (token) u->filled = 1;
     }
     /* the plan's buffer moves to the request */
@@ -1467,7 +1480,7 @@ static void lookup_send(struct px_caching *pc, px_client *c, px_upstream *u, px_
     /* a lookup fills only what its rules vouch has no TTL (the profile's
      * keys): the GET and HGET of the others ask for it */
     if (!ttl_wanted(pc, CACHE_KIND_HGET, a[3].ptr, a[3].len))
-        r->fill_token = cache_fill_begin(pc->cache, id.part, c->db, CACHE_KIND_LOOKUP, a[3].ptr, a[3].len, a[4].ptr,
+        r->tag.fill_token = cache_fill_begin(pc->cache, id.part, c->db, CACHE_KIND_LOOKUP, a[3].ptr, a[3].len, a[4].ptr,
                                          a[4].len, px_now_ms());
     r->aux = aux;
     r->aux_len = sizeof id + a[3].len + a[4].len;
@@ -1528,7 +1541,7 @@ int px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, i
         r->aux = id;
         r->aux_len = n;
         r->aux_flags |= PX_AUX_FILL;
-        r->fill_token = token;
+        r->tag.fill_token = token;
         u->filled = 1;
         return 0;
     }
@@ -1539,8 +1552,8 @@ int px_caching_on_send(px_client *c, px_upstream *u, px_req *r, int cacheable, i
             int idx = px_lookup_match_body(pc->lookup, a[2].ptr, a[2].len);
             if (idx >= 0) {
                 r->aux_flags |= PX_AUX_SCRIPT_LOAD;
-                r->fill_token = (uint64_t)idx + 1;
-                r->purge_mark = px_lookup_generation(pc->lookup);
+                r->tag.script = (uint64_t)idx + 1;
+                r->mark.lookup_gen = px_lookup_generation(pc->lookup);
             }
         } else if (resp_arg_is(a[1].ptr, a[1].len, "FLUSH")) {
             px_lookup_forget(pc->lookup);
@@ -1710,7 +1723,7 @@ static int mget_reply(struct px_caching *pc, px_server *srv, px_req *r, const ch
             continue;
         }
         uint64_t token;
-        memcpy(&token, it.token, 8);
+        memcpy(&token, it.token_at, 8);
         px_req *t = NULL;
         int asked = token && ttl_wanted(pc, CACHE_KIND_GET, it.key, it.klen);
         if (asked) {
@@ -1770,8 +1783,8 @@ static void lookup_reply(struct px_caching *pc, px_req *r, const char *data, siz
     size_t alen = 0;
     int64_t now = px_now_ms();
     int res = px_lookup_parse_reply(data, len, &ino, &attr, &alen);
-    uint64_t token = r->fill_token;
-    r->fill_token = 0;
+    uint64_t token = r->tag.fill_token;
+    r->tag.fill_token = 0;
     int same_scripts = id.gen == px_lookup_generation(pc->lookup);
     if (answered_off_server(r)) res = PX_LOOKUP_OTHER; /* nothing learned, nothing filled */
     if (res == PX_LOOKUP_FOUND) {
@@ -1849,7 +1862,7 @@ void px_caching_untagged_cluster(px_server *srv, const char *evidence) {
     }
 }
 
-void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
+void px_caching_note_reply(px_server *srv, const char *data, size_t len) {
     struct px_caching *pc = srv->caching;
     long long slot;
     const char *to;
@@ -1883,14 +1896,14 @@ void px_caching_on_error_reply(px_server *srv, const char *data, size_t len) {
  * begins its entry at the reply (a lookup's inode) checks change_seq. */
 static void purge_again(struct px_caching *pc, px_req *r) {
     uint64_t made = cache_get_stats(pc->cache)->placeholders_made;
-    if ((r->aux_flags & PX_AUX_PREPURGED) && made == r->purge_mark) {
+    if ((r->aux_flags & PX_AUX_PREPURGED) && made == r->mark.purge_mark) {
         /* a lookup in flight names its inode only in its reply: it must
          * not fill what this write may have changed (change_seq) */
         pc->purges_skipped++;
         return;
     }
     invalidate_records(pc, r->aux, r->aux_len);
-    r->purge_mark = made;
+    r->mark.purge_mark = made;
 }
 
 /* A cacheable read's reply came from Redis: unless it is an error (NOPERM
@@ -1919,7 +1932,7 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
     /* (a script's error, or one sidecache made for a lost request, says
      * nothing of Redis's role) */
     if (!(r->aux_flags & PX_AUX_SCRIPT) && !r->lost) {
-        px_caching_on_error_reply(c->srv, data, len);
+        px_caching_note_reply(c->srv, data, len);
     } else if (!r->lost && len > 0 && data[0] == '-' && slot_migrating(c->srv, data, len)) {
         /* a script's ASK may be its own text: only the cache stops a while */
         px_caching_slot_unstable(c->srv, data, len);
@@ -1937,17 +1950,17 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
         int asked = (r->aux_flags & PX_AUX_TTL_NEXT) != 0;
         px_req *t = asked && r->up != NULL ? r->up->head : NULL;
         if (k == 0 || answered_off_server(r))
-            cache_fill_abort(pc->cache, r->fill_token, hdr[0], (int)hdr[1], (int)hdr[2], key, hdr[3], field, flen);
+            cache_fill_abort(pc->cache, r->tag.fill_token, hdr[0], (int)hdr[1], (int)hdr[2], key, hdr[3], field, flen);
         else
-            fill_or_wait(pc, c->srv, asked, t, r->fill_token, hdr[0], hdr[1], (int)hdr[2], key, hdr[3], field, flen,
+            fill_or_wait(pc, c->srv, asked, t, r->tag.fill_token, hdr[0], hdr[1], (int)hdr[2], key, hdr[3], field, flen,
                          val, vlen, k == 2);
     }
     if (r->aux_flags & PX_AUX_INVAL) purge_again(pc, r);
     if (r->aux_flags & PX_AUX_FLUSH) flush_for_write(pc, &(resp_arg){"(reply)", 7});
     if (r->aux_flags & PX_AUX_LOOKUP) lookup_reply(pc, r, data, len);
     if ((r->aux_flags & PX_AUX_SCRIPT_LOAD) && len == 47 && data[0] == '$' &&
-        r->purge_mark == px_lookup_generation(pc->lookup))
-        px_lookup_set_loaded(pc->lookup, (int)r->fill_token - 1, 1);
+        r->mark.lookup_gen == px_lookup_generation(pc->lookup))
+        px_lookup_set_loaded(pc->lookup, (int)r->tag.script - 1, 1);
     if (r->aux_flags & PX_AUX_SCRIPT_FLUSH) px_lookup_forget(pc->lookup);
     if (r->aux_flags & PX_AUX_MGET) return mget_reply(pc, c->srv, r, data, len, out);
     return 0;
@@ -1981,7 +1994,7 @@ void px_caching_txn_close(px_client *c, px_req *r) {
          * a fill of any of them since begins an entry, which moves
          * placeholders_made past the mark (C3) */
         r->aux_flags |= PX_AUX_INVAL | PX_AUX_PREPURGED;
-        r->purge_mark = c->txn_purge_mark;
+        r->mark.purge_mark = c->txn_purge_mark;
         resp_buf_init(&c->txn_keys);
     }
     /* (a key that could not be recorded made txn_flush: spent with it) */
@@ -2012,7 +2025,7 @@ int px_caching_txn_ran_alone(px_client *c, px_req *q, const px_req *end) {
     memcpy(q->aux, end->aux, end->aux_len);
     q->aux_len = end->aux_len;
     q->aux_flags |= PX_AUX_INVAL | PX_AUX_PREPURGED;
-    q->purge_mark = end->purge_mark;
+    q->mark.purge_mark = end->mark.purge_mark;
     return 0;
 }
 

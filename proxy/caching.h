@@ -15,7 +15,9 @@
  *      tunnel, whose replies are not matched, relays them behind a
  *      barrier once it wrote (px_caching_barrier).
  *   C2 no hits under WATCH or in MULTI: hits and fills only for clients in
- *      the shared mode (client.c pins every other client).
+ *      the shared mode outside a local transaction (WATCH pins the client;
+ *      px_client_dispatch hands a MULTI kept on the shared connection to
+ *      txn.c before it asks the cache).
  *   C3 race-free fills: fill tokens (cache/cache.h).
  *   C4/C5 loss or null invalidation flush: the tracking callbacks.
  *   C6 failover replies (LOADING, READONLY, MASTERDOWN) flush.
@@ -24,6 +26,9 @@
  *      the entry ends when the key expires (see "keys with a TTL").
  *   C8 the cache is partitioned by the upstream user of the client.
  *   C9 bounded memory: cache/cache.h.
+ *   C10 bounded staleness: a hit waits for the PINGs unanswered when its
+ *      read came (inv_hold_mark), and a turn of the loop while the
+ *      invalidation connection has bytes not handled (inv_unread).
  */
 #ifndef SIDECACHE_PROXY_CACHING_H
 #define SIDECACHE_PROXY_CACHING_H
@@ -82,9 +87,11 @@ enum px_read {
  * *cacheable (enum px_read) says whether it is a cacheable read
  * (px_caching_on_send makes its fills). For PX_READ_MGET, what is sent is
  * px_caching_mget_request's MGET, not the client's. Or PX_CACHING_WAIT: a
- * read the cache would answer, which must wait until the invalidation
- * connection's keep-alive PING is answered (tracking.h, inv_ping_hold_ms);
- * then px_clients_ping_wake calls back.
+ * read the cache would answer, which must wait until the PINGs unanswered
+ * on the invalidation connection when it came (keep-alive, barrier) are
+ * answered (tracking.h, inv_hold_mark), or one turn of the loop while that
+ * connection has bytes not handled (inv_unread); then px_clients_ping_wake
+ * calls back.
  */
 enum { PX_CACHING_WAIT = 3 };
 int px_caching_try_hit(struct px_client *c, int *cacheable);
@@ -147,7 +154,7 @@ void px_caching_untagged_cluster(px_server *srv, const char *evidence);
 
 /* Any reply with nothing else to learn (a command queued in MULTI): only
  * the role-change errors matter (C6). */
-void px_caching_on_error_reply(px_server *srv, const char *data, size_t len);
+void px_caching_note_reply(px_server *srv, const char *data, size_t len);
 
 /* A transaction was dropped without an EXEC or DISCARD sent for it (a
  * local one's DISCARD or EXECABORT, RESET, a refused MULTI), with every

@@ -51,7 +51,6 @@ enum action {
 };
 
 static void client_process(px_client *c);
-#define client_close px_client_close
 
 /* A closed client is freed once nothing refers to it; queued exactly once. */
 static void queue_reap(px_client *c) {
@@ -85,7 +84,7 @@ static void check_output_limit(px_client *c, size_t unread) {
     if (limit > 0 && (long long)unread > limit) {
         px_warning("client output buffer limit reached id=%llu addr=%s unread=%zu limit=%lld",
                    (unsigned long long)c->id, c->addr, unread, limit);
-        client_close(c, "output buffer limit");
+        px_client_close(c, "output buffer limit");
     }
 }
 
@@ -171,7 +170,7 @@ void px_clients_gone_check(px_server *srv) {
         next = c->next;
         if ((c->peer_closed || c->peer_gone) && c->state != PX_CLIENT_CLOSED) {
             if (blocked_now(c))
-                client_close(c, "client closed connection");
+                px_client_close(c, "client closed connection");
             else
                 gone_check_later(c);
         }
@@ -188,7 +187,7 @@ static void reply_bytes(px_client *c, const char *data, size_t len) {
     px_req *t = c->slots_tail;
     if (t->local) {
         if (evbuffer_add(t->early, data, len) != 0) {
-            client_close(c, "out of memory");
+            px_client_close(c, "out of memory");
             return;
         }
         t->req_bytes += len;
@@ -198,12 +197,12 @@ static void reply_bytes(px_client *c, const char *data, size_t len) {
     px_req *r = px_req_new(c->srv, c, PX_REQ_CLIENT);
     if (r == NULL || (r->early = evbuffer_new()) == NULL) {
         if (r) px_req_release(c->srv, r);
-        client_close(c, "out of memory");
+        px_client_close(c, "out of memory");
         return;
     }
     if (evbuffer_add(r->early, data, len) != 0) {
         px_req_release(c->srv, r);
-        client_close(c, "out of memory");
+        px_client_close(c, "out of memory");
         return;
     }
     r->done = 1;
@@ -219,7 +218,7 @@ static void reply_bytes(px_client *c, const char *data, size_t len) {
  * would take the next reply for it) */
 static void reply_buf(px_client *c, resp_buf *b) {
     if (b->failed)
-        client_close(c, "out of memory");
+        px_client_close(c, "out of memory");
     else
         reply_bytes(c, b->data, b->len);
     resp_buf_reset(b);
@@ -395,16 +394,18 @@ void px_clients_ping_wake(px_server *srv) {
 /* ------------------------------------------------------------------------ */
 /* session identity */
 
-static void set_str(char **dst, const char *src, size_t len) {
+/* *dst becomes a copy of src (NULL: none). Returns 0, or -1 when the copy
+ * could not be made (out of memory; *dst is then NULL, which the caller
+ * must not take for "none": a credential or name dropped). */
+static int set_str(char **dst, const char *src, size_t len) {
     free(*dst);
     *dst = NULL;
-    if (src != NULL) {
-        *dst = malloc(len + 1);
-        if (*dst != NULL) {
-            memcpy(*dst, src, len);
-            (*dst)[len] = '\0';
-        }
-    }
+    if (src == NULL) return 0;
+    *dst = malloc(len + 1);
+    if (*dst == NULL) return -1;
+    memcpy(*dst, src, len);
+    (*dst)[len] = '\0';
+    return 0;
 }
 
 static void switch_pool(px_client *c, px_pool *p) {
@@ -450,7 +451,7 @@ static void maybe_unpin(px_client *c) {
 /* what Redis lets an identity do (UNWATCH, WATCH, DISCARD, CLIENT ...) */
 
 /*
- * A command sent at ACL epoch e (its record's fill_token) and answered +OK
+ * A command sent at ACL epoch e (its record's tag.acl_epoch) and answered +OK
  * teaches the pool that its identity may send it: *learned becomes e + 1.
  * That holds while the epoch stays e (an ACL command through the proxy
  * moves it on) and for clients that logged in where Redis wants it (one
@@ -463,11 +464,11 @@ int px_client_permission_known(const px_client *c, uint64_t learned) {
 
 void px_client_permission_probe(px_client *c, px_req *r, unsigned flag) {
     r->aux_flags |= flag;
-    r->fill_token = c->srv->acl_epoch;
+    r->tag.acl_epoch = c->srv->acl_epoch;
 }
 
 void px_client_permission_learn(px_client *c, const px_req *r, int ok, uint64_t *learned) {
-    if (ok && r->fill_token == c->srv->acl_epoch) *learned = px_acl_mark(c->srv);
+    if (ok && r->tag.acl_epoch == c->srv->acl_epoch) *learned = px_acl_mark(c->srv);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -481,7 +482,7 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
 static int early_add(px_client *c, px_req *r, const char *data, size_t len) {
     if (r->early == NULL) r->early = evbuffer_new();
     if (r->early == NULL || evbuffer_add(r->early, data, len) != 0) {
-        client_close(c, "out of memory");
+        px_client_close(c, "out of memory");
         return -1;
     }
     return 0;
@@ -740,7 +741,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     on_reply_deliver(c, r, data, answered ? 0 : len);
     resp_buf_deinit(&topology);
     resp_buf_deinit(&rewritten);
-    if (answered == 2) client_close(c, "WATCH answered ahead was refused");
+    if (answered == 2) px_client_close(c, "WATCH answered ahead was refused");
 }
 
 static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len) {
@@ -769,14 +770,14 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
      * Redis frees such a client, and its connection goes (the commands
      * behind, which Redis would not run, with it) */
     if (c->peer_closed && blocked_now(c)) {
-        client_close(c, "client closed connection");
+        px_client_close(c, "client closed connection");
         return;
     }
     maybe_unpin(c);
 
     if (c->state == PX_CLIENT_CLOSING) {
         if (c->inflight == 0 && c->slots_head == NULL && px_io_pending(&c->io) == 0 && !c->mute_linger)
-            client_close(c, "closed after reply");
+            px_client_close(c, "closed after reply");
         return;
     }
     resume_input(c);
@@ -784,7 +785,7 @@ static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t l
 
 void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t len) {
     /* (an error sidecache made for a lost request says nothing of Redis) */
-    if (!r->lost) px_caching_on_error_reply(c->srv, data, len);
+    if (!r->lost) px_caching_note_reply(c->srv, data, len);
     px_caching_on_reply_part(c, r);
     if (c->state == PX_CLIENT_CLOSED) return;
     resp_buf tryagain;
@@ -865,7 +866,7 @@ void px_client_close_after_replies(px_client *c) {
     px_io_pause_read(&c->io);
     if (c->inflight == 0 && c->slots_head == NULL &&
         px_io_pending(&c->io) == 0)
-        client_close(c, "closed after reply");
+        px_client_close(c, "closed after reply");
 }
 
 void px_client_on_pinned_lost(px_client *c, px_upstream *u) {
@@ -915,7 +916,7 @@ void px_client_request_bytes(px_client *c, const char *frame, const char **out, 
 px_req *px_client_forward_to(px_client *c, px_upstream *u, int kind, const char *data, size_t len, int by_ref) {
     px_req *r = px_req_new(c->srv, c, kind);
     if (r == NULL) {
-        client_close(c, "out of memory");
+        px_client_close(c, "out of memory");
         return NULL;
     }
     px_client_take_slot(c, r, u, len);
@@ -980,7 +981,6 @@ static int run_extend(px_client *c, const char *frame) {
  * be written until this many bytes of them are parsed (forward_pinned). */
 #define TXN_EAGER_BYTES 16384
 
-/* Records what a forwarded command does to the transaction state. */
 /* Forwards to the client's own connection, keeping the transaction state
  * and what the cache must learn from it: the keys of writes queued in
  * MULTI are invalidated when EXEC's reply comes (C1). */
@@ -1022,7 +1022,7 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
     }
     if (opens_txn) {
         r->aux_flags |= PX_AUX_MULTI_OPEN;
-        r->fill_token = ++c->txn_seq;
+        r->tag.txn_seq = ++c->txn_seq;
     }
     px_caching_on_send(c, c->pinned, r, 0, queued);
     if (ends_txn) {
@@ -1198,8 +1198,11 @@ static void client_local_answer(px_client *c, resp_buf *out) {
     case CLIENT_SETNAME:
         if (!valid_name(a[2].ptr, a[2].len))
             return enc_error(out, "ERR Client names cannot contain spaces, newlines or special characters.");
+        if (set_str(&c->pend_value, a[2].len ? a[2].ptr : NULL, a[2].len) != 0) {
+            resp_buf_append(out, oom_reply, sizeof oom_reply - 1);
+            return;
+        }
         c->pend_field = &c->name;
-        set_str(&c->pend_value, a[2].len ? a[2].ptr : NULL, a[2].len);
         resp_enc_simple(out, "OK");
         return;
     case CLIENT_GETNAME:
@@ -1215,8 +1218,8 @@ static void client_local_answer(px_client *c, resp_buf *out) {
         if (!valid_name(a[3].ptr, a[3].len))
             return enc_error(out, "ERR %s cannot contain spaces, newlines or special characters.",
                              lib_name ? "lib-name" : "lib-ver");
-        c->pend_field = lib_name ? &c->lib_name : &c->lib_ver;
-        set_str(&c->pend_value, a[3].ptr, a[3].len);
+        /* nothing reports it: CLIENT INFO and LIST go to Redis, which
+         * shows the proxy's connection */
         resp_enc_simple(out, "OK");
     }
     }
@@ -1252,7 +1255,7 @@ static int client_local_ask(px_client *c, int sub) {
         answer != NULL ? px_client_forward_to(c, u, PX_REQ_CLIENT_LOCAL, probes[sub], strlen(probes[sub]), 0) : NULL;
     if (r == NULL) {
         free(answer);
-        if (c->state != PX_CLIENT_CLOSED) client_close(c, "out of memory");
+        if (c->state != PX_CLIENT_CLOSED) px_client_close(c, "out of memory");
         return PX_DISPATCH_DONE;
     }
     memcpy(answer, c->scratch.data, c->scratch.len);
@@ -1283,7 +1286,7 @@ static int client_probe_ran(const char *data, size_t len) {
 static void client_local_reply(px_client *c, px_req *r, const char **data, size_t *len, resp_buf *out) {
     if (r->lost || !client_probe_ran(*data, *len)) return;
     px_client_permission_learn(c, r, 1, &c->pool->client_epoch[c->pend_client]);
-    if (resp_buf_append(out, r->aux, r->aux_len) != 0) return client_close(c, "out of memory");
+    if (resp_buf_append(out, r->aux, r->aux_len) != 0) return px_client_close(c, "out of memory");
     *data = out->data;
     *len = out->len;
 }
@@ -1342,7 +1345,7 @@ void px_client_on_tunnel_reset(px_client *c) {
             /* over the query buffer limit Redis closes it at once, and
              * says nothing there either */
             if (c->tunnel_fail_qbuf) {
-                client_close(c, "query buffer limit reached");
+                px_client_close(c, "query buffer limit reached");
                 return;
             }
             /* Redis, which may not answer, runs nothing more and holds the
@@ -1393,7 +1396,7 @@ static int forward_refused(px_client *c, const char *frame) {
 static int cmd_state(px_client *c, int id, const char *frame) {
     const resp_arg *a = c->rq.argv;
     int argc = c->rq.argc;
-    int kind, db = c->db, proto = c->proto, bad_at = 0, auth_at = 0;
+    int kind, db = c->db, proto = c->proto, bad_at = 0, auth_at = 0, oom = 0;
     const char *user = c->user, *pass = c->pass;
     resp_buf *b = &c->scratch;
 
@@ -1414,8 +1417,8 @@ static int cmd_state(px_client *c, int id, const char *frame) {
     } else if (id == CMD_AUTH) {
         if (argc < 2) return reply_arity(c, "auth"), PX_DISPATCH_DONE;
         if (argc > 3) return px_client_reply_error(c, "ERR syntax error"), PX_DISPATCH_DONE;
-        if (argc == 3) set_str(&c->pend_user, a[1].ptr, a[1].len);
-        set_str(&c->pend_pass, a[argc - 1].ptr, a[argc - 1].len);
+        if (argc == 3) oom |= set_str(&c->pend_user, a[1].ptr, a[1].len);
+        oom |= set_str(&c->pend_pass, a[argc - 1].ptr, a[argc - 1].len);
         user = c->pend_user;
         pass = c->pend_pass;
         kind = PX_REQ_AUTH;
@@ -1449,13 +1452,14 @@ static int cmd_state(px_client *c, int id, const char *frame) {
                 }
                 /* the name so far holds even if this AUTH is refused (only
                  * the same credentials may follow: refused at the first) */
-                if (!auth_at) set_str(&c->pend_name_early, c->pend_name, c->pend_name ? strlen(c->pend_name) : 0);
+                if (!auth_at)
+                    oom |= set_str(&c->pend_name_early, c->pend_name, c->pend_name ? strlen(c->pend_name) : 0);
                 auth_at = i;
-                set_str(&c->pend_user, a[i + 1].ptr, a[i + 1].len);
-                set_str(&c->pend_pass, a[i + 2].ptr, a[i + 2].len);
+                oom |= set_str(&c->pend_user, a[i + 1].ptr, a[i + 1].len);
+                oom |= set_str(&c->pend_pass, a[i + 2].ptr, a[i + 2].len);
                 i += 2;
             } else if (resp_arg_is(a[i].ptr, a[i].len, "SETNAME") && more >= 1 && valid_name(a[i + 1].ptr, a[i + 1].len)) {
-                set_str(&c->pend_name, a[i + 1].ptr, a[i + 1].len);
+                oom |= set_str(&c->pend_name, a[i + 1].ptr, a[i + 1].len);
                 i += 1;
             } else {
                 bad_at = i; /* an invalid name, or not an option */
@@ -1493,10 +1497,11 @@ static int cmd_state(px_client *c, int id, const char *frame) {
             resp_enc_commandv(b, "HELLO", pv, NULL);
     }
 
-    px_pool *target = px_pool_ref(c->srv, user, pass, db, proto);
+    /* (a credential lost would log in as another user) */
+    px_pool *target = oom ? NULL : px_pool_ref(c->srv, user, pass, db, proto);
     if (target == NULL) {
         clear_pending_state(c);
-        client_close(c, "out of memory");
+        px_client_close(c, "out of memory");
         return PX_DISPATCH_DONE;
     }
     px_upstream *u = px_pool_shared(target, c->id);
@@ -1513,7 +1518,7 @@ static int cmd_state(px_client *c, int id, const char *frame) {
     }
     if (b->failed) {
         clear_pending_state(c);
-        client_close(c, "out of memory");
+        px_client_close(c, "out of memory");
         return PX_DISPATCH_DONE;
     }
     px_req *r = px_client_forward_to(c, u, kind, b->data, b->len, 0);
@@ -1855,7 +1860,7 @@ static void client_process(px_client *c) {
      * it would have freed the client itself. Waiting for its reply would
      * let it take an element nobody gets, or block for ever. */
     if (c->peer_closed && blocked_now(c) && c->state == PX_CLIENT_ACTIVE)
-        client_close(c, "client closed connection");
+        px_client_close(c, "client closed connection");
     /* the client is gone and what it sent has all been dispatched (a
      * partial command left is dropped, as Redis drops it) */
     else if (c->peer_closed && !waits && c->state == PX_CLIENT_ACTIVE)
@@ -1988,12 +1993,13 @@ static void client_on_read(void *arg) {
     client_process(c);
 }
 
-/* Output fully written: a closing client may go, a paused one may read. */
 /* A closing client goes once nothing of it is awaited from Redis or left
  * unwritten. */
 static void close_if_answered(px_client *c, const char *why) {
-    if (c->inflight == 0 && c->slots_head == NULL) client_close(c, why);
+    if (c->inflight == 0 && c->slots_head == NULL) px_client_close(c, why);
 }
+
+/* Output fully written: a closing client may go, a paused one may read. */
 
 static void client_on_drain(void *arg) {
     px_client *c = arg;
@@ -2015,7 +2021,7 @@ static void client_on_peer_close(px_client *c) {
     /* (a tunnel ending in a protocol error: nobody is left to read what
      * Redis still owes before the error, nor the error) */
     if (blocked_now(c) || c->tunnel_fail != NULL) {
-        client_close(c, "client closed connection");
+        px_client_close(c, "client closed connection");
     } else if (c->state == PX_CLIENT_ACTIVE && c->input_paused && px_io_input_len(&c->io) > 0) {
         /* commands read, waiting for a reply before they may go (a state
          * change, a transaction's end): they go when it comes, and the
@@ -2078,12 +2084,12 @@ static void client_on_event(void *arg, int what, int err) {
          * are dropped as they come (px_client_close). Only commands read
          * and not yet sent keep it: they run first. */
         if (c->state == PX_CLIENT_CLOSING || !(c->input_paused && px_io_input_len(&c->io) > 0)) {
-            client_close(c, strerror(err));
+            px_client_close(c, strerror(err));
             return;
         }
         client_on_peer_close(c);
     } else {
-        client_close(c, strerror(err));
+        px_client_close(c, strerror(err));
     }
 }
 
@@ -2132,7 +2138,7 @@ px_client *px_client_new(px_server *srv, int fd, const char *addr, int tls) {
     srv->nclients++;
     px_verbose("client connected id=%llu addr=%s%s", (unsigned long long)c->id, c->addr, tls ? " tls=1" : "");
     if (tls && px_io_start_tls(&c->io, px_tls_new_server(srv)) != 0) {
-        client_close(c, "TLS setup failed");
+        px_client_close(c, "TLS setup failed");
         return NULL;
     }
     return c;
@@ -2180,15 +2186,13 @@ void px_client_close(px_client *c, const char *why) {
 }
 
 void px_client_free(px_client *c) {
-    wait_end(c); /* (client_close did) */
+    wait_end(c); /* (px_client_close did) */
     px_io_deinit(&c->io);
     px_pool_unref(c->pool);
     client_buffers_deinit(c);
     free(c->user);
     free(c->pass);
     free(c->name);
-    free(c->lib_name);
-    free(c->lib_ver);
     free(c->tunnel_fail);
     clear_pending_state(c);
     free(c);
@@ -2197,12 +2201,12 @@ void px_client_free(px_client *c) {
 void px_client_begin_stop(px_client *c) {
     /* (held open without a word: nothing of it is awaited) */
     if (c->mute_linger) {
-        client_close(c, "shutdown");
+        px_client_close(c, "shutdown");
         return;
     }
     if (c->state != PX_CLIENT_ACTIVE) return;
     if (c->mode == PX_MODE_TUNNEL || c->blocking) {
-        client_close(c, "shutdown");
+        px_client_close(c, "shutdown");
         return;
     }
     px_client_close_after_replies(c);
@@ -2223,7 +2227,7 @@ void px_client_cron(px_client *c, int64_t now_ms) {
         /* waiting only for a client to read what is left (after QUIT, an
          * error, its own connection lost): it has `timeout` to do so */
         if (timeout > 0 && c->inflight == 0 && now_ms - c->last_active_ms > (int64_t)timeout * 1000)
-            client_close(c, "idle timeout");
+            px_client_close(c, "idle timeout");
         return;
     }
     if (c->state != PX_CLIENT_ACTIVE) return;
@@ -2233,12 +2237,12 @@ void px_client_cron(px_client *c, int64_t now_ms) {
     if (partial > 0 && c->partial_since_ms != 0 && !c->input_paused &&
         now_ms - c->partial_since_ms > (int64_t)partial * 1000) {
         px_verbose("client partial command timeout id=%llu addr=%s", (unsigned long long)c->id, c->addr);
-        client_close(c, "partial command timeout");
+        px_client_close(c, "partial command timeout");
         return;
     }
     if (timeout <= 0) return;
     /* as Redis: subscribers and blocked clients do not time out, nor does a
      * client whose commands the proxy holds unread (upstream-output-limit) */
     if (c->mode == PX_MODE_TUNNEL || c->blocking || c->inflight > 0 || c->input_paused) return;
-    if (now_ms - c->last_active_ms > (int64_t)timeout * 1000) client_close(c, "idle timeout");
+    if (now_ms - c->last_active_ms > (int64_t)timeout * 1000) px_client_close(c, "idle timeout");
 }

@@ -4,7 +4,10 @@
  *
  * Routing modes (the session state machine):
  *
- *   SHARED  ── WATCH/MULTI, blocking ──► PINNED (own connection) ── ends clean ──► SHARED
+ *   SHARED  ── WATCH, blocking ──► PINNED (own connection) ── ends clean ──► SHARED
+ *     │  │                                ▲
+ *     │  ├─ MULTI ──► local transaction ──┘ SELECT, WATCH, too large… (txn.c)
+ *     │  │            (still SHARED; its EXEC or DISCARD ends it)
  *     │  └─── state that must not leak (READONLY, CLIENT ID, NO-EVICT…) ──► STICKY
  *     └────── SUBSCRIBE, MONITOR, CLIENT REPLY/TRACKING ──► TUNNEL
  *
@@ -12,6 +15,8 @@
  *           PING, ECHO, CLIENT SETNAME… are answered locally; SELECT, AUTH
  *           and HELLO are checked by Redis on the pool of the new identity and
  *           take effect when Redis accepts them.
+ *   local transaction: answered +QUEUED as Redis checks each command on
+ *           the shared connection; at EXEC the whole goes as one block.
  *   PINNED: every forwarded command goes to the client's own connection.
  *   STICKY: PINNED for the rest of the session; only QUIT and RESET are local.
  *   TUNNEL: bytes relayed both ways, for the rest of the session.
@@ -72,7 +77,6 @@ typedef struct px_client {
     int db;
     char *user, *pass;         /* NULL: not authenticated */
     char *name;                /* CLIENT SETNAME, NULL if none */
-    char *lib_name, *lib_ver;  /* CLIENT SETINFO */
     px_pool *pool;             /* the identity's pool (ref held) */
 
     px_upstream *pinned;       /* own connection in PINNED/STICKY/TUNNEL */
@@ -192,7 +196,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len);
 void px_client_on_reply_part(px_client *c, px_req *r, const char *data, size_t len);
 
 /* A request record of len bytes takes the client's next reply slot,
- * awaited from u (for proxy/batch.c). */
+ * awaited from u (for proxy/batch.c and proxy/txn.c). */
 void px_client_take_slot(px_client *c, px_req *r, px_upstream *u, size_t len);
 
 /* Redis was just found to want a password (srv->open_access 0): a client

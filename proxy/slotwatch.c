@@ -69,7 +69,7 @@ void px_slotwatch_on_reply(px_server *srv, int what, const char *data, size_t le
     }
     w->asking = 0;
     if (lost || len == 0) return;
-    /* (an ASK made the slot unstable on its way: px_caching_on_error_reply) */
+    /* (an ASK made the slot unstable on its way: px_caching_note_reply) */
     if (len == 4 && memcmp(data, ":0\r\n", 4) == 0) {
         /* the master holds the slot, not migrating, as it ran the probe:
          * unless an ASK came meanwhile, from a command run after it */
@@ -87,7 +87,7 @@ void px_slotwatch_on_reply(px_server *srv, int what, const char *data, size_t le
         w->refused = 1;
     }
     /* MOVED: flushed and followed as every MOVED (upstream.c); CLUSTERDOWN:
-     * the cache is off until a probe answers :0 (px_caching_on_error_reply);
+     * the cache is off until a probe answers :0 (px_caching_note_reply);
      * LOADING...: asked again at the next tick */
 }
 

@@ -42,7 +42,7 @@
 int px_slotwatch_init(px_server *srv);
 void px_slotwatch_free(px_server *srv);
 
-/* What a PX_REQ_SLOT_PROBE request asked (its fill_token): the probe, or
+/* What a PX_REQ_SLOT_PROBE request asked (its tag.probe): the probe, or
  * CLUSTER SLOTS for the nodes to ask when the master dies (follow.h). */
 enum { PX_SLOTWATCH_PROBE = 0, PX_SLOTWATCH_NODES = 1 };
 

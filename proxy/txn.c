@@ -188,9 +188,9 @@ static void txn_ran_alone(px_client *c, const px_req *r) {
 void px_txn_state_refused(px_client *c, const px_req *r) {
     c->pin_unsure = 1;
     if (r == c->unwatch_req && !r->lost && !c->in_multi && c->txn_seq == c->unwatch_txn_seq) c->watching = 1;
-    if ((r->aux_flags & PX_AUX_MULTI_OPEN) && !r->lost && !(c->in_multi && c->txn_seq == r->fill_token))
+    if ((r->aux_flags & PX_AUX_MULTI_OPEN) && !r->lost && !(c->in_multi && c->txn_seq == r->tag.txn_seq))
         txn_ran_alone(c, r);
-    if ((r->aux_flags & PX_AUX_MULTI_OPEN) && c->in_multi && c->txn_seq == r->fill_token) {
+    if ((r->aux_flags & PX_AUX_MULTI_OPEN) && c->in_multi && c->txn_seq == r->tag.txn_seq) {
         px_req *last = c->slots_tail;
         c->in_multi = 0;
         c->txn_acl = 0;
@@ -400,7 +400,7 @@ static int txn_local_check(px_client *c, px_upstream *u, const char *data, size_
     }
     r->aux_flags |= PX_AUX_TXN_CHECK | (denyoom ? PX_AUX_CHECK_DENYOOM : 0);
     d->aux_flags |= PX_AUX_CTL_DISCARD;
-    d->fill_token = c->srv->acl_epoch; /* its +OK teaches discard_epoch */
+    d->tag.acl_epoch = c->srv->acl_epoch; /* its +OK teaches discard_epoch */
     px_upstream_send(u, m, multi_cmd, sizeof multi_cmd - 1);
     px_client_take_slot(c, r, u, len);
     px_upstream_send(u, r, data, len);

@@ -232,7 +232,9 @@ static void pool_retire_connections(px_pool *p, const char *why) {
     while (p->idle != NULL) px_upstream_close(p->idle, why);
 }
 
-void px_pools_retire_connections(px_server *srv, const char *why) {
+/* Every shared connection retires (px_upstream.retired): the next requests
+ * go on new ones. */
+static void pools_retire_connections(px_server *srv, const char *why) {
     for (px_pool *p = srv->pools; p != NULL; p = p->next) pool_retire_connections(p, why);
 }
 
@@ -288,7 +290,7 @@ void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsign
         else
             px_upstream_close(c->pinned, "upstream master moved (failover)");
     }
-    if (gently) px_pools_retire_connections(srv, "upstream moved");
+    if (gently) pools_retire_connections(srv, "upstream moved");
 }
 
 void px_pools_default_user_changed(px_server *srv) {
@@ -304,13 +306,12 @@ void px_pools_default_user_changed(px_server *srv) {
         if (p->pass == NULL) pool_retire_connections(p, "the default user changed on Redis");
 }
 
-static void pool_free(px_server *srv, px_pool *p) {
+static void pool_free(px_pool *p) {
     pool_close_connections(p);
     free(p->shared);
     free(p->user);
     free(p->pass);
     free(p);
-    (void)srv;
 }
 
 /* Counted in cron ticks (one a second), so that no request pays for a clock. */
@@ -412,7 +413,10 @@ void px_upstream_reached(px_server *srv, const struct sockaddr_storage *sa, unsi
     }
 }
 
-void px_upstream_recheck_name(px_server *srv) {
+/* A READONLY came from the upstream given by name: its answer is asked
+ * again at the next check (px_upstreams_cron), which moves the
+ * connections if the name points elsewhere now. */
+static void upstream_recheck_name(px_server *srv) {
     if (up_by_name(srv)) px_resolve_expire(srv->cfg->up.host, srv->cfg->up.port);
 }
 
@@ -496,7 +500,7 @@ void px_pools_sweep(px_server *srv, int64_t now_ms) {
         if (p->refs == 0 && !busy &&
             (p->refused || now_ms - p->last_used_ms > PX_POOL_IDLE_FREE_MS || ++idle > PX_MAX_IDLE_POOLS)) {
             *pp = p->next;
-            pool_free(srv, p);
+            pool_free(p);
         } else {
             pp = &p->next;
         }
@@ -507,7 +511,7 @@ void px_pools_free_all(px_server *srv) {
     while (srv->pools != NULL) {
         px_pool *p = srv->pools;
         srv->pools = p->next;
-        pool_free(srv, p);
+        pool_free(p);
     }
 }
 
@@ -558,7 +562,7 @@ static const char *up_addr(px_server *srv, char *buf, size_t n) {
 static int up_write_handshake(px_upstream *u, resp_buf *b) {
     px_pool *p = u->pool;
     int n = 0;
-    char portbuf[16];
+    char dbbuf[16];
     if (p->proto == 3) {
         if (p->pass != NULL)
             resp_enc_commandv(b, "HELLO", "3", "AUTH", p->user ? p->user : "default", p->pass, NULL);
@@ -574,8 +578,8 @@ static int up_write_handshake(px_upstream *u, resp_buf *b) {
     }
     int select_at = -1;
     if (p->db != 0) {
-        snprintf(portbuf, sizeof portbuf, "%d", p->db);
-        resp_enc_commandv(b, "SELECT", portbuf, NULL);
+        snprintf(dbbuf, sizeof dbbuf, "%d", p->db);
+        resp_enc_commandv(b, "SELECT", dbbuf, NULL);
         select_at = n++;
     }
     int id_at = -1; /* INFO's place among the replies */
@@ -612,9 +616,8 @@ int px_same_address(const struct sockaddr_storage *a, unsigned alen, const struc
     return memcmp(a, b, alen) == 0;
 }
 
-/* The upstream's socket address, resolved once and again after a failed
- * connect: a name waits on the event loop at most PX_RESOLVE_WAIT_MS
- * (resolve.h). Returns 0, or -1 with a reason. */
+/* Any configured address (the upstream, tracking-upstream, a sentinel, a
+ * cluster node): a unix path as it is, a name through resolve.h. */
 int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, unsigned *salen, char *why,
                        size_t whylen) {
     if (a->is_unix) {
@@ -628,6 +631,8 @@ int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, u
     return px_resolve(a->host, a->port, sa, salen, why, whylen);
 }
 
+/* The upstream's socket address, resolved once and again after a failed
+ * connect reset up_salen (with Sentinel: where the master is now). */
 int px_upstream_resolve(px_server *srv, char *why, size_t whylen) {
     if (srv->up_salen != 0) return 0;
     if (px_sentinel_enabled(srv)) return px_sentinel_master(srv, &srv->up_sa, &srv->up_salen, why, whylen);
@@ -790,14 +795,14 @@ fail:
     return NULL;
 }
 
-int px_upstream_send_own(px_server *srv, int kind, uint64_t token, const char *data, size_t len) {
+int px_upstream_send_own(px_server *srv, int kind, uint64_t probe, const char *data, size_t len) {
     const px_upstream_addr *up = &srv->cfg->up;
     px_pool *p = px_pool_ref(srv, up->has_user ? up->user : NULL, up->has_pass ? up->pass : NULL, up->db, 2);
     if (p == NULL) return -1;
     px_upstream *u = px_pool_shared(p, 0);
     px_req *r = u != NULL ? px_req_new(srv, NULL, kind) : NULL;
     if (r != NULL) {
-        r->fill_token = token;
+        r->tag.probe = probe;
         px_upstream_send(u, r, data, len);
     }
     px_pool_unref(p);
@@ -961,7 +966,7 @@ static void up_fail_pending(px_upstream *u, const char *err, size_t errlen, cons
             r->kind == PX_REQ_ACL_LIST || r->kind == PX_REQ_SLOT_PROBE || r->kind == PX_REQ_SERVER_ID) {
             if (r->kind == PX_REQ_TTL) px_caching_on_ttl_reply(u->srv, r, err, errlen);
             if (r->kind == PX_REQ_ACL_LIST) px_aclwatch_on_reply(u->srv, r, err, errlen, 1);
-            if (r->kind == PX_REQ_SLOT_PROBE) px_slotwatch_on_reply(u->srv, (int)r->fill_token, err, errlen, 1);
+            if (r->kind == PX_REQ_SLOT_PROBE) px_slotwatch_on_reply(u->srv, (int)r->tag.probe, err, errlen, 1);
             px_req_release(u->srv, r);
             continue;
         }
@@ -1095,7 +1100,7 @@ static void note_role(px_upstream *u, const px_req *r, const char *data, size_t 
         if (px_sentinel_enabled(u->srv)) {
             px_sentinel_ask_soon(u->srv);
         } else if (!u->retired) {
-            px_upstream_recheck_name(u->srv);
+            upstream_recheck_name(u->srv);
             px_upstreams_move_again(u->srv, PX_MOVE_READONLY);
         }
     } else if (resp_frame_starts_with(data, len, "-MOVED ") && !u->retired)
@@ -1110,7 +1115,7 @@ static void note_role(px_upstream *u, const px_req *r, const char *data, size_t 
  * discard_denied, until an ACL SETUSER, DELUSER or LOAD through the proxy).
  * mark: px_acl_mark() when the refused command was sent (an ACL change
  * since then may allow it). */
-static void txn_denied(px_upstream *u, const char *data, size_t len, int discard, uint64_t mark) {
+static void record_denial(px_upstream *u, const char *data, size_t len, int discard, uint64_t mark) {
     *(discard ? &u->pool->discard_denied : &u->pool->txn_denied) = mark;
     px_pool_denied(u->pool);
     px_warning("Redis refused a MULTI, EXEC or DISCARD of sidecache id=%llu reply=\"%.*s\"; "
@@ -1131,7 +1136,7 @@ static void txn_denied(px_upstream *u, const char *data, size_t len, int discard
 static void up_txn_refused(px_upstream *u, const char *data, size_t len, int discard, uint64_t mark) {
     if (u->state == PX_UP_CLOSED) return;
     /* (Redis's state, as BUSY, is no denial: the next block may pass) */
-    if (u->pool != NULL && resp_frame_is_refusal(data, len)) txn_denied(u, data, len, discard, mark);
+    if (u->pool != NULL && resp_frame_is_refusal(data, len)) record_denial(u, data, len, discard, mark);
     if (u->pool != NULL && discard) u->pool->discard_epoch = 0; /* ask Redis again */
     px_upstream_close(u, "Redis refused a MULTI, EXEC or DISCARD that sidecache added for this user "
                          "(what was sent with it may have run, as over a lost connection)");
@@ -1139,12 +1144,13 @@ static void up_txn_refused(px_upstream *u, const char *data, size_t len, int dis
 
 /* Redis refused the MULTI of a write batch (an ACL without MULTI): its
  * commands ran alone, or were refused alone, and the connection is out of
- * MULTI. Their replies are kept (batch_reply_kept) and handed to the
- * batch as its EXEC's array, in place of EXEC's error (batch_exec_reply):
- * each request gets its command's own reply, as if it had been sent alone.
+ * MULTI. Their replies are kept (batch_reply_kept); at EXEC's error,
+ * up_on_frame hands them to the batch as its EXEC's array
+ * (batch_relayed_end, px_batch_on_relayed): each request gets its
+ * command's own reply, as if it had been sent alone.
  * The user gets no more blocks. */
 static void batch_multi_refused(px_upstream *u, const char *data, size_t len, uint64_t mark) {
-    if (u->pool != NULL && resp_frame_is_refusal(data, len)) txn_denied(u, data, len, 0, mark);
+    if (u->pool != NULL && resp_frame_is_refusal(data, len)) record_denial(u, data, len, 0, mark);
     px_verbose("write batch: MULTI refused, each command answered alone id=%llu reply=\"%.*s\"",
                (unsigned long long)u->id, (int)(len > 80 ? 80 : len >= 2 ? len - 2 : len), data);
     u->block_relay = 1;
@@ -1426,7 +1432,6 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         }
         if (--u->handshake_left == 0) {
             u->state = PX_UP_READY;
-            u->ever_ready = 1;
             if (u->pool) u->pool->backoff_ms = 0, u->pool->backoff_until_ms = 0;
             up_release_held(u);
         }
@@ -1487,7 +1492,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     r->pending = 0;
     if (u->tunnel) up_release_held(u);
     if (r->kind == PX_REQ_TRACKING) {
-        if (type != '-' && type != '!') u->tracked_epoch = r->fill_token;
+        if (type != '-' && type != '!') u->tracked_epoch = r->tag.tracking_epoch;
         px_req_release(u->srv, r);
     } else if (r->kind == PX_REQ_CACHING) {
         px_req_release(u->srv, r);
@@ -1515,10 +1520,10 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         px_aclwatch_on_reply(u->srv, r, data, len, 0);
         px_req_release(u->srv, r);
     } else if (r->kind == PX_REQ_SLOT_PROBE) {
-        int what = (int)r->fill_token;
+        int what = (int)r->tag.probe;
         if (type == '-' && what == PX_SLOTWATCH_PROBE) {
             note_role(u, r, data, len); /* a MOVED is followed */
-            px_caching_on_error_reply(u->srv, data, len);
+            px_caching_note_reply(u->srv, data, len);
         }
         px_req_release(u->srv, r);
         px_slotwatch_on_reply(u->srv, what, data, len, 0);
@@ -1532,7 +1537,7 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     } else if (r->kind == PX_REQ_TXN_CTL) {
         int discard = (r->aux_flags & PX_AUX_CTL_DISCARD) != 0;
         int batch = (r->aux_flags & PX_AUX_BLOCK_BATCH) != 0;
-        uint64_t epoch = r->fill_token, mark = r->learn_mark;
+        uint64_t epoch = r->tag.acl_epoch, mark = r->learn_mark;
         px_req_release(u->srv, r);
         if (!discard) resp_buf_reset(&u->block_err); /* a block (or a check) begins */
         if (!resp_frame_is_ok(data, len) && batch)
@@ -1713,8 +1718,7 @@ static void up_on_event(void *arg, int what, int err) {
         if (u->state == PX_UP_CONNECTING) {
             u->state = u->handshake_left ? PX_UP_HANDSHAKE : PX_UP_READY;
             if (u->state == PX_UP_READY) {
-                u->ever_ready = 1;
-                if (u->pool) u->pool->backoff_ms = 0, u->pool->backoff_until_ms = 0;
+                    if (u->pool) u->pool->backoff_ms = 0, u->pool->backoff_until_ms = 0;
             }
         }
         if (!u->retired) px_upstream_reached(srv, &u->sa, u->salen);

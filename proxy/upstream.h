@@ -10,10 +10,13 @@
  *      client B ──GET b──┼──► upstream conn ──► Redis ──► reply b ──► B's slot
  *      client A ──SET c──┘     pending: a, b, c  └──► reply c ──► A's slot
  *
- * A connection's first requests are its handshake (HELLO 3, AUTH, SELECT),
- * written before anything else; their replies are swallowed, and an error
- * among them fails every request queued behind with that same error, which
- * is exactly what the client would have seen from Redis.
+ * A connection's first requests are its handshake (HELLO 3 or AUTH,
+ * SELECT; then INFO server when caching, and a PING that probes access
+ * when it has no credentials), written before anything else; their replies
+ * are swallowed. An error to HELLO, AUTH or SELECT fails every request
+ * queued behind with that same error, which is exactly what the client
+ * would have seen from Redis; one to INFO or the probe only teaches, unless
+ * it says Redis is full.
  *
  * A connection can be taken out of the pool for one client (pinned): for a
  * transaction, a blocking command, or state that must not leak to others.
@@ -56,7 +59,7 @@ enum px_req_kind {
                             answer) */
     PX_REQ_DISCARD,     /* internal request: reply dropped */
     PX_REQ_TRACKING,    /* internal: CLIENT TRACKING ON REDIRECT; +OK marks the
-                           connection tracked for epoch fill_token */
+                           connection tracked for epoch tag.tracking_epoch */
     PX_REQ_CACHING,     /* internal: CLIENT CACHING YES before an optin read;
                            an error means Redis does not track the read
                            behind it (px_caching_caching_refused) */
@@ -77,28 +80,23 @@ enum px_req_kind {
                            handshake's met a transient error (BUSY) */
 };
 
-/*
- * One request in flight, and at the same time the client's reply slot for
- * it: the client keeps its slots in request order and writes a reply out
- * only when every earlier slot is written, so replies from different
- * upstream connections and local answers keep the order of the requests.
- */
-/* What a reply must do besides reaching its client (proxy/caching.c). */
+/* What a reply must do besides reaching its client: the cache's flags
+ * are handled in caching.c, the others in client.c, txn.c and upstream.c. */
 enum px_aux_flag {
-    PX_AUX_FILL = 1 << 0,  /* aux: the entry's identity; fill_token */
+    PX_AUX_FILL = 1 << 0,  /* aux: the entry's identity; tag.fill_token */
     PX_AUX_INVAL = 1 << 1, /* aux: keys to invalidate again */
     PX_AUX_FLUSH = 1 << 2, /* a write whose keys cannot be known */
     PX_AUX_INFO = 1 << 3,  /* INFO: append the sidecache section */
     PX_AUX_PREPURGED = 1 << 4, /* with INVAL: the keys were purged when sent;
                                   again only if the cache began an entry
-                                  since (purge_mark) */
+                                  since (mark.purge_mark) */
     PX_AUX_MGET = 1 << 5,  /* aux: an MGET's merge plan (cached values, fills) */
-    PX_AUX_LOOKUP = 1 << 6, /* aux: a lookup script's dentry identity; fill_token */
-    PX_AUX_SCRIPT_LOAD = 1 << 7, /* SCRIPT LOAD of lookup script fill_token - 1 */
+    PX_AUX_LOOKUP = 1 << 6, /* aux: a lookup script's dentry identity; tag.fill_token */
+    PX_AUX_SCRIPT_LOAD = 1 << 7, /* SCRIPT LOAD of lookup script tag.script - 1 */
     PX_AUX_SCRIPT_FLUSH = 1 << 8, /* SCRIPT FLUSH: no script is loaded any more */
     PX_AUX_TXN_CHECK = 1 << 9, /* a command queued in a local MULTI, checked by Redis */
     PX_AUX_UNWATCH = 1 << 10,  /* UNWATCH: +OK means the pool's user may send it
-                                  (fill_token: the ACL epoch when sent) */
+                                  (tag.acl_epoch: the ACL epoch when sent) */
     PX_AUX_WATCH = 1 << 11,    /* WATCH: the same, for WATCH */
     PX_AUX_WATCH_AHEAD = 1 << 12, /* WATCH already answered +OK: Redis's reply
                                      confirms it, or closes the client */
@@ -110,13 +108,13 @@ enum px_aux_flag {
                                    own connection, whose state the proxy took
                                    as changed when sent: an error leaves it
                                    unknown, and the connection is not reused */
-    PX_AUX_MULTI_OPEN = 1 << 16, /* that MULTI opened transaction fill_token
+    PX_AUX_MULTI_OPEN = 1 << 16, /* that MULTI opened transaction tag.txn_seq
                                     (px_client.txn_seq): refused, it did not */
     PX_AUX_CTL_DISCARD = 1 << 17, /* a PX_REQ_TXN_CTL that is a DISCARD */
     PX_AUX_TTL_NEXT = 1 << 18, /* with FILL: a PX_REQ_TTL follows it on its
                                   connection, and a value waits there */
     PX_AUX_PING = 1 << 19,     /* PING: a reply (not an error) means the pool's
-                                  user may send it (fill_token: ACL epoch) */
+                                  user may send it (tag.acl_epoch) */
     PX_AUX_ECHO = 1 << 20,     /* the same for ECHO */
     PX_AUX_DISCARD = 1 << 21,  /* DISCARD of a transaction on the client's own
                                   connection: nothing else is sent until its
@@ -151,6 +149,12 @@ enum px_aux_flag {
                                      commands (BLOCK_QUEUED) of a write batch */
 };
 
+/*
+ * One request in flight, and at the same time the client's reply slot for
+ * it: the client keeps its slots in request order and writes a reply out
+ * only when every earlier slot is written, so replies from different
+ * upstream connections and local answers keep the order of the requests.
+ */
 typedef struct px_req {
     struct px_req *next_up;     /* FIFO of the upstream connection */
     struct px_req *next_slot;   /* FIFO of the client's reply slots */
@@ -165,9 +169,24 @@ typedef struct px_req {
     unsigned aux_flags;         /* enum px_aux_flag */
     char *aux;                  /* owned; see px_aux_flag */
     size_t aux_len;
-    uint64_t fill_token;
-    uint64_t purge_mark;        /* PX_AUX_PREPURGED: the cache's placeholders_made
+    /* What the reply needs to know of when or why the request was sent:
+     * one member, chosen by kind and aux_flags. */
+    union {
+        uint64_t fill_token;    /* FILL, LOOKUP: the cache's fill token */
+        uint64_t acl_epoch;     /* UNWATCH, WATCH, PING, ECHO, and a
+                                   PX_REQ_TXN_CTL: srv->acl_epoch when sent */
+        uint64_t txn_seq;       /* MULTI_OPEN: px_client.txn_seq it opened */
+        uint64_t tracking_epoch; /* PX_REQ_TRACKING: the caching epoch */
+        int64_t sent_ms;        /* PX_REQ_TTL: px_now_ms() when sent */
+        uint64_t script;        /* SCRIPT_LOAD: the lookup script's index + 1 */
+        uint64_t probe;         /* PX_REQ_SLOT_PROBE: PX_SLOTWATCH_PROBE or _NODES */
+    } tag;
+    union {
+        uint64_t purge_mark;    /* PX_AUX_PREPURGED: the cache's placeholders_made
                                    when the first of those keys was purged */
+        uint64_t key_digest;    /* PX_REQ_TTL: the digest of the key asked */
+        uint64_t lookup_gen;    /* SCRIPT_LOAD: px_lookup_generation() when sent */
+    } mark;
     uint32_t learn;             /* a cacheable read: partition << 3 | enum
                                    px_read, whose reply may show the user is
                                    allowed that read (caching.c); 0: none */
@@ -220,7 +239,7 @@ typedef struct px_pool {
     /* px_acl_mark() when Redis last let this identity UNWATCH (0: not
      * known); then an UNWATCH with nothing watched is answered here */
     uint64_t unwatch_epoch;
-    /* the same for WATCH: then a WATCH may be answered ahead (client.c) */
+    /* the same for WATCH: then a WATCH may be answered ahead (txn.c) */
     uint64_t watch_epoch;
     /* px_acl_mark() when Redis refused this identity a MULTI that
      * sidecache added (its ACL denies it; what followed ran alone): then its
@@ -249,7 +268,6 @@ typedef struct px_upstream {
     px_io io;
     int state;
     int handshake_left;        /* handshake replies still to swallow */
-    int ever_ready;            /* a handshake completed on this connection */
     int probe_access;          /* an access probe is on its way: the handshake's
                                   last request, or a PX_REQ_PROBE */
     int server_id_left;        /* the handshake's INFO server answers when
@@ -349,11 +367,11 @@ px_upstream *px_pool_shared(px_pool *p, uint64_t client_id);
 px_upstream *px_pool_idle_shared(px_pool *p);
 
 /* Sends sidecache's own request of kind (data, len: the command, copied;
- * token: its fill_token, for its reply) on a shared connection of its
+ * probe: its tag.probe, for its reply) on a shared connection of its
  * configured identity (the upstream URL's credentials, as the invalidation
  * connection's): the ACL checks, the slot's probes. Returns 0, or -1 when
  * it could not be sent. */
-int px_upstream_send_own(px_server *srv, int kind, uint64_t token, const char *data, size_t len);
+int px_upstream_send_own(px_server *srv, int kind, uint64_t probe, const char *data, size_t len);
 
 /* A connection for one client alone: an idle clean one, or a new one.
  * Returns NULL as px_pool_shared does. */
@@ -463,19 +481,12 @@ void px_pools_default_user_changed(px_server *srv);
  * that the requests in flight get the old node's own answer (a cluster
  * node's MOVED, which a cluster client follows). New connections go to sa. */
 void px_upstreams_move(px_server *srv, const struct sockaddr_storage *sa, unsigned salen, int gently);
-/* Every shared connection retires (px_upstream.retired): the next requests
- * go on new ones. */
-void px_pools_retire_connections(px_server *srv, const char *why);
 /* Tracking is on, its connection on the server whose run_id is id (NULL:
  * not known). Every data connection on another server fills nothing from
  * now on (px_upstream.other_server); the shared and idle ones among them
  * retire, and with retire_unknown those whose server is not known too
  * (why, for the log). A client's own is left to it (no read on it fills). */
 void px_upstreams_tracking_on(px_server *srv, const char *id, int retire_unknown, const char *why);
-/* A READONLY came from the upstream given by name: its answer is asked
- * again at the next check (px_upstreams_cron), which moves the
- * connections if the name points elsewhere now. */
-void px_upstream_recheck_name(px_server *srv);
 /* Why every connection moves to the address it reached again
  * (px_upstreams_move_again). */
 enum px_move_again {
