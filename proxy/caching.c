@@ -1113,6 +1113,93 @@ void px_caching_mget_request(px_client *c, const char **data, size_t *len) {
     *len = pc->plan_req.len;
 }
 
+/*
+ * C10: a cacheable read that may be answered here waits while an
+ * invalidation may be on its way. Returns PX_CACHING_WAIT when it waits
+ * (a wake calls it back), else 0, with *busy set when it must go to Redis
+ * instead. was_held, was_unread: it waited before, for a PING or a turn.
+ */
+static int hold_for_invalidations(struct px_caching *pc, px_client *c, int was_held, int was_unread, int *busy) {
+    /* An invalidation may be behind a reply the client has seen from
+     * Redis (inv_hold_mark): the read waits for the PINGs unanswered when
+     * it came, one round trip once per keep-alive period or barrier, or at
+     * most tracking-ping-hold-ms; then Redis answers it (the PING is late:
+     * Redis stalled, a fork or a long script, or the network slow). */
+    uint64_t mark = was_held || was_unread ? c->ping_mark : inv_hold_mark(pc->inv);
+    int hold = *busy ? 0 : inv_hold_left_ms(pc->inv, mark);
+    if (hold == INV_HOLD_PAST) {
+        COUNT(pc, past_hold, 1);
+        *busy = 1;
+    } else if (hold > 0) {
+        c->ping_mark = mark;
+        /* (a timer may wake it a little early: then it waits again) */
+        if (!was_held) pc->held_ping++;
+        c->ping_held = 1;
+        if (!evtimer_pending(pc->ping_wake_ev, NULL)) {
+            struct timeval tv = {hold / 1000, (hold % 1000) * 1000};
+            evtimer_add(pc->ping_wake_ev, &tv);
+        }
+        return PX_CACHING_WAIT;
+    }
+    /* An invalidation that reached sidecache before this request's bytes
+     * were read is handled before the request is answered here. Libevent
+     * runs the invalidation connection first only among the events of one
+     * poll (priority 0): the client's read may have taken bytes that came
+     * after it (inv_unread). So may a read from Redis whose reply filled
+     * an entry newer than the invalidation, beside one it would purge (an
+     * MGET of both would mix versions). Once nothing was unread, what was
+     * read before is covered: the check is made again after the next read
+     * of a client or of Redis. The read waits a turn of the loop, whose
+     * poll runs the invalidation connection before the wake (a timer, of
+     * the clients' priority); should the bytes still be there after it (a
+     * message in part), it goes to Redis. */
+    if (*busy || pc->unread_none_at == c->srv->io_reads) return 0;
+    if (!inv_unread(pc->inv)) {
+        pc->unread_none_at = c->srv->io_reads;
+    } else if (was_unread) {
+        COUNT(pc, sent_unread, 1);
+        *busy = 1;
+    } else {
+        c->ping_mark = mark;
+        c->ping_held = was_held;
+        c->unread_held = 1;
+        COUNT(pc, held_unread, 1);
+        /* (added again while due, a timer would go to the back of the
+         * next turn: those held before would wait on) */
+        if (!evtimer_pending(pc->unread_wake_ev, NULL)) {
+            static const struct timeval now = {0, 0};
+            evtimer_add(pc->unread_wake_ev, &now);
+        }
+        return PX_CACHING_WAIT;
+    }
+    return 0;
+}
+
+/* A GET or HGET (kind) answered from the cache: 1, the reply written; 0,
+ * a miss. allowed: Redis has let the user make this read (else an entry
+ * is left alone, and Redis answers). */
+static int answer_key(struct px_caching *pc, px_client *c, int kind, uint32_t part, int allowed) {
+    const resp_arg *a = c->rq.argv;
+    const char *val;
+    size_t vlen;
+    int is_nil;
+    const char *field = kind == CACHE_KIND_HGET ? a[2].ptr : "";
+    size_t flen = kind == CACHE_KIND_HGET ? a[2].len : 0;
+    int64_t now = px_now_ms();
+    /* not allowed yet: a miss counts as one; an entry (an MGET or a
+     * lookup may have filled it) is left alone */
+    if (!allowed && cache_peek(pc->cache, part, c->db, kind, a[1].ptr, a[1].len, field, flen, now, &val, &vlen,
+                               &is_nil))
+        return 0;
+    if (!cache_get(pc->cache, part, c->db, kind, a[1].ptr, a[1].len, field, flen, now, &val, &vlen, &is_nil))
+        return 0;
+    if (is_nil)
+        resp_enc_null(&c->scratch, c->proto);
+    else
+        resp_enc_bulk(&c->scratch, val, vlen);
+    return hit_write(c, &c->scratch);
+}
+
 static int try_hit(struct px_caching *pc, px_client *c, int *cacheable) {
     int was_held = c->ping_held, was_unread = c->unread_held;
     c->ping_held = 0;
@@ -1144,59 +1231,7 @@ static int try_hit(struct px_caching *pc, px_client *c, int *cacheable) {
         COUNT(pc, bypassed_flush, 1);
         busy = 1;
     }
-    /* An invalidation may be behind a reply the client has seen from
-     * Redis (inv_hold_mark): the read waits for the PINGs unanswered when
-     * it came, one round trip once per keep-alive period or barrier, or at
-     * most tracking-ping-hold-ms; then Redis answers it (the PING is late:
-     * Redis stalled, a fork or a long script, or the network slow). */
-    uint64_t mark = was_held || was_unread ? c->ping_mark : inv_hold_mark(pc->inv);
-    int hold = busy ? 0 : inv_hold_left_ms(pc->inv, mark);
-    if (hold == INV_HOLD_PAST) {
-        COUNT(pc, past_hold, 1);
-        busy = 1;
-    } else if (hold > 0) {
-        c->ping_mark = mark;
-        /* (a timer may wake it a little early: then it waits again) */
-        if (!was_held) pc->held_ping++;
-        c->ping_held = 1;
-        if (!evtimer_pending(pc->ping_wake_ev, NULL)) {
-            struct timeval tv = {hold / 1000, (hold % 1000) * 1000};
-            evtimer_add(pc->ping_wake_ev, &tv);
-        }
-        return PX_CACHING_WAIT;
-    }
-    /* An invalidation that reached sidecache before this request's bytes
-     * were read is handled before the request is answered here. Libevent
-     * runs the invalidation connection first only among the events of one
-     * poll (priority 0): the client's read may have taken bytes that came
-     * after it (inv_unread). So may a read from Redis whose reply filled
-     * an entry newer than the invalidation, beside one it would purge (an
-     * MGET of both would mix versions). Once nothing was unread, what was
-     * read before is covered: the check is made again after the next read
-     * of a client or of Redis. The read waits a turn of the loop, whose
-     * poll runs the invalidation connection before the wake (a timer, of
-     * the clients' priority); should the bytes still be there after it (a
-     * message in part), it goes to Redis. */
-    if (!busy && pc->unread_none_at != c->srv->io_reads) {
-        if (!inv_unread(pc->inv)) {
-            pc->unread_none_at = c->srv->io_reads;
-        } else if (was_unread) {
-            COUNT(pc, sent_unread, 1);
-            busy = 1;
-        } else {
-            c->ping_mark = mark;
-            c->ping_held = was_held;
-            c->unread_held = 1;
-            COUNT(pc, held_unread, 1);
-            /* (added again while due, a timer would go to the back of the
-             * next turn: those held before would wait on) */
-            if (!evtimer_pending(pc->unread_wake_ev, NULL)) {
-                static const struct timeval now = {0, 0};
-                evtimer_add(pc->unread_wake_ev, &now);
-            }
-            return PX_CACHING_WAIT;
-        }
-    }
+    if (hold_for_invalidations(pc, c, was_held, was_unread, &busy) == PX_CACHING_WAIT) return PX_CACHING_WAIT;
     if (read == PX_READ_MGET) {
         /* A merge holds the client's next request back until Redis's part
          * is in (it may have to go again whole): taken only when nothing
@@ -1216,24 +1251,7 @@ static int try_hit(struct px_caching *pc, px_client *c, int *cacheable) {
         COUNT(pc, script_hits, 1);
         return hit_write(c, &c->scratch);
     }
-    const char *val;
-    size_t vlen;
-    int is_nil;
-    const char *field = kind == CACHE_KIND_HGET ? a[2].ptr : "";
-    size_t flen = kind == CACHE_KIND_HGET ? a[2].len : 0;
-    int64_t now = px_now_ms();
-    /* not allowed yet: a miss counts as one; an entry (an MGET or a
-     * lookup may have filled it) is left alone, and Redis answers */
-    if (!allowed && cache_peek(pc->cache, part, c->db, kind, a[1].ptr, a[1].len, field, flen, now, &val, &vlen,
-                               &is_nil))
-        return 0;
-    if (!cache_get(pc->cache, part, c->db, kind, a[1].ptr, a[1].len, field, flen, now, &val, &vlen, &is_nil))
-        return 0;
-    if (is_nil)
-        resp_enc_null(&c->scratch, c->proto);
-    else
-        resp_enc_bulk(&c->scratch, val, vlen);
-    return hit_write(c, &c->scratch);
+    return answer_key(pc, c, kind, part, allowed);
 }
 
 int px_caching_try_hit(px_client *c, int *cacheable) {

@@ -1628,139 +1628,107 @@ static int answer_local(px_client *c, const resp_cmd_info *info) {
     return PX_DISPATCH_DONE;
 }
 
-int px_client_dispatch(px_client *c, const char *frame) {
+/* A user's permissions may change: forget what was learned of them, now
+ * and again when Redis has run the command (PX_AUX_ACL). In a tunnel,
+ * where its reply is not matched, nothing is learned until the tunnel
+ * closes (acl_unsettled). */
+static void note_acl_change(px_client *c) {
+    if (!resp_acl_changes(c->rq.argc, c->rq.argv)) return;
+    c->srv->acl_epoch++;
+    if (c->in_multi || c->txn_local) c->txn_acl = 1;
+    if (c->mode == PX_MODE_TUNNEL && !c->tunnel_acl) {
+        c->tunnel_acl = 1;
+        c->srv->acl_unsettled++;
+    }
+}
+
+/* TUNNEL: the bytes go as they came. */
+static int dispatch_tunnel(px_client *c, const char *frame) {
     const resp_arg *a = c->rq.argv;
-    if (c->rq.argc == 0) return PX_DISPATCH_DONE;
-    if (c->mode == PX_MODE_TUNNEL && hold_for_upstream(c)) return PX_DISPATCH_WAIT;
-    /* a user's permissions may change: forget what was learned of them,
-     * now and again when Redis has run the command (PX_AUX_ACL). In a
-     * tunnel, where its reply is not matched, nothing is learned until the
-     * tunnel closes (acl_unsettled). */
-    if (resp_acl_changes(c->rq.argc, a)) {
-        c->srv->acl_epoch++;
-        if (c->in_multi || c->txn_local) c->txn_acl = 1;
-        if (c->mode == PX_MODE_TUNNEL && !c->tunnel_acl) {
-            c->tunnel_acl = 1;
-            c->srv->acl_unsettled++;
-        }
+    const char *data;
+    size_t len;
+    if (c->pinned != NULL && c->pinned->held.len > 0) {
+        /* SCRIPT DEBUG is held until Redis has answered the handshake:
+         * what follows it waits unread, not in memory here, and is
+         * read once the held bytes are written (px_client_upstream_drained) */
+        c->backlogged = 1;
+        return PX_DISPATCH_WAIT;
     }
+    /* no reply is matched in a tunnel: a write invalidates when sent,
+     * and what Redis sends back waits for its invalidations from then
+     * on (upstream.c, tunnel_waits) */
+    if (px_caching_on_send(c, NULL, NULL, 0, 0) && c->pinned != NULL) c->pinned->tunnel_wrote = 1;
+    px_client_request_bytes(c, frame, &data, &len);
+    if (c->pinned != NULL) px_upstream_send_raw(c->pinned, data, len);
+    tunnel_follow_reply(c);
+    if (c->pinned != NULL && c->rq.argc == 1 && resp_arg_is(a[0].ptr, a[0].len, "RESET")) {
+        /* Redis's RESET ends what made the tunnel (subscriptions,
+         * MONITOR, CLIENT REPLY, tracking) and also logs the connection
+         * out and selects db 0: once its reply is relayed the session
+         * leaves the tunnel as cmd_reset does
+         * (px_client_on_tunnel_reset), and nothing after it is read
+         * until then */
+        px_upstream_send_reset_marker(c->pinned);
+        c->barrier = 1;
+    }
+    return PX_DISPATCH_DONE;
+}
 
-    if (c->mode == PX_MODE_TUNNEL) {
-        const char *data;
-        size_t len;
-        if (c->pinned != NULL && c->pinned->held.len > 0) {
-            /* SCRIPT DEBUG is held until Redis has answered the handshake:
-             * what follows it waits unread, not in memory here, and is
-             * read once the held bytes are written (px_client_upstream_drained) */
-            c->backlogged = 1;
-            return PX_DISPATCH_WAIT;
-        }
-        /* no reply is matched in a tunnel: a write invalidates when sent,
-         * and what Redis sends back waits for its invalidations from then
-         * on (upstream.c, tunnel_waits) */
-        if (px_caching_on_send(c, NULL, NULL, 0, 0) && c->pinned != NULL) c->pinned->tunnel_wrote = 1;
-        px_client_request_bytes(c, frame, &data, &len);
-        if (c->pinned != NULL) px_upstream_send_raw(c->pinned, data, len);
-        tunnel_follow_reply(c);
-        if (c->pinned != NULL && c->rq.argc == 1 && resp_arg_is(a[0].ptr, a[0].len, "RESET")) {
-            /* Redis's RESET ends what made the tunnel (subscriptions,
-             * MONITOR, CLIENT REPLY, tracking) and also logs the connection
-             * out and selects db 0: once its reply is relayed the session
-             * leaves the tunnel as cmd_reset does
-             * (px_client_on_tunnel_reset), and nothing after it is read
-             * until then */
-            px_upstream_send_reset_marker(c->pinned);
-            c->barrier = 1;
-        }
+/* STICKY, or PINNED in MULTI: Redis queues everything, so nothing is
+ * answered here. */
+static int dispatch_own_forward_all(px_client *c, int id, int act, const char *frame) {
+    if (act != ACT_ALONE && hold_for_upstream(c)) return PX_DISPATCH_WAIT;
+    if (act == ACT_TUNNEL) {
+        if (c->inflight > 0) return PX_DISPATCH_WAIT;
+        enter_tunnel(c, frame);
         return PX_DISPATCH_DONE;
     }
+    /* a state Redis gives the connection (at EXEC, when queued): it
+     * stays the client's; PING and ECHO give none */
+    if (act == ACT_STATE || act == ACT_STICKY || (act == ACT_LOCAL && id != CMD_PING && id != CMD_ECHO))
+        c->mode = PX_MODE_STICKY;
+    /* a blocking command (not queued in MULTI, where it does not
+     * block) may wait for ever: upstream-timeout must not cut it */
+    if (act == ACT_BLOCK && !c->in_multi) c->blocking = 1;
+    forward_blocking_aware(c, id, act, frame);
+    return PX_DISPATCH_DONE;
+}
 
-    /* a write batch's outcome decides what is sent next (proxy/batch.h),
-     * and a merged MGET's whether it goes again */
-    if (c->batch_wait || c->mget_merge != NULL) return PX_DISPATCH_WAIT;
-    const resp_cmd_info *info = resp_cmd_lookup(a[0].ptr, a[0].len);
-    /* Redis refuses these with an argument (arity 1) as any command: its
-     * error, and in MULTI EXECABORT at EXEC (EXEC itself: below) */
-    if (info != NULL && c->rq.argc != 1 &&
-        (info->id == CMD_MULTI || info->id == CMD_DISCARD || info->id == CMD_UNWATCH || info->id == CMD_RESET))
-        info = NULL;
-    int id = info ? info->id : CMD_OTHER;
-    int act = classify(c, info);
-    /* an open batch goes before anything that cannot join it (whether a
-     * request may join is asked only then, or below after a cache miss: a
-     * hit never pays for it) */
-    int batchable = -1;
-    if (c->batch_count > 0) {
-        batchable = act == ACT_FORWARD && px_batch_eligible(c);
-        if (!batchable) {
-            px_batch_flush(c);
-            if (c->batch_wait) return PX_DISPATCH_WAIT;
-        }
-    }
-    if (id == CMD_QUIT) {
-        px_client_reply_simple(c, "OK");
-        px_client_close_after_replies(c);
-        return PX_DISPATCH_DONE;
-    }
-    if (id == CMD_RESET) return cmd_reset(c);
-    if (c->txn_local)
-        return hold_for_upstream(c) ? PX_DISPATCH_WAIT : px_txn_local_dispatch(c, id, act == ACT_FORWARD, frame);
-    /* a WATCH answered ahead must hold before EXEC may run */
-    if (id == CMD_EXEC && c->watch_ahead > 0) return PX_DISPATCH_WAIT;
-
-    /* A session with its own connection forwards there; a transaction in
-     * MULTI queues everything on Redis, so nothing is answered here. */
-    if (c->mode == PX_MODE_STICKY || (c->mode == PX_MODE_PINNED && c->in_multi)) {
-        if (act != ACT_ALONE && hold_for_upstream(c)) return PX_DISPATCH_WAIT;
-        if (act == ACT_TUNNEL) {
-            if (c->inflight > 0) return PX_DISPATCH_WAIT;
-            enter_tunnel(c, frame);
-            return PX_DISPATCH_DONE;
-        }
-        /* a state Redis gives the connection (at EXEC, when queued): it
-         * stays the client's; PING and ECHO give none */
-        if (act == ACT_STATE || act == ACT_STICKY || (act == ACT_LOCAL && id != CMD_PING && id != CMD_ECHO))
-            c->mode = PX_MODE_STICKY;
-        /* a blocking command (not queued in MULTI, where it does not
-         * block) may wait for ever: upstream-timeout must not cut it */
-        if (act == ACT_BLOCK && !c->in_multi) c->blocking = 1;
-        forward_blocking_aware(c, id, act, frame);
-        return PX_DISPATCH_DONE;
-    }
-    if (c->mode == PX_MODE_PINNED) {
-        if (act != ACT_LOCAL && act != ACT_ALONE && hold_for_upstream(c)) return PX_DISPATCH_WAIT;
-        switch (act) {
-        case ACT_LOCAL: {
-            int rc = answer_local(c, info);
-            if (rc != ANSWER_FORWARD) return rc;
-            if (hold_for_upstream(c)) return PX_DISPATCH_WAIT;
-            break;
-        }
-        case ACT_TUNNEL:
-            if (c->inflight > 0) return PX_DISPATCH_WAIT;
-            enter_tunnel(c, frame);
-            return PX_DISPATCH_DONE;
-        case ACT_STATE:
-        case ACT_STICKY:
-            c->mode = PX_MODE_STICKY;
-            break;
-        case ACT_BLOCK:
-            c->blocking = 1;
-            break;
-        default:
-            break;
-        }
-        forward_blocking_aware(c, id, act, frame);
-        return PX_DISPATCH_DONE;
-    }
-
-    /* SHARED */
+/* PINNED (WATCH, a blocking command), outside MULTI. */
+static int dispatch_pinned(px_client *c, int id, int act, const resp_cmd_info *info, const char *frame) {
+    if (act != ACT_LOCAL && act != ACT_ALONE && hold_for_upstream(c)) return PX_DISPATCH_WAIT;
     switch (act) {
     case ACT_LOCAL: {
         int rc = answer_local(c, info);
         if (rc != ANSWER_FORWARD) return rc;
+        if (hold_for_upstream(c)) return PX_DISPATCH_WAIT;
         break;
     }
+    case ACT_TUNNEL:
+        if (c->inflight > 0) return PX_DISPATCH_WAIT;
+        enter_tunnel(c, frame);
+        return PX_DISPATCH_DONE;
+    case ACT_STATE:
+    case ACT_STICKY:
+        c->mode = PX_MODE_STICKY;
+        break;
+    case ACT_BLOCK:
+        c->blocking = 1;
+        break;
+    default:
+        break;
+    }
+    forward_blocking_aware(c, id, act, frame);
+    return PX_DISPATCH_DONE;
+}
+
+/* SHARED: what is not plainly forwarded (answered here, a change of
+ * identity, a transaction, a connection of the client's own). Returns
+ * PX_DISPATCH_DONE or _WAIT, or ANSWER_FORWARD: forward it. */
+static int dispatch_shared_special(px_client *c, int id, int act, const resp_cmd_info *info, const char *frame) {
+    switch (act) {
+    case ACT_LOCAL:
+        return answer_local(c, info);
     case ACT_STATE:
         return hold_for_upstream(c) ? PX_DISPATCH_WAIT : cmd_state(c, id, frame);
     case ACT_TXN:
@@ -1770,7 +1738,7 @@ int px_client_dispatch(px_client *c, const char *frame) {
             px_client_reply_simple(c, "OK");
             return PX_DISPATCH_DONE;
         }
-        if (id != CMD_WATCH && id != CMD_MULTI) break; /* Redis answers the error */
+        if (id != CMD_WATCH && id != CMD_MULTI) return ANSWER_FORWARD; /* Redis answers the error */
         /* fall through */
     case ACT_BLOCK:
     case ACT_STICKY:
@@ -1799,8 +1767,13 @@ int px_client_dispatch(px_client *c, const char *frame) {
         forward_blocking_aware(c, id, act, frame);
         return PX_DISPATCH_DONE;
     default:
-        break;
+        return ANSWER_FORWARD;
     }
+}
+
+/* SHARED, a command for Redis: a cache hit, else to the shared connection,
+ * alone or in a write batch. batchable: -1 not asked yet. */
+static int dispatch_shared_forward(px_client *c, int id, int act, int batchable, const char *frame) {
     int cacheable = 0;
     int hit = c->srv->caching != NULL ? px_caching_try_hit(c, &cacheable) : 0;
     if (hit == PX_CACHING_WAIT) {
@@ -1846,6 +1819,54 @@ int px_client_dispatch(px_client *c, const char *frame) {
             px_client_permission_probe(c, r, id == CMD_PING ? PX_AUX_PING : PX_AUX_ECHO);
     }
     return PX_DISPATCH_DONE;
+}
+
+int px_client_dispatch(px_client *c, const char *frame) {
+    const resp_arg *a = c->rq.argv;
+    if (c->rq.argc == 0) return PX_DISPATCH_DONE;
+    if (c->mode == PX_MODE_TUNNEL && hold_for_upstream(c)) return PX_DISPATCH_WAIT;
+    note_acl_change(c);
+    if (c->mode == PX_MODE_TUNNEL) return dispatch_tunnel(c, frame);
+
+    /* a write batch's outcome decides what is sent next (proxy/batch.h),
+     * and a merged MGET's whether it goes again */
+    if (c->batch_wait || c->mget_merge != NULL) return PX_DISPATCH_WAIT;
+    const resp_cmd_info *info = resp_cmd_lookup(a[0].ptr, a[0].len);
+    /* Redis refuses these with an argument (arity 1) as any command: its
+     * error, and in MULTI EXECABORT at EXEC (EXEC itself: below) */
+    if (info != NULL && c->rq.argc != 1 &&
+        (info->id == CMD_MULTI || info->id == CMD_DISCARD || info->id == CMD_UNWATCH || info->id == CMD_RESET))
+        info = NULL;
+    int id = info ? info->id : CMD_OTHER;
+    int act = classify(c, info);
+    /* an open batch goes before anything that cannot join it (whether a
+     * request may join is asked only then, or below after a cache miss: a
+     * hit never pays for it) */
+    int batchable = -1;
+    if (c->batch_count > 0) {
+        batchable = act == ACT_FORWARD && px_batch_eligible(c);
+        if (!batchable) {
+            px_batch_flush(c);
+            if (c->batch_wait) return PX_DISPATCH_WAIT;
+        }
+    }
+    if (id == CMD_QUIT) {
+        px_client_reply_simple(c, "OK");
+        px_client_close_after_replies(c);
+        return PX_DISPATCH_DONE;
+    }
+    if (id == CMD_RESET) return cmd_reset(c);
+    if (c->txn_local)
+        return hold_for_upstream(c) ? PX_DISPATCH_WAIT : px_txn_local_dispatch(c, id, act == ACT_FORWARD, frame);
+    /* a WATCH answered ahead must hold before EXEC may run */
+    if (id == CMD_EXEC && c->watch_ahead > 0) return PX_DISPATCH_WAIT;
+
+    if (c->mode == PX_MODE_STICKY || (c->mode == PX_MODE_PINNED && c->in_multi))
+        return dispatch_own_forward_all(c, id, act, frame);
+    if (c->mode == PX_MODE_PINNED) return dispatch_pinned(c, id, act, info, frame);
+    int rc = dispatch_shared_special(c, id, act, info, frame);
+    if (rc != ANSWER_FORWARD) return rc;
+    return dispatch_shared_forward(c, id, act, batchable, frame);
 }
 
 /* Parses and routes what the client sent; an open write batch goes when

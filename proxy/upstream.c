@@ -1386,85 +1386,152 @@ static void up_select_refused(px_upstream *u, const char *data, size_t len) {
                "names a db Redis has", u->pool->db, (int)(len > 200 ? 200 : len - 3), data + 1);
 }
 
+/* A reply to the handshake (up_write_handshake). */
+static void up_on_handshake_reply(px_upstream *u, char type, const char *data, size_t len) {
+    int is_err = type == '-' || type == '!';
+    char addr[300];
+    /* any answer, an error too: Redis is there (every connection's
+     * handshake has at least one reply: AUTH, HELLO or PING) */
+    if (!u->srv->upstream_reached) px_server_upstream_reached(u->srv, up_addr(u->srv, addr, sizeof addr));
+    if (is_err && is_noauth(data, len)) learn_noauth(u->srv);
+    if (u->server_id_left != 0 && u->handshake_left == u->server_id_left) {
+        /* INFO server: only a full Redis's error (it closes the
+         * connection) is the handshake's failure */
+        u->server_id_left = 0;
+        if (!is_max_clients(data, len)) {
+            up_server_id_reply(u, data, len, is_err);
+            is_err = 0;
+        }
+    }
+    if (u->select_left != 0 && u->handshake_left == u->select_left) {
+        u->select_left = 0;
+        if (is_err) up_select_refused(u, data, len);
+    }
+    if (u->probe_access && u->handshake_left == 1) {
+        /* the last handshake reply: the access probe, a failure only
+         * when Redis is full (it closes the connection after that
+         * error, which the requests waiting get, as a direct client) */
+        up_learn_access(u->srv, data, len, is_err);
+        u->probe_access = 0;
+        if (!is_max_clients(data, len)) is_err = 0;
+    }
+    if (is_err) {
+        /* Redis refused the identity: every request queued behind gets
+         * that same answer, as a direct client would. Not a reason to
+         * back off: Redis is there. */
+        char why[300];
+        snprintf(why, sizeof why, "handshake refused: %.*s", (int)(len > 200 ? 200 : len - 2), data + 1);
+        if (u->pool != NULL) u->pool->refused = 1;
+        up_close_with_frame(u, data, len, NULL, 0, why);
+        return;
+    }
+    if (--u->handshake_left == 0) {
+        u->state = PX_UP_READY;
+        if (u->pool) u->pool->backoff_ms = 0, u->pool->backoff_until_ms = 0;
+        up_release_held(u);
+    }
+}
+
+/* What Redis sends a tunnel, once the internal requests sent before it
+ * opened are answered: relayed, but for the reply to sidecache's own RESET
+ * and the marker after it (tunnel_reset). */
+static void up_on_tunnel_frame(px_upstream *u, const char *data, size_t len) {
+    int marker = u->reset_awaited && reset_marker_reply(u, data, len);
+    if (u->reset_own) {
+        /* sidecache's own RESET answers +RESET just before the marker
+         * (nothing after CLIENT REPLY SKIP). A +RESET is held until the
+         * next frame shows whose it was: one followed by anything but
+         * the marker is the client's (a script's status reply, an
+         * element of an aggregate: a tunnel relays them one by one),
+         * and goes on in its place. */
+        if (marker)
+            u->reset_held = 0;
+        else
+            tunnel_release_held_reset(u);
+        if (!marker && len == 8 && memcmp(data, "+RESET\r\n", 8) == 0) {
+            u->reset_held = 1;
+            return;
+        }
+    }
+    if (marker) {
+        /* everything up to the client's RESET, its reply included (if
+         * Redis sent one: not after CLIENT REPLY SKIP), was relayed */
+        u->reset_awaited = 0;
+        u->reset_own = 0;
+        if (u->owner != NULL) px_client_on_tunnel_reset(u->owner);
+        return;
+    }
+    if (u->owner != NULL) px_client_on_tunnel_data(u->owner, data, len);
+}
+
+/* The reply to a command of a block sidecache made (PX_REQ_DISCARD). */
+static void up_on_block_command_reply(px_upstream *u, const px_req *r, char type, const char *data, size_t len) {
+    if (u->block_relay && (r->aux_flags & PX_AUX_BLOCK_BATCH)) {
+        /* a command of a write batch whose MULTI was refused: it ran
+         * (or was refused) alone, and this is its own reply */
+        if (type == '-') note_role(u, r, data, len);
+        batch_reply_kept(u, data, len);
+    } else if (type == '-' && (r->aux_flags & PX_AUX_BLOCK_QUEUED)) {
+        note_role(u, r, data, len);
+        /* the state error Redis checks first, for the block's EXEC */
+        int rank = exec_state_rank(data, len);
+        if (rank >= 0 && (u->block_err.len == 0 || rank < exec_state_rank(u->block_err.data, u->block_err.len))) {
+            resp_buf_reset(&u->block_err);
+            if (resp_buf_append(&u->block_err, data, len) != 0) resp_buf_reset(&u->block_err);
+        }
+    }
+}
+
+/* The reply to a MULTI or DISCARD sidecache added (PX_REQ_TXN_CTL); r is
+ * released here. */
+static void up_on_txn_ctl_reply(px_upstream *u, px_req *r, const char *data, size_t len) {
+    int discard = (r->aux_flags & PX_AUX_CTL_DISCARD) != 0;
+    int batch = (r->aux_flags & PX_AUX_BLOCK_BATCH) != 0;
+    uint64_t epoch = r->tag.acl_epoch, mark = r->learn_mark;
+    px_req_release(u->srv, r);
+    if (!discard) resp_buf_reset(&u->block_err); /* a block (or a check) begins */
+    if (!resp_frame_is_ok(data, len) && batch)
+        batch_multi_refused(u, data, len, mark);
+    else if (!resp_frame_is_ok(data, len))
+        up_txn_refused(u, data, len, discard, mark);
+    else if (discard && u->pool != NULL && epoch == u->srv->acl_epoch)
+        u->pool->discard_epoch = px_acl_mark(u->srv); /* a client's DISCARD is answered here */
+}
+
+/* The reply to a client's request (or a write batch's EXEC). */
+static void up_on_client_reply(px_upstream *u, px_req *r, char type, const char *data, size_t len) {
+    px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
+    if (type == '-') note_role(u, r, data, len);
+    if (r->kind == PX_REQ_BATCH && u->block_relay && type == '-') {
+        /* (out of MULTI, as Redis left it: the connection stays) */
+        batch_relayed_end(u, r, NULL, 0);
+        return;
+    }
+    /* (an array: the connection was in MULTI before, and that MULTI
+     * was refused as nested: the commands were queued, and this is
+     * their replies; never seen) */
+    u->block_relay = 0;
+    int refused = (r->kind == PX_REQ_BATCH || (r->aux_flags & PX_AUX_BLOCK_EXEC)) && block_exec_refused(data, len);
+    uint64_t mark = r->learn_mark;
+    if (!(r->aux_flags & PX_AUX_BLOCK_EXEC) || !block_exec_reworded(u, r, data, len))
+        px_client_on_reply(r->client, r, data, len);
+    if (refused) up_txn_refused(u, data, len, 0, mark);
+}
+
 /* One whole reply frame from Redis. */
 static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     char type = u->rp.type;
+    int is_err = type == '-' || type == '!';
     /* Redis answers (not the connect: a host whose Redis hangs takes
      * connections): nothing to ask the cluster (follow.h) */
     if (u->srv->up_unreachable && !u->retired) u->srv->up_unreachable = u->srv->up_silent = 0;
     if (u->handshake_left > 0) {
-        int is_err = type == '-' || type == '!';
-        char addr[300];
-        /* any answer, an error too: Redis is there (every connection's
-         * handshake has at least one reply: AUTH, HELLO or PING) */
-        if (!u->srv->upstream_reached) px_server_upstream_reached(u->srv, up_addr(u->srv, addr, sizeof addr));
-        if (is_err && is_noauth(data, len)) learn_noauth(u->srv);
-        if (u->server_id_left != 0 && u->handshake_left == u->server_id_left) {
-            /* INFO server: only a full Redis's error (it closes the
-             * connection) is the handshake's failure */
-            u->server_id_left = 0;
-            if (!is_max_clients(data, len)) {
-                up_server_id_reply(u, data, len, is_err);
-                is_err = 0;
-            }
-        }
-        if (u->select_left != 0 && u->handshake_left == u->select_left) {
-            u->select_left = 0;
-            if (is_err) up_select_refused(u, data, len);
-        }
-        if (u->probe_access && u->handshake_left == 1) {
-            /* the last handshake reply: the access probe, a failure only
-             * when Redis is full (it closes the connection after that
-             * error, which the requests waiting get, as a direct client) */
-            up_learn_access(u->srv, data, len, is_err);
-            u->probe_access = 0;
-            if (!is_max_clients(data, len)) is_err = 0;
-        }
-        if (is_err) {
-            /* Redis refused the identity: every request queued behind gets
-             * that same answer, as a direct client would. Not a reason to
-             * back off: Redis is there. */
-            char why[300];
-            snprintf(why, sizeof why, "handshake refused: %.*s", (int)(len > 200 ? 200 : len - 2), data + 1);
-            if (u->pool != NULL) u->pool->refused = 1;
-            up_close_with_frame(u, data, len, NULL, 0, why);
-            return;
-        }
-        if (--u->handshake_left == 0) {
-            u->state = PX_UP_READY;
-            if (u->pool) u->pool->backoff_ms = 0, u->pool->backoff_until_ms = 0;
-            up_release_held(u);
-        }
+        up_on_handshake_reply(u, type, data, len);
         return;
     }
     if (u->tunnel && u->head == NULL) {
-        /* internal requests sent before the tunnel opened answer first */
-        int marker = u->reset_awaited && reset_marker_reply(u, data, len);
-        if (u->reset_own) {
-            /* sidecache's own RESET answers +RESET just before the marker
-             * (nothing after CLIENT REPLY SKIP). A +RESET is held until the
-             * next frame shows whose it was: one followed by anything but
-             * the marker is the client's (a script's status reply, an
-             * element of an aggregate: a tunnel relays them one by one),
-             * and goes on in its place. */
-            if (marker)
-                u->reset_held = 0;
-            else
-                tunnel_release_held_reset(u);
-            if (!marker && len == 8 && memcmp(data, "+RESET\r\n", 8) == 0) {
-                u->reset_held = 1;
-                return;
-            }
-        }
-        if (marker) {
-            /* everything up to the client's RESET, its reply included (if
-             * Redis sent one: not after CLIENT REPLY SKIP), was relayed */
-            u->reset_awaited = 0;
-            u->reset_own = 0;
-            if (u->owner != NULL) px_client_on_tunnel_reset(u->owner);
-            return;
-        }
-        if (u->owner != NULL) px_client_on_tunnel_data(u->owner, data, len);
+        /* (internal requests sent before the tunnel opened answer first) */
+        up_on_tunnel_frame(u, data, len);
         return;
     }
     if (type == '>') {
@@ -1491,35 +1558,28 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     up_unlink_head(u, r);
     r->pending = 0;
     if (u->tunnel) up_release_held(u);
-    if (r->kind == PX_REQ_TRACKING) {
-        if (type != '-' && type != '!') u->tracked_epoch = r->tag.tracking_epoch;
+    switch (r->kind) {
+    case PX_REQ_TRACKING:
+        if (!is_err) u->tracked_epoch = r->tag.tracking_epoch;
         px_req_release(u->srv, r);
-    } else if (r->kind == PX_REQ_CACHING) {
+        break;
+    case PX_REQ_CACHING:
         px_req_release(u->srv, r);
-        if (type == '-' || type == '!') px_caching_caching_refused(u->srv, u, data, len);
-    } else if (r->kind == PX_REQ_DISCARD) {
-        if (u->block_relay && (r->aux_flags & PX_AUX_BLOCK_BATCH)) {
-            /* a command of a write batch whose MULTI was refused: it ran
-             * (or was refused) alone, and this is its own reply */
-            if (type == '-') note_role(u, r, data, len);
-            batch_reply_kept(u, data, len);
-        } else if (type == '-' && (r->aux_flags & PX_AUX_BLOCK_QUEUED)) {
-            note_role(u, r, data, len);
-            /* the state error Redis checks first, for the block's EXEC */
-            int rank = exec_state_rank(data, len);
-            if (rank >= 0 && (u->block_err.len == 0 || rank < exec_state_rank(u->block_err.data, u->block_err.len))) {
-                resp_buf_reset(&u->block_err);
-                if (resp_buf_append(&u->block_err, data, len) != 0) resp_buf_reset(&u->block_err);
-            }
-        }
+        if (is_err) px_caching_caching_refused(u->srv, u, data, len);
+        break;
+    case PX_REQ_DISCARD:
+        up_on_block_command_reply(u, r, type, data, len);
         px_req_release(u->srv, r);
-    } else if (r->kind == PX_REQ_TTL) {
+        break;
+    case PX_REQ_TTL:
         px_caching_on_ttl_reply(u->srv, r, data, len);
         px_req_release(u->srv, r);
-    } else if (r->kind == PX_REQ_ACL_LIST) {
+        break;
+    case PX_REQ_ACL_LIST:
         px_aclwatch_on_reply(u->srv, r, data, len, 0);
         px_req_release(u->srv, r);
-    } else if (r->kind == PX_REQ_SLOT_PROBE) {
+        break;
+    case PX_REQ_SLOT_PROBE: {
         int what = (int)r->tag.probe;
         if (type == '-' && what == PX_SLOTWATCH_PROBE) {
             note_role(u, r, data, len); /* a MOVED is followed */
@@ -1527,42 +1587,23 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
         }
         px_req_release(u->srv, r);
         px_slotwatch_on_reply(u->srv, what, data, len, 0);
-    } else if (r->kind == PX_REQ_SERVER_ID) {
+        break;
+    }
+    case PX_REQ_SERVER_ID:
         px_req_release(u->srv, r);
-        up_server_id_reply(u, data, len, type == '-' || type == '!');
-    } else if (r->kind == PX_REQ_PROBE) {
+        up_server_id_reply(u, data, len, is_err);
+        break;
+    case PX_REQ_PROBE:
         px_req_release(u->srv, r);
         u->probe_access = 0;
-        up_learn_access(u->srv, data, len, type == '-' || type == '!');
-    } else if (r->kind == PX_REQ_TXN_CTL) {
-        int discard = (r->aux_flags & PX_AUX_CTL_DISCARD) != 0;
-        int batch = (r->aux_flags & PX_AUX_BLOCK_BATCH) != 0;
-        uint64_t epoch = r->tag.acl_epoch, mark = r->learn_mark;
-        px_req_release(u->srv, r);
-        if (!discard) resp_buf_reset(&u->block_err); /* a block (or a check) begins */
-        if (!resp_frame_is_ok(data, len) && batch)
-            batch_multi_refused(u, data, len, mark);
-        else if (!resp_frame_is_ok(data, len))
-            up_txn_refused(u, data, len, discard, mark);
-        else if (discard && u->pool != NULL && epoch == u->srv->acl_epoch)
-            u->pool->discard_epoch = px_acl_mark(u->srv); /* a client's DISCARD is answered here */
-    } else {
-        px_latency_add(&u->srv->lat_upstream, px_loop_now_us(u->srv) - r->sent_us);
-        if (type == '-') note_role(u, r, data, len);
-        if (r->kind == PX_REQ_BATCH && u->block_relay && type == '-') {
-            /* (out of MULTI, as Redis left it: the connection stays) */
-            batch_relayed_end(u, r, NULL, 0);
-            return;
-        }
-        /* (an array: the connection was in MULTI before, and that MULTI
-         * was refused as nested: the commands were queued, and this is
-         * their replies; never seen) */
-        u->block_relay = 0;
-        int refused = (r->kind == PX_REQ_BATCH || (r->aux_flags & PX_AUX_BLOCK_EXEC)) && block_exec_refused(data, len);
-        uint64_t mark = r->learn_mark;
-        if (!(r->aux_flags & PX_AUX_BLOCK_EXEC) || !block_exec_reworded(u, r, data, len))
-            px_client_on_reply(r->client, r, data, len);
-        if (refused) up_txn_refused(u, data, len, 0, mark);
+        up_learn_access(u->srv, data, len, is_err);
+        break;
+    case PX_REQ_TXN_CTL:
+        up_on_txn_ctl_reply(u, r, data, len);
+        break;
+    default:
+        up_on_client_reply(u, r, type, data, len);
+        break;
     }
 }
 
