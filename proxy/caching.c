@@ -9,7 +9,7 @@
  *     PREPURGED they were purged when sent (mark.purge_mark). A
  *     transaction's queued keys move to its EXEC or DISCARD so
  *     (px_caching_txn_close);
- *   MGET: the merge plan (mget_hdr, then a plan_item per key);
+ *   MGET: the merge plan (mget_hdr, then a record per key, read by plan_next);
  *   LOOKUP: the dentry identity of a lookup script (lookup_id, the key, the
  *     name);
  * and a PX_REQ_TTL parks the value whose fill waits for its PTTL
