@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
@@ -549,20 +550,59 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
     inv_fail(t, why, 0);
 }
 
+/*
+ * A plain connection's socket, its connect begun: -1 with errno when the
+ * connect failed at once, as it does on a unix socket that nobody accepts
+ * on (Redis killed, its socket file left behind). libevent reports such a
+ * failure through a callback it makes active before the priority can be
+ * set, and changing the priority of an active callback (connect_now) left
+ * the loop spinning: no client served, no timer, no signal, for good.
+ */
+static int connect_plain(const inv_conn *t) {
+    int fd = socket(t->cfg.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (const struct sockaddr *)&t->cfg.addr, t->cfg.addrlen) != 0 && errno != EINPROGRESS) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
 static void connect_now(inv_conn *t) {
+    char why[300];
     inv_set_state(t, INV_CONNECTING, NULL);
+    if (t->cb.resolve != NULL) {
+        char what[256];
+        if (t->cb.resolve(t->arg, &t->cfg.addr, &t->cfg.addrlen, what, sizeof what) != 0) {
+            snprintf(why, sizeof why, "invalidation connection failed: %s", what);
+            inv_fail(t, why, 0);
+            return;
+        }
+    }
     int tls_failed = 0;
     SSL *ssl = t->cb.new_ssl != NULL ? t->cb.new_ssl(t->arg, &tls_failed) : NULL;
     if (tls_failed) {
         inv_fail(t, "invalidation connection failed: TLS setup", 0);
         return;
     }
+    int fd = -1;
     if (ssl != NULL) {
+        /* (libevent connects it; its events keep the default priority,
+         * which bufferevent_priority_set does not change for TLS) */
         t->bev = bufferevent_openssl_socket_new(t->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
                                                 BEV_OPT_CLOSE_ON_FREE);
         if (t->bev != NULL) bufferevent_openssl_set_allow_dirty_shutdown(t->bev, 1);
     } else {
-        t->bev = bufferevent_socket_new(t->base, -1, BEV_OPT_CLOSE_ON_FREE);
+        fd = connect_plain(t);
+        if (fd < 0) {
+            snprintf(why, sizeof why, "invalidation connection failed: %s", strerror(errno));
+            inv_fail(t, why, 0);
+            return;
+        }
+        t->bev = bufferevent_socket_new(t->base, fd, BEV_OPT_CLOSE_ON_FREE);
+        if (t->bev == NULL) close(fd);
     }
     if (t->bev == NULL) {
         inv_fail(t, "out of memory", 0);
@@ -570,16 +610,9 @@ static void connect_now(inv_conn *t) {
     }
     bufferevent_setcb(t->bev, read_cb, NULL, event_cb, t);
     bufferevent_enable(t->bev, EV_READ | EV_WRITE);
-    if (t->cb.resolve != NULL) {
-        char why[256], msg[300];
-        if (t->cb.resolve(t->arg, &t->cfg.addr, &t->cfg.addrlen, why, sizeof why) != 0) {
-            snprintf(msg, sizeof msg, "invalidation connection failed: %s", why);
-            inv_fail(t, msg, 0);
-            return;
-        }
-    }
-    if (bufferevent_socket_connect(t->bev, (struct sockaddr *)&t->cfg.addr, (int)t->cfg.addrlen) != 0) {
-        char why[300];
+    /* a plain socket's connect is under way: libevent waits for its end */
+    if (fd >= 0 ? bufferevent_socket_connect(t->bev, NULL, 0) != 0
+                : bufferevent_socket_connect(t->bev, (struct sockaddr *)&t->cfg.addr, (int)t->cfg.addrlen) != 0) {
         snprintf(why, sizeof why, "invalidation connection failed: %s", strerror(errno));
         inv_fail(t, why, 0);
         return;
@@ -589,7 +622,9 @@ static void connect_now(inv_conn *t) {
      * its key are both waiting, the purge comes first. Redis writes the
      * invalidation of a write before the write's reply; without this a
      * read that the writer's reply set off, read in the same pass, could
-     * be answered from the cache with the old value. */
+     * be answered from the cache with the old value. (Not for TLS, whose
+     * bufferevent libevent gives no priority: there the hit waits a turn
+     * while encrypted bytes are unread, inv_unread.) */
     bufferevent_priority_set(t->bev, 0);
     /* a connect whose SYNs go unanswered would otherwise wait for the
      * kernel (about two minutes), caching off all the while: it gets the

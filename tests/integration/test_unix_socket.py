@@ -5,6 +5,7 @@ a stale socket of an earlier run is taken over."""
 import os
 import socket
 import subprocess
+import time
 
 import pytest
 import redis
@@ -84,3 +85,38 @@ def test_a_stale_unixsocket_is_removed_and_reused(tmp_path, proxy_factory):
     assert os.path.exists(path)
     proxy_factory(args=["--unixsocket", path])
     assert ping_unix(path)
+
+
+def test_an_upstream_unix_socket_nobody_accepts_on_fails_fast_and_recovers(tmp_path, proxy_factory, redis_factory):
+    """unix:// upstream whose socket file is there but nobody accepts on it
+    (what a Redis killed with -9 leaves): each command gets MASTERDOWN at
+    once, and once Redis listens there again sidecache serves and caches.
+    The invalidation connection's connect, refused at once, used to leave
+    the event loop spinning: no reply to anyone, no recovery, SIGTERM
+    ignored."""
+    path = sock_path(tmp_path)
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(path)
+    stale.close()
+    p = proxy_factory(upstream_url="unix://" + path)
+    c = redis.Redis(host=HOST, port=p.port, socket_timeout=3)
+    for _ in range(3):
+        with pytest.raises(redis.exceptions.MasterDownError, match="Connection refused"):
+            c.get("i1")
+    os.unlink(path)
+    r = redis_factory(args=["--unixsocket", path])
+    r.client().set("i1", "v1")
+    deadline = time.time() + 10
+    while True:
+        try:
+            if c.get("i1") == b"v1" and c.info("sidecache").get("tracking_state") == "active":
+                break
+        except redis.exceptions.RedisError:
+            pass
+        assert time.time() < deadline, "sidecache did not reach Redis on its socket again"
+        time.sleep(0.1)
+    hits = c.info("sidecache")["cache_hits"]
+    for _ in range(3):
+        assert c.get("i1") == b"v1"
+    assert c.info("sidecache")["cache_hits"] > hits, "no hit once tracking was on again"
+    assert p.terminate(timeout=12) == 0
