@@ -52,9 +52,18 @@ enum inv_expect {
 
 #define PING_SLOTS 64
 
+/* How often a failure that goes on is logged again (px_warning_repeat):
+ * a back-off (at most INV_BACKOFF_MAX_MS between attempts) once a minute,
+ * a refusal by Redis (a misconfiguration, tried again every
+ * INV_REFUSED_BACKOFF_MS) once in five minutes. tracking_last_error always
+ * has the last. */
+#define RETRY_LOG_MS 60000
+#define REFUSED_LOG_MS 300000
+
 struct inv_conn {
     struct event_base *base;
     inv_config cfg;
+    px_log_repeat retry_log, refused_log;
     char *user, *pass;
     char **prefixes;
     inv_callbacks cb;
@@ -124,7 +133,16 @@ static void inv_set_state(inv_conn *t, enum inv_state to, const char *why) {
         t->cb.on_flush(t->arg, 0, why ? why : "tracking lost");
         t->cb.on_active(t->arg, 0);
     }
-    if (to == INV_ACTIVE || from == INV_ACTIVE || to == INV_BACKOFF)
+    if (to == INV_ACTIVE) {
+        px_log_repeat_end(&t->retry_log);
+        px_log_repeat_end(&t->refused_log);
+    }
+    if (to == INV_BACKOFF && from != INV_ACTIVE)
+        /* another attempt failed: the first of a run is logged, then one a
+         * minute */
+        px_warning_repeat(&t->retry_log, RETRY_LOG_MS, "tracking state=%s from=%s reason=\"%s\"",
+                          inv_state_name(to), inv_state_name(from), why ? why : "");
+    else if (to == INV_ACTIVE || from == INV_ACTIVE || to == INV_BACKOFF)
         /* a stop asked for (idle) is no trouble: not a warning, which an
          * operator may alert on */
         px_log(to == INV_ACTIVE || to == INV_IDLE ? PX_LOG_NOTICE : PX_LOG_WARNING,
@@ -157,6 +175,21 @@ static void drop_connection(inv_conn *t) {
     t->rtt_warned = 0;
 }
 
+/* What an operator can do about a refusal (why: the command and Redis's
+ * error), for the log line; "" when nothing is known to help. */
+static const char *refusal_hint(const char *why) {
+    if (strstr(why, "NOAUTH") != NULL || strstr(why, "WRONGPASS") != NULL)
+        return " (Redis wants the upstream's credentials: put them in upstream, "
+               "redis://USER:PASSWORD@HOST:PORT, and reload with SIGHUP)";
+    if (strstr(why, "NOPERM") != NULL && strstr(why, "channel") != NULL)
+        return " (grant the upstream user the channel: ACL SETUSER <user> &__redis__:invalidate)";
+    if (strstr(why, "NOPERM") != NULL)
+        return " (grant the upstream user what docs/DEPLOY.md lists for it)";
+    if (strstr(why, "CLIENT TRACKING") != NULL && strstr(why, "unknown") != NULL)
+        return " (client-side caching needs Redis 6 or newer)";
+    return "";
+}
+
 /* Any failure: drop the connection and try again after a back-off. */
 static void inv_fail(inv_conn *t, const char *why, int refused) {
     snprintf(t->stats.last_error, sizeof t->stats.last_error, "%s", why);
@@ -168,7 +201,10 @@ static void inv_fail(inv_conn *t, const char *why, int refused) {
         if (t->backoff_ms > INV_BACKOFF_MAX_MS) t->backoff_ms = INV_BACKOFF_MAX_MS;
     }
     inv_set_state(t, INV_BACKOFF, why);
-    if (refused) px_warning("tracking refused by Redis, caching is off (pass-through goes on): %s", why);
+    if (refused)
+        px_warning_repeat(&t->refused_log, REFUSED_LOG_MS,
+                          "tracking refused by Redis, caching is off (pass-through goes on): %s%s", why,
+                          refusal_hint(why));
     arm_timer(t, t->backoff_ms);
 }
 

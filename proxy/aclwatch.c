@@ -42,9 +42,11 @@ static void ask(evutil_socket_t fd, short what, void *arg) {
 static void stop_checking(struct px_aclwatch *w, const char *data, size_t len) {
     size_t n = len;
     while (n > 0 && (data[n - 1] == '\r' || data[n - 1] == '\n')) n--;
-    px_notice("acl-check-ms: Redis refused ACL LIST (%.*s): ACL changes made directly on Redis are not seen; "
-              "change ACLs through sidecache, or let the upstream user run ACL LIST",
-              (int)(n > 120 ? 120 : n), data);
+    int noauth = len > 7 && (memcmp(data, "-NOAUTH", 7) == 0 || (len > 10 && memcmp(data, "-WRONGPASS", 10) == 0));
+    px_notice("acl-check-ms: Redis refused ACL LIST (%.*s): ACL changes made directly on Redis are not seen; %s",
+              (int)(n > 120 ? 120 : n), data,
+              noauth ? "Redis wants the upstream's credentials (upstream redis://USER:PASSWORD@HOST:PORT)"
+                     : "change ACLs through sidecache, or let the upstream user run ACL LIST");
     event_del(w->tick);
 }
 

@@ -73,8 +73,15 @@ int px_fdlimit_fit_clients(int requested) {
     char hard[32], why[128] = "";
     format_limit(lim.rlim_max, hard, sizeof hard);
     if (err != 0) snprintf(why, sizeof why, " err=\"%s\"", strerror(err));
-    px_warning("maxclients lowered to fit the open files limit: maxclients=%d requested=%d needs=%llu limit=%llu "
-               "hard_limit=%s%s (raise it: ulimit -n, systemd LimitNOFILE=)",
-               fit, requested, (unsigned long long)want, (unsigned long long)have, hard, why);
+    /* a reload with the same maxclients and limit says it once more only
+     * at the verbose level */
+    static int warned_fit = -1, warned_requested;
+    static rlim_t warned_have;
+    int again = fit == warned_fit && requested == warned_requested && have == warned_have;
+    warned_fit = fit, warned_requested = requested, warned_have = have;
+    px_log(again ? PX_LOG_VERBOSE : PX_LOG_WARNING,
+           "maxclients lowered to fit the open files limit: maxclients=%d requested=%d needs=%llu limit=%llu "
+           "hard_limit=%s%s (raise it: ulimit -n, systemd LimitNOFILE=)",
+           fit, requested, (unsigned long long)want, (unsigned long long)have, hard, why);
     return fit;
 }

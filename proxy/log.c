@@ -5,6 +5,7 @@
 #include "proxy/log.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/time.h>
 #include <time.h>
@@ -35,8 +36,12 @@ void px_log_close(void) {
 
 int px_log_enabled(int level) { return level >= log_level; }
 
+const char *px_log_level_name(int level) {
+    static const char *const names[] = {"debug", "verbose", "notice", "warning", "error"};
+    return names[level < 0 ? 0 : level > PX_LOG_ERROR ? PX_LOG_ERROR : level];
+}
+
 void px_log(int level, const char *fmt, ...) {
-    static const char *names[] = {"debug", "verbose", "notice", "warning", "error"};
     if (level < log_level) return;
     FILE *out = log_sink ? log_sink : stderr;
     struct timeval tv;
@@ -46,7 +51,7 @@ void px_log(int level, const char *fmt, ...) {
     char ts[32];
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
     fprintf(out, "%s.%03dZ pid=%d level=%s ", ts, (int)(tv.tv_usec / 1000), (int)getpid(),
-            names[level < 0 ? 0 : level > PX_LOG_ERROR ? PX_LOG_ERROR : level]);
+            px_log_level_name(level));
     va_list ap;
     va_start(ap, fmt);
     vfprintf(out, fmt, ap);
@@ -62,4 +67,38 @@ void px_log(int level, const char *fmt, ...) {
         va_end(ap);
         fputc('\n', stderr);
     }
+}
+
+static int64_t monotonic_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void px_warning_repeat(px_log_repeat *r, int interval_ms, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    int64_t now = monotonic_ms();
+    r->count++;
+    if (r->next_ms != 0 && now < r->next_ms) {
+        r->held++;
+        px_verbose("%s", line);
+        return;
+    }
+    if (r->held > 0)
+        px_warning("%s repeated=%llu", line, (unsigned long long)r->held);
+    else
+        px_warning("%s", line);
+    r->held = 0;
+    r->next_ms = now + interval_ms;
+}
+
+uint64_t px_log_repeat_end(px_log_repeat *r) {
+    uint64_t n = r->count;
+    r->next_ms = 0;
+    r->held = r->count = 0;
+    return n;
 }

@@ -129,9 +129,12 @@ void px_server_upstream_redis6(px_server *srv, int redis6) {
 }
 
 void px_server_upstream_reached(px_server *srv, const char *addr) {
-    if (srv->upstream_reached) return;
+    uint64_t failed = px_log_repeat_end(&srv->connect_failures);
+    if (!srv->upstream_reached)
+        px_notice("upstream reached addr=%s", addr);
+    else if (failed > 0)
+        px_notice("upstream reached again addr=%s failed_connects=%llu", addr, (unsigned long long)failed);
     srv->upstream_reached = 1;
-    px_notice("upstream reached addr=%s", addr);
 }
 
 static void reap_cb(evutil_socket_t fd, short what, void *arg) {
@@ -304,9 +307,9 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
         cfg->cache_ttl = fresh->cache_ttl;
         px_caching_reconfigure(srv);
     }
-    px_notice("reloaded loglevel=%d maxclients=%d timeout=%d upstream_connect_timeout=%d cache_max_memory=%lld "
+    px_notice("reloaded loglevel=%s maxclients=%d timeout=%d upstream_connect_timeout=%d cache_max_memory=%lld "
               "cache_max_value=%lld cache_ttl=%d",
-              cfg->loglevel, cfg->maxclients, cfg->timeout, cfg->upstream_connect_timeout, cfg->cache_max_memory,
+              px_log_level_name(cfg->loglevel), cfg->maxclients, cfg->timeout, cfg->upstream_connect_timeout, cfg->cache_max_memory,
               cfg->cache_max_value, cfg->cache_ttl);
 out:
     px_config_deinit(fresh);

@@ -17,6 +17,7 @@
 
 #include "protocol/resp.h"
 #include "proxy/config.h"
+#include "proxy/log.h"
 #include "proxy/stats.h"
 
 struct event_base;
@@ -184,6 +185,12 @@ typedef struct px_server {
                                   (px_caching_try_hit) */
     int cluster_other_logged;  /* CLUSTER SLOTS named another master (client.c) */
     int upstream_reached;      /* Redis answered once (px_server_upstream_reached) */
+    px_log_repeat connect_failures; /* "upstream connect failed" since Redis
+                                       last answered (one a minute logged) */
+    px_log_repeat full_refusals;    /* connections Redis refused at its
+                                       maxclients (one a minute logged) */
+    px_log_repeat readonly_again;   /* READONLY after moves at the longest
+                                       spacing: a replica (one in 5 min) */
     int upstream_db_refused;   /* the upstream URL's db was refused, and logged */
     /* The upstream is a Redis Cluster node and key-prefix names no hash
      * tag (px_caching_untagged_cluster): the cache stays off, and WATCH is
@@ -244,7 +251,8 @@ void px_server_reap(px_server *srv);
 /* Redis answered a data connection (addr: where it is). The first time,
  * logs "upstream reached": "ready" at start means listening, and says
  * upstream_reached=no until then (an unreachable Redis logs why in its
- * "upstream connect failed" warnings). Later calls do nothing. */
+ * "upstream connect failed" warnings). Later, after connects failed, logs
+ * "upstream reached again" with how many failed. */
 void px_server_upstream_reached(px_server *srv, const char *addr);
 
 

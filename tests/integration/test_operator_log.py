@@ -1,0 +1,96 @@
+"""
+tests/integration/test_operator_log.py — what the log tells an operator
+when Redis is down, full or misconfigured: a warning that says what is
+wrong and what to do, once, not one line a second for as long as it lasts.
+"""
+import time
+
+import pytest
+import redis
+
+from helpers import HOST, wait_until
+
+pytestmark = pytest.mark.proxy_only
+
+
+def warnings(p, needle):
+    with open(p.logpath) as f:
+        return [line for line in f if "level=warning" in line and needle in line]
+
+
+def log_text(p):
+    with open(p.logpath) as f:
+        return f.read()
+
+
+def test_redis_down_is_a_warning_a_minute_and_its_return_is_told(proxy_factory, upstream):
+    """Redis down for 3 s: every pool's connect fails at each back-off
+    (2 s at most) and the invalidation connection's too, which used to be
+    a warning each, about one a second for the whole outage. Now the first
+    of each is a warning and the rest wait a minute (verbose meanwhile);
+    Redis back is a notice with the failed connects counted."""
+    p = proxy_factory(args=("--upstream-connections", "4"))
+    c = redis.Redis(host=HOST, port=p.port, socket_timeout=5)
+    assert c.ping()
+    wait_until(lambda: c.info("sidecache").get("tracking_state") == "active", what="tracking on")
+    upstream.kill()
+    end = time.time() + 3
+    refused = 0
+    while time.time() < end:
+        for i in range(8):  # clients spread over the pool's connections
+            try:
+                redis.Redis(host=HOST, port=p.port, socket_timeout=5).get("k%d" % i)
+            except redis.exceptions.MasterDownError:
+                refused += 1
+        time.sleep(0.1)
+    assert refused > 20
+    upstream.restart()
+    wait_until(lambda: "upstream reached again" in log_text(p), timeout=10, what="Redis reached again")
+    assert len(warnings(p, "upstream connect failed")) == 1, warnings(p, "upstream connect failed")
+    assert len(warnings(p, "tracking state=backoff from=connecting")) <= 1, log_text(p)
+    again = [line for line in log_text(p).splitlines() if "upstream reached again" in line][0]
+    assert "level=notice" in again and "failed_connects=" in again, again
+    assert int(again.split("failed_connects=")[1].split()[0]) > 1, again
+
+
+@pytest.mark.parametrize("case", ["no-password", "no-channel"])
+def test_tracking_refused_says_what_to_grant(redis_factory, proxy_factory, case):
+    """Redis refuses the invalidation connection: the warning says what the
+    operator must change, not only which command was refused."""
+    if case == "no-password":
+        up = redis_factory(requirepass="sekret")
+        p = proxy_factory(up=up, upstream_url="redis://%s:%d" % (HOST, up.port))
+        hint = "Redis wants the upstream's credentials: put them in upstream"
+    else:
+        up = redis_factory()
+        # Redis 7 gives a new user no channel (acl-pubsub-default resetchannels)
+        up.client().execute_command("ACL", "SETUSER", "nochan", "on", ">pw", "~*", "resetchannels", "+@all")
+        p = proxy_factory(up=up, upstream_url="redis://nochan:pw@%s:%d" % (HOST, up.port))
+        hint = "grant the upstream user the channel: ACL SETUSER <user> &__redis__:invalidate"
+    wait_until(lambda: warnings(p, "tracking refused by Redis"), timeout=10, what="the refusal")
+    line = warnings(p, "tracking refused by Redis")[0]
+    assert hint in line, line
+
+
+def test_redis_at_its_maxclients_is_a_warning(redis_factory, proxy_factory):
+    """A client whose command needs a new connection gets Redis's
+    "max number of clients reached", the same words as sidecache's own
+    maxclients: the log says it was Redis's."""
+    up = redis_factory(args=["--maxclients", "3"])
+    p = proxy_factory(up=up, args=("--upstream-connections", "1"))
+    c = redis.Redis(host=HOST, port=p.port, socket_timeout=5)
+    c.ping()
+    wait_until(lambda: c.info("sidecache").get("tracking_state") == "active", what="tracking on")
+    holders = []
+    while True:  # fill Redis up beside the proxy's connections
+        h = up.client()
+        try:
+            h.ping()
+        except redis.exceptions.ConnectionError:
+            break
+        holders.append(h)
+        assert len(holders) < 3
+    with pytest.raises(redis.exceptions.ConnectionError, match="max number of clients reached"):
+        c.blpop("q", 1)  # needs a connection of its own
+    wait_until(lambda: warnings(p, "Redis is at its maxclients"), what="the warning")
+    assert "addr=%s:%d" % (HOST, up.port) in warnings(p, "Redis is at its maxclients")[0]
