@@ -44,6 +44,11 @@
 #define PX_BACKOFF_MIN_MS 100
 #define PX_BACKOFF_MAX_MS 2000
 #define PX_MAX_IDLE_PINNED 32
+/* A connection given back by a client (WATCH, a blocking command) waits on
+ * the pool's idle list for the next one that needs its own, this long at
+ * most: a burst of them would otherwise hold Redis connections for good,
+ * the pool being in use (the ACL check uses the default one). */
+#define PX_IDLE_PINNED_MS 60000
 #define PX_POOL_IDLE_FREE_MS 60000
 /* Pools no session uses are kept (with their connections) for
  * PX_POOL_IDLE_FREE_MS, but no more than this many: Redis's nopass default
@@ -492,12 +497,21 @@ void px_upstreams_cron(px_server *srv, int64_t now_ms) {
     }
 }
 
+/* Closes the idle connections of p given back more than
+ * PX_IDLE_PINNED_MS ago (the list is newest first). */
+static void pool_close_idle(px_pool *p, int64_t now_ms) {
+    px_upstream **pp = &p->idle;
+    while (*pp != NULL && now_ms - (*pp)->idle_since_ms <= PX_IDLE_PINNED_MS) pp = &(*pp)->next_idle;
+    while (*pp != NULL) px_upstream_close(*pp, "idle");
+}
+
 void px_pools_sweep(px_server *srv, int64_t now_ms) {
     px_pool **pp = &srv->pools;
     int idle = 0; /* unused pools kept so far, newest first (the list's order) */
     while (*pp != NULL) {
         px_pool *p = *pp;
         int busy = 0;
+        pool_close_idle(p, now_ms);
         if (p->used) p->last_used_ms = now_ms, p->used = 0;
         for (int i = 0; i < p->nshared && !busy; i++)
             if (p->shared[i] != NULL && p->shared[i]->npending > 0) busy = 1;
@@ -880,6 +894,7 @@ void px_upstream_unpin(px_upstream *u, int clean) {
     px_pool *p = u->pool;
     if (clean && !u->tunnel && !u->retired && u->npending == 0 && p != NULL && p->nidle < PX_MAX_IDLE_PINNED) {
         u->next_idle = p->idle;
+        u->idle_since_ms = px_now_ms();
         p->idle = u;
         p->nidle++;
         return;

@@ -264,6 +264,7 @@ typedef struct px_upstream {
     px_server *srv;
     px_pool *pool;
     struct px_upstream *next_idle;
+    int64_t idle_since_ms;     /* on the pool's idle list since (px_now_ms) */
     struct px_upstream *next_reap;
     px_io io;
     int state;

@@ -142,3 +142,27 @@ def test_clients_idle_after_blocks_of_large_writes_keep_nothing_of_them(proxy_fa
     assert after < base + bound, "8 idle clients hold %.1f MB" % mb(after - base)
     for c in conns:
         c.close()
+
+
+@pytest.mark.slow
+def test_connections_given_back_after_a_burst_of_watches_close_when_idle(proxy_factory, upstream):
+    """40 clients WATCH at once (each gets a connection of its own), UNWATCH
+    and leave: up to 32 of those connections wait for the next client that
+    needs one, and used to stay open for good (the pool stays in use: the
+    ACL check goes on it). Idle for a minute, they close."""
+    p = proxy_factory()
+    d = upstream.client()
+    base = int(d.info("clients")["connected_clients"])
+    socks = [p.raw() for _ in range(40)]
+    for s in socks:
+        s.send_cmd("WATCH", "k")
+    for s in socks:
+        assert s.read_frame(timeout=5).raw == b"+OK\r\n"
+    for s in socks:  # each connection is given back clean
+        assert s.cmd("UNWATCH").raw == b"+OK\r\n"
+        s.close()
+    wait_until(lambda: int(d.info("clients")["connected_clients"]) >= base + 30, what="idle connections kept")
+    time.sleep(55)
+    assert int(d.info("clients")["connected_clients"]) >= base + 30, "closed before a minute idle"
+    wait_until(lambda: int(d.info("clients")["connected_clients"]) <= base + 2, timeout=15,
+               what="the idle connections closed")
