@@ -23,6 +23,7 @@
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include "protocol/info.h"
@@ -579,10 +580,17 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
         arm_timer(t, 200);
         return;
     }
-    char why[300];
+    char why[300], tls[200];
     int err = EVUTIL_SOCKET_ERROR();
+    /* TLS: the error is OpenSSL's, and errno may say nothing ("Success")
+     * when Redis went away under it */
+    unsigned long tls_err = bufferevent_get_openssl_error(bev);
+    if (tls_err != 0) ERR_error_string_n(tls_err, tls, sizeof tls);
     snprintf(why, sizeof why, "invalidation connection %s: %s", t->state == INV_CONNECTING ? "failed" : "lost",
-             (what & BEV_EVENT_EOF) ? "closed by Redis" : evutil_socket_error_to_string(err));
+             (what & BEV_EVENT_EOF) ? "closed by Redis"
+             : tls_err != 0         ? tls
+             : err != 0             ? evutil_socket_error_to_string(err)
+                                    : "closed by Redis");
     inv_fail(t, why, 0);
 }
 
