@@ -94,3 +94,32 @@ def test_redis_at_its_maxclients_is_a_warning(redis_factory, proxy_factory):
         c.blpop("q", 1)  # needs a connection of its own
     wait_until(lambda: warnings(p, "Redis is at its maxclients"), what="the warning")
     assert "addr=%s:%d" % (HOST, up.port) in warnings(p, "Redis is at its maxclients")[0]
+
+
+def deploy_acl_line():
+    """The ACL SETUSER line docs/DEPLOY.md gives for the upstream user."""
+    import conftest
+    with open(conftest.REPO + "/docs/DEPLOY.md") as f:
+        lines = [line.strip() for line in f if line.strip().startswith("ACL SETUSER sidecache ")]
+    assert len(lines) == 1, lines
+    return lines[0].split()
+
+
+def test_the_upstream_user_of_deploy_md_is_enough(redis_factory, proxy_factory):
+    """The user DEPLOY.md tells operators to make for the upstream URL: the
+    invalidation connection comes up with no warning, ACL LIST is read,
+    and a client (Redis's default user) gets cache hits."""
+    up = redis_factory()
+    argv = [a.replace(">PASSWORD", ">s3cret") for a in deploy_acl_line()]
+    assert up.client().execute_command(*argv) == b"OK"
+    p = proxy_factory(up=up, upstream_url="redis://sidecache:s3cret@%s:%d" % (HOST, up.port))
+    c = redis.Redis(host=HOST, port=p.port, socket_timeout=5)
+    wait_until(lambda: c.info("sidecache").get("tracking_state") == "active", timeout=10, what="tracking on")
+    wait_until(lambda: c.info("sidecache").get("acl_checks", 0) > 0, what="an ACL LIST read")
+    up.client().set("i1", "v1")
+    for _ in range(3):
+        assert c.get("i1") == b"v1"
+    assert c.info("sidecache")["cache_hits"] >= 1
+    assert [line for line in log_text(p).splitlines()
+            if "level=warning" in line and "maxclients lowered" not in line] == [], log_text(p)
+    assert "refused ACL LIST" not in log_text(p)
