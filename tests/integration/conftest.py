@@ -48,6 +48,7 @@ the report.
 """
 import os
 import signal
+import sys
 
 import pytest
 
@@ -55,6 +56,8 @@ from helpers import REDIS_SERVER, REDIS_VERSION, DirectTarget, ProxyProcess, Red
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+# the stress tools' modules (JuiceFS's scripts, the differential test)
+sys.path.insert(0, os.path.join(REPO, "tests", "stress"))
 
 TARGET = os.environ.get("SIDECACHE_TARGET", "proxy").strip().lower()
 if TARGET not in ("proxy", "direct"):

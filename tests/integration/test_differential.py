@@ -11,16 +11,11 @@ within a tolerance, the order of unordered collections).
 Run more seeds by hand: python3 tests/stress/differential.py --bin
 build/sidecache --seed 1 --seeds 20 --count 3000 --conns 2 --config rules
 """
-import os
-import sys
-
+import differential
 import pytest
 
 import conftest
 from helpers import REDIS_SERVER
-
-sys.path.insert(0, os.path.join(conftest.REPO, "tests", "stress"))
-import differential  # noqa: E402
 
 pytestmark = [pytest.mark.proxy_only, pytest.mark.timeout(240),
               pytest.mark.redis(7, 0, "FUNCTION, EXPIRE NX and GETEX in the stream")]

@@ -26,16 +26,7 @@ from cachehelpers import MODES, RELAY_ARGS, cmd_matcher, relay, relay_settle, st
 from exacthelpers import diff_transcripts
 from helpers import Err, encode
 
-LOOKUP_V1 = ("\nlocal buf = redis.call('HGET', KEYS[1], KEYS[2])\nif not buf then\n"
-             "    error(\"ENOENT\")\nend\nlocal ino = struct.unpack(\">I8\", string.sub(buf, 2))\n"
-             "-- double float has 52 significant bits\nif ino > 4503599627370495 then\n"
-             "    error(\"ENOTSUP\")\nend\n"
-             "return {ino, redis.call('GET', \"i\" .. string.format(\"%.f\", ino))}\n")
-LOOKUP_V0 = ("\nlocal buf = redis.call('HGET', KEYS[1], KEYS[2])\nif not buf then\n"
-             "       return false\nend\nlocal ino = struct.unpack(\">I8\", string.sub(buf, 2))\n"
-             "return {ino, redis.call('GET', \"i\" .. tostring(ino))}\n")
-SHA_V1 = "8526c64984678fc27f67f44755c8ba7dcdf7ea60"
-SHA_V0 = "72af033cd6d0773efd6a53eaf9490b4a138f55af"
+from juicefs_scripts import LOOKUP_V0, LOOKUP_V1, SHA_V0, SHA_V1
 SCRIPTS = {"v1": (LOOKUP_V1, SHA_V1), "v0": (LOOKUP_V0, SHA_V0)}
 
 NOSCRIPT = b"-NOSCRIPT No matching script. Please use EVAL.\r\n"

@@ -43,6 +43,8 @@ import sys
 import tempfile
 import time
 
+from juicefs_scripts import LOOKUP_V0, LOOKUP_V1
+
 HOST = "127.0.0.1"
 OUT = "/tmp/differential-out"
 REDIS_SERVER = os.environ.get("REDIS_SERVER_BIN", "redis-server")
@@ -256,14 +258,6 @@ class Conn:
 
 # ---------------------------------------------------------------- generator
 
-LOOKUP_V1 = ("\nlocal buf = redis.call('HGET', KEYS[1], KEYS[2])\nif not buf then\n"
-             "    error(\"ENOENT\")\nend\nlocal ino = struct.unpack(\">I8\", string.sub(buf, 2))\n"
-             "-- double float has 52 significant bits\nif ino > 4503599627370495 then\n"
-             "    error(\"ENOTSUP\")\nend\n"
-             "return {ino, redis.call('GET', \"i\" .. string.format(\"%.f\", ino))}\n")
-LOOKUP_V0 = ("\nlocal buf = redis.call('HGET', KEYS[1], KEYS[2])\nif not buf then\n"
-             "       return false\nend\nlocal ino = struct.unpack(\">I8\", string.sub(buf, 2))\n"
-             "return {ino, redis.call('GET', \"i\" .. tostring(ino))}\n")
 SCRIPTS = [
     LOOKUP_V1, LOOKUP_V0,
     "return redis.call('get',KEYS[1])",

@@ -53,15 +53,10 @@ import threading
 import time
 import types
 
+from juicefs_scripts import LOOKUP_V1, SHA_V1
+
 HOST = "127.0.0.1"
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-LOOKUP_V1 = ("\nlocal buf = redis.call('HGET', KEYS[1], KEYS[2])\nif not buf then\n"
-             "    error(\"ENOENT\")\nend\nlocal ino = struct.unpack(\">I8\", string.sub(buf, 2))\n"
-             "-- double float has 52 significant bits\nif ino > 4503599627370495 then\n"
-             "    error(\"ENOTSUP\")\nend\n"
-             "return {ino, redis.call('GET', \"i\" .. string.format(\"%.f\", ino))}\n")
-SHA_V1 = "8526c64984678fc27f67f44755c8ba7dcdf7ea60"
 
 EVAL_DECLARED = "redis.call('SET', KEYS[1], ARGV[1]) return 1"
 EVAL_UNDECLARED_HSET = "redis.call('HSET', ARGV[1], ARGV[2], ARGV[3]) return 1"
