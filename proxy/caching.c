@@ -1726,10 +1726,14 @@ static int mget_reply(struct px_caching *pc, px_server *srv, px_req *r, const ch
      * the key). */
     /* ... Or Redis's part came from another server than the one the cached
      * part is kept coherent with (answered_off_server): a mix neither
-     * held. */
+     * held. Or the invalidation connection has bytes not handled yet
+     * (inv_unread: libevent reads it 16 KB at a time, and a burst of
+     * invalidations takes more than one pass): Redis wrote them before
+     * this reply, and one may purge a cached value of the plan. */
     int off_server = answered_off_server(r);
     int resend = merge && (off_server || inv_ping_hold_ms(pc->inv) != 0 ||
-                           ((h.seq != change_seq(pc) || h.may_expire) && !plan_still_cached(pc, &h, plan, plen, now)));
+                           ((h.seq != change_seq(pc) || h.may_expire) && !plan_still_cached(pc, &h, plan, plen, now)) ||
+                           inv_unread(pc->inv));
     if (resend) merge = 0;
     if (merge) resp_enc_array(out, h.n);
     plan_item it;
