@@ -53,17 +53,11 @@ enum inv_expect {
 
 #define PING_SLOTS 64
 
-/* How often a failure that goes on is logged again (px_warning_repeat):
- * a back-off (at most INV_BACKOFF_MAX_MS between attempts) once a minute,
- * a refusal by Redis (a misconfiguration, tried again every
- * INV_REFUSED_BACKOFF_MS) once in five minutes. tracking_last_error always
- * has the last. */
-#define RETRY_LOG_MS 60000
-#define REFUSED_LOG_MS 300000
-
 struct inv_conn {
     struct event_base *base;
     inv_config cfg;
+    /* a back-off, a refusal by Redis, logged again once a minute and once
+     * in five (tracking_last_error always has the last) */
     px_log_repeat retry_log, refused_log;
     char *user, *pass;
     char **prefixes;
@@ -141,7 +135,7 @@ static void inv_set_state(inv_conn *t, enum inv_state to, const char *why) {
     if (to == INV_BACKOFF && from != INV_ACTIVE)
         /* another attempt failed: the first of a run is logged, then one a
          * minute */
-        px_warning_repeat(&t->retry_log, RETRY_LOG_MS, "tracking state=%s from=%s reason=\"%s\"",
+        px_warning_repeat(&t->retry_log, PX_LOG_REPEAT_MS, "tracking state=%s from=%s reason=\"%s\"",
                           inv_state_name(to), inv_state_name(from), why ? why : "");
     else if (to == INV_ACTIVE || from == INV_ACTIVE || to == INV_BACKOFF)
         /* a stop asked for (idle) is no trouble: not a warning, which an
@@ -203,7 +197,7 @@ static void inv_fail(inv_conn *t, const char *why, int refused) {
     }
     inv_set_state(t, INV_BACKOFF, why);
     if (refused)
-        px_warning_repeat(&t->refused_log, REFUSED_LOG_MS,
+        px_warning_repeat(&t->refused_log, PX_LOG_REPEAT_SLOW_MS,
                           "tracking refused by Redis, caching is off (pass-through goes on): %s%s", why,
                           refusal_hint(why));
     arm_timer(t, t->backoff_ms);
@@ -594,26 +588,6 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
     inv_fail(t, why, 0);
 }
 
-/*
- * A plain connection's socket, its connect begun: -1 with errno when the
- * connect failed at once, as it does on a unix socket that nobody accepts
- * on (Redis killed, its socket file left behind). libevent reports such a
- * failure through a callback it makes active before the priority can be
- * set, and changing the priority of an active callback (connect_now) left
- * the loop spinning: no client served, no timer, no signal, for good.
- */
-static int connect_plain(const inv_conn *t) {
-    int fd = socket(t->cfg.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    if (connect(fd, (const struct sockaddr *)&t->cfg.addr, t->cfg.addrlen) != 0 && errno != EINPROGRESS) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    return fd;
-}
-
 static void connect_now(inv_conn *t) {
     char why[300];
     inv_set_state(t, INV_CONNECTING, NULL);
@@ -639,7 +613,12 @@ static void connect_now(inv_conn *t) {
                                                 BEV_OPT_CLOSE_ON_FREE);
         if (t->bev != NULL) bufferevent_openssl_set_allow_dirty_shutdown(t->bev, 1);
     } else {
-        fd = connect_plain(t);
+        /* connected here, not by libevent: it reports a connect failed at
+         * once (a unix socket nobody accepts on: Redis killed, its socket
+         * file left behind) through an event it makes active before the
+         * priority can be set, and changing the priority of that active
+         * event (below) left the loop spinning, for good */
+        fd = px_socket_connect((const struct sockaddr *)&t->cfg.addr, t->cfg.addrlen);
         if (fd < 0) {
             snprintf(why, sizeof why, "invalidation connection failed: %s", strerror(errno));
             inv_fail(t, why, 0);

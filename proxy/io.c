@@ -18,6 +18,8 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "proxy/sockopt.h"
+
 static void io_arm_write(px_io *io) {
     if (!io->want_write && !io->closed) {
         event_add(io->wev, NULL);
@@ -451,15 +453,8 @@ int px_io_init(px_io *io, px_server *srv, int fd, const px_io_ops *ops, void *ar
 }
 
 int px_io_connect(px_io *io, const struct sockaddr *addr, socklen_t len) {
-    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = px_socket_connect(addr, len);
     if (fd < 0) return -1;
-    int rc = connect(fd, addr, len);
-    if (rc < 0 && errno != EINPROGRESS) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return -1;
-    }
     /* Even a connect that finished at once (unix sockets) reports through
      * the write event, so that the owner sees one path. */
     if (px_io_attach(io, fd, 1) != 0) {

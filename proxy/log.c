@@ -76,16 +76,18 @@ static int64_t monotonic_ms(void) {
 }
 
 void px_warning_repeat(px_log_repeat *r, int interval_ms, const char *fmt, ...) {
+    int64_t now = monotonic_ms();
+    int held = r->next_ms != 0 && now < r->next_ms;
+    r->count++;
+    if (held) r->held++;
+    if (held && !px_log_enabled(PX_LOG_VERBOSE)) return;
     char line[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    int64_t now = monotonic_ms();
-    r->count++;
-    if (r->next_ms != 0 && now < r->next_ms) {
-        r->held++;
-        px_verbose("%s", line);
+    if (held) {
+        px_log(PX_LOG_VERBOSE, "%s", line);
         return;
     }
     if (r->held > 0)

@@ -41,6 +41,8 @@ const char *px_log_level_name(int level);
  * warning is logged at once. An hour of Redis down is a line a minute,
  * not one a second.
  */
+#define PX_LOG_REPEAT_MS 60000       /* what lasts: Redis down, Redis full */
+#define PX_LOG_REPEAT_SLOW_MS 300000 /* a misconfiguration: a refusal, a replica */
 typedef struct px_log_repeat {
     int64_t next_ms;   /* when the next may be logged; 0: no run */
     uint64_t held;     /* not logged since the last that was */

@@ -309,8 +309,8 @@ static void on_reload_signal(evutil_socket_t sig, short what, void *arg) {
     }
     px_notice("reloaded loglevel=%s maxclients=%d timeout=%d upstream_connect_timeout=%d cache_max_memory=%lld "
               "cache_max_value=%lld cache_ttl=%d",
-              px_log_level_name(cfg->loglevel), cfg->maxclients, cfg->timeout, cfg->upstream_connect_timeout, cfg->cache_max_memory,
-              cfg->cache_max_value, cfg->cache_ttl);
+              px_log_level_name(cfg->loglevel), cfg->maxclients, cfg->timeout, cfg->upstream_connect_timeout,
+              cfg->cache_max_memory, cfg->cache_max_value, cfg->cache_ttl);
 out:
     px_config_deinit(fresh);
     free(fresh);

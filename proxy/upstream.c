@@ -470,7 +470,7 @@ void px_upstreams_move_again_now(px_server *srv) {
               dest, srv->move_again_wait_ms);
     if (srv->move_again_why == PX_MOVE_READONLY && srv->move_again_wait_ms >= PX_MOVE_AGAIN_MAX_MS)
         /* a failover is over in seconds: READONLY on and on is a replica */
-        px_warning_repeat(&srv->readonly_again, 300000,
+        px_warning_repeat(&srv->readonly_again, PX_LOG_REPEAT_SLOW_MS,
                           "upstream %s keeps answering READONLY: it looks like a replica, where writes fail; point "
                           "upstream at the master, or use upstream-sentinel",
                           dest);
@@ -693,10 +693,6 @@ static void up_connect_failed(px_server *srv, const struct sockaddr_storage *sa,
 }
 
 /* TCP connecting, or TLS's handshake not done: the connect is not over. */
-/* While Redis cannot be reached, a connect fails at each back-off (2 s at
- * most, for each pool): the warning is logged once a minute. */
-#define CONNECT_FAILED_LOG_MS 60000
-
 static int up_connecting(px_upstream *u) {
     return u->state == PX_UP_CONNECTING || px_io_tls_handshaking(&u->io);
 }
@@ -712,7 +708,7 @@ static void up_connect_fail(px_upstream *u, const char *cause) {
      * where it is now) */
     if (u->pool && !u->retired) pool_backoff(u->pool, why);
     if (!u->retired) up_connect_failed(srv, &u->sa, u->salen); /* resolve again: Redis may have moved */
-    px_warning_repeat(&srv->connect_failures, CONNECT_FAILED_LOG_MS, "upstream connect failed addr=%s err=\"%s\"",
+    px_warning_repeat(&srv->connect_failures, PX_LOG_REPEAT_MS, "upstream connect failed addr=%s err=\"%s\"",
                       addr, cause);
     up_close_as(u, px_unavailable_code(srv), why); /* nothing was sent: nothing ran */
 }
@@ -811,7 +807,7 @@ static px_upstream *up_connect(px_pool *p) {
 fail:
     snprintf(why, sizeof why, "upstream %s unavailable: %s", up_addr(srv, addr, sizeof addr), cause);
     pool_backoff(p, why);
-    px_warning_repeat(&srv->connect_failures, CONNECT_FAILED_LOG_MS, "upstream connect failed addr=%s err=\"%s\"",
+    px_warning_repeat(&srv->connect_failures, PX_LOG_REPEAT_MS, "upstream connect failed addr=%s err=\"%s\"",
                       addr, cause);
     if (u->connect_ev != NULL) event_free(u->connect_ev);
     px_io_close(&u->io);
@@ -1452,7 +1448,7 @@ static void up_on_handshake_reply(px_upstream *u, char type, const char *data, s
         /* the client gets Redis's words, which sidecache's own maxclients
          * also says: the log tells which one was reached */
         if (is_max_clients(data, len))
-            px_warning_repeat(&u->srv->full_refusals, CONNECT_FAILED_LOG_MS,
+            px_warning_repeat(&u->srv->full_refusals, PX_LOG_REPEAT_MS,
                               "upstream refused a connection: Redis is at its maxclients addr=%s "
                               "(see Sizing in docs/DEPLOY.md)", up_addr(u->srv, addr, sizeof addr));
         if (u->pool != NULL) u->pool->refused = 1;
