@@ -83,8 +83,11 @@ unit: deps $(UNIT_BIN)
 integration: test-deps $(BIN)
 	SIDECACHE_BIN=$(CURDIR)/$(BIN) python3 -m pytest -q tests/integration
 
+# go-redis programs (tests/interop), then JuiceFS's own metadata tests
+# (tests/juicefs) through the proxy
 interop: test-deps $(BIN)
 	SIDECACHE_BIN=$(CURDIR)/$(BIN) scripts/run-interop.sh
+	SIDECACHE_BIN=$(CURDIR)/$(BIN) scripts/run-juicefs-suite.sh
 
 # The integration and interop tests again, with Redis 6.2 behind the proxy
 # (built from source: install-deps.sh redis62); tests of what 6.2 lacks are
@@ -95,6 +98,8 @@ integration-redis62: test-deps $(BIN)
 		python3 -m pytest -q tests/integration
 	REDIS_SERVER=$(CURDIR)/build-deps/redis-6.2/redis-server SIDECACHE_BIN=$(CURDIR)/$(BIN) \
 		scripts/run-interop.sh
+	REDIS_SERVER=$(CURDIR)/build-deps/redis-6.2/redis-server SIDECACHE_BIN=$(CURDIR)/$(BIN) \
+		scripts/run-juicefs-suite.sh
 
 test: deps test-deps
 	$(MAKE) unit

@@ -2,7 +2,7 @@
 # Installs what sidecache needs, from Debian's packages and PyPI. A no-op when
 # everything is present, so `make` and `make test` may call it every time.
 #   install-deps.sh build   compiler-side: libevent, OpenSSL, uthash, hiredis
-#   install-deps.sh test    test-side: redis-server, twemproxy, strace, pytest, redis-py, and Go for
+#   install-deps.sh test    test-side: redis-server, twemproxy, strace, iproute2, pytest, redis-py, and Go for
 #                           the interop tests (the machine's, or else a toolchain from the
 #                           Go module proxy, its sha256 checked, in build-deps/go)
 #   install-deps.sh fuzz    clang with libFuzzer (make fuzz)
@@ -20,7 +20,8 @@ apt_install() {
 }
 build_pkgs=(libevent-dev libssl-dev uthash-dev libhiredis-dev pkg-config make gcc)
 # (a redis-server the package's service starts is not the tests': each starts its own)
-test_pkgs=(redis-server redis-tools nutcracker strace openssl)
+# (iproute2, util-linux: the network namespace of scripts/run-juicefs-suite.sh)
+test_pkgs=(redis-server redis-tools nutcracker strace openssl iproute2 util-linux)
 
 missing=()
 fuzz_pkgs=(clang libclang-rt-14-dev uthash-dev)
