@@ -5,6 +5,7 @@ go 1.22
 require (
 	github.com/juicedata/juicefs v1.2.0
 	github.com/redis/go-redis/v9 v9.0.2
+	github.com/sirupsen/logrus v1.9.3
 )
 
 require (
@@ -59,7 +60,6 @@ require (
 	github.com/remyoudompheng/bigfft v0.0.0-20200410134404-eec4a21b6bb0 // indirect
 	github.com/rivo/uniseg v0.2.0 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
-	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/stathat/consistent v1.0.0 // indirect
 	github.com/syndtr/goleveldb v1.0.0 // indirect
 	github.com/tiancaiamao/gp v0.0.0-20221230034425-4025bc8a4d4a // indirect
