@@ -16,7 +16,8 @@
 # they run in a network namespace of their own (unshare -n, or -rn without
 # root): there sidecache listens on 127.0.0.1:6379 and its upstream is a
 # redis-server this script starts on another port (a second sidecache, for
-# TestTwoMounts, on 127.0.0.1:6380). Nothing outside the
+# TestTwoMounts, on 127.0.0.1:6380; and a pair in each other tracking mode,
+# on 6381-6384). Nothing outside the
 # namespace can reach them, and a Redis the machine itself runs on 6379 is
 # not touched.
 #
@@ -35,18 +36,20 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-# start_proxy PORT: a sidecache on 127.0.0.1:PORT in front of the Redis on
-# $rport; its pid appended to proxies
+# start_proxy PORT [ARGS...]: a sidecache on 127.0.0.1:PORT in front of the
+# Redis on $rport; its pid appended to proxies
 start_proxy() {
-  "$SIDECACHE_BIN" --bind 127.0.0.1 --port "$1" \
-    --upstream "redis://127.0.0.1:$rport" --loglevel notice 2>"$work/sidecache-$1.log" &
+  local port=$1
+  shift
+  "$SIDECACHE_BIN" --bind 127.0.0.1 --port "$port" \
+    --upstream "redis://127.0.0.1:$rport" --loglevel notice "$@" 2>"$work/sidecache-$port.log" &
   proxies+=($!)
   local i
   for i in $(seq 100); do
-    redis-cli -p "$1" INFO sidecache 2>/dev/null | grep -q '^tracking_state:active' && return 0
+    redis-cli -p "$port" INFO sidecache 2>/dev/null | grep -q '^tracking_state:active' && return 0
     sleep 0.1
   done
-  echo "run-juicefs-suite: the tracking of the sidecache on :$1 did not become active" >&2
+  echo "run-juicefs-suite: the tracking of the sidecache on :$port did not become active" >&2
   return 1
 }
 
@@ -88,8 +91,20 @@ inside() {
   grep -E '^cache_(hits|misses|fills|invalidations|flushes):' "$work/info.txt" | tr -d '\r' | paste -sd' ' |
     sed 's/^/run-juicefs-suite: sidecache /'
 
-  JUICEFS_MOUNT_A=redis://127.0.0.1:6379/2 JUICEFS_MOUNT_B=redis://127.0.0.1:6380/2 \
-    JUICEFS_MOUNT_DIRECT=redis://127.0.0.1:$rport/2 run_test "$work/mounts.test" '^TestTwoMounts$' || rc=1
+  # TestTwoMounts in each tracking mode: the first pair of proxies is the
+  # default's (bcast); then a pair per other mode
+  local mode a b port=6381
+  for mode in bcast default optin; do
+    echo "run-juicefs-suite: tracking-mode $mode"
+    if [ "$mode" = bcast ]; then
+      a=6379 b=6380
+    else
+      a=$port b=$((port + 1)) port=$((port + 2))
+      start_proxy "$a" --tracking-mode "$mode" && start_proxy "$b" --tracking-mode "$mode" || { rc=1; continue; }
+    fi
+    JUICEFS_MOUNT_A=redis://127.0.0.1:$a/2 JUICEFS_MOUNT_B=redis://127.0.0.1:$b/2 \
+      JUICEFS_MOUNT_DIRECT=redis://127.0.0.1:$rport/2 run_test "$work/mounts.test" '^TestTwoMounts$' || rc=1
+  done
 
   local pid prc
   for pid in "${proxies[@]}"; do

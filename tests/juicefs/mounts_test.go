@@ -18,9 +18,9 @@ package juicefs
 //     nothing, and JuiceFS's fsck (Check) finds the volume consistent.
 //
 // It needs a redis-server and two proxies in front of it:
-// scripts/run-juicefs-suite.sh starts them and sets JUICEFS_MOUNT_A,
-// JUICEFS_MOUNT_B and JUICEFS_MOUNT_DIRECT (redis:// meta URLs). Without
-// them the test is skipped.
+// scripts/run-juicefs-suite.sh starts them (a pair in each tracking mode)
+// and sets JUICEFS_MOUNT_A, JUICEFS_MOUNT_B and JUICEFS_MOUNT_DIRECT
+// (redis:// meta URLs). Without them the test is skipped.
 
 import (
 	"fmt"
