@@ -65,14 +65,7 @@ find_sidecache
 build_loadgen
 build_batchunlink
 
-start_redis redis-direct
-rdirect=$rport
-start_redis redis-sidecache
-rside=$rport
-start_toxiproxy "$rdirect"
-toxdirect=$toxport
-toxi_add_proxy redis-sidecache "$rside"
-toxside=$toxport_added
+start_paired_redis
 log "$(versions_line); direct: toxiproxy :$toxdirect → redis :$rdirect; sidecache → toxiproxy :$toxside → redis :$rside (loopback: → redis :$rside)"
 
 bu() { "$BATCHUNLINK_BIN" --files "$FILES" --batch "$BATCH" "$@"; }

@@ -54,14 +54,7 @@ if [ -z "${JFSBENCH_BIN:-}" ]; then
   (cd "$root/tests/juicefs" && go build -o "$JFSBENCH_BIN" ./jfsbench) || die "building jfsbench failed"
 fi
 
-start_redis redis-direct
-rdirect=$rport
-start_redis redis-sidecache
-rside=$rport
-start_toxiproxy "$rdirect"
-toxdirect=$toxport
-toxi_add_proxy redis-sidecache "$rside"
-toxside=$toxport_added
+start_paired_redis
 start_sidecache sidecache "$toxside"
 log "$(versions_line); direct: toxiproxy :$toxdirect → redis :$rdirect; sidecache :$sport → toxiproxy :$toxside → redis :$rside"
 

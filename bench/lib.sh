@@ -427,6 +427,21 @@ start_toxiproxy() {
   toxics_on=0
 }
 
+# start_paired_redis: two redis-servers, one per target of a side-by-side
+# run, each behind its own proxy of one toxiproxy (the same toxics from the
+# next toxi_set_latency on); sets $rdirect and $rside (the servers' ports),
+# $toxdirect and $toxside (their toxiproxy ports).
+start_paired_redis() {
+  start_redis redis-direct
+  rdirect=$rport
+  start_redis redis-sidecache
+  rside=$rport
+  start_toxiproxy "$rdirect"
+  toxdirect=$toxport
+  toxi_add_proxy redis-sidecache "$rside"
+  toxside=$toxport_added
+}
+
 # toxi_add_proxy NAME UPSTREAM_PORT: one more proxy in the same toxiproxy,
 # NAME → 127.0.0.1:UPSTREAM_PORT, given the same toxics as "redis" from the
 # next toxi_set_latency on (add it before); sets $toxport_added.
