@@ -69,6 +69,7 @@ if [ "$FULL" = 1 ]; then
   scenario uniform.sh
   scenario batch_unlink.sh REPEAT=3
   scenario batch_unlink_paired.sh REPEAT=5
+  scenario juicefs_engine.sh
   scenario cpu_batch.sh
   scenario ttl_cost.sh
   if command -v valgrind >/dev/null; then scenario instructions.sh; else echo "== bench: instructions.sh skipped (no valgrind)"; fi
@@ -82,6 +83,7 @@ else
   scenario uniform.sh KEYSETS=10000 CLIENTS="1 8" DURATION=1 WARMUP=0.3
   scenario batch_unlink.sh FILES=10000 REPEAT=1 RTT_SAMPLES=300
   scenario batch_unlink_paired.sh FILES=10000 REPEAT=1 RTT_SAMPLES=300
+  scenario juicefs_engine.sh REPEAT=1 DIRS=4 FILES=50 ROUNDS=2 RTT_SAMPLES=300
   scenario cpu_batch.sh FILES=10000 REPEAT=1
   scenario ttl_cost.sh KEYS=20000 REPEAT=1
   if command -v valgrind >/dev/null; then scenario instructions.sh FILES=2000; else echo "== bench: instructions.sh skipped (no valgrind)"; fi
