@@ -76,6 +76,11 @@ inside() {
     --dir "$work" --logfile "$work/redis.log" &
   local redis_pid=$!
   trap 'kill "${proxies[@]}" "$redis_pid" 2>/dev/null || true' EXIT
+  local i
+  for i in $(seq 100); do
+    [ "$(redis-cli -p "$rport" PING 2>/dev/null)" = PONG ] && break
+    sleep 0.1
+  done
   start_proxy 6379 && start_proxy 6380 || return 1
 
   cd "$work"
