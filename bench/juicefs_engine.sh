@@ -5,20 +5,22 @@
 # The driver is tests/juicefs/jfsbench (built with Go from the module that
 # pins JuiceFS 1.2.0): real JuiceFS code, as a mount holds it, does the work
 # of a checkout (create: mkdir, create, write, close), of a build or `git
-# status` once the kernel's 1 s attribute cache has expired (stat: lookup of
-# the directory and of the file, with the permission checks a mount makes
-# for a user, then getattr), of `ls -l` (readdir with attributes) and of
-# `rm -r`, each phase on one target and then on the other (which one first
-# alternating), THREADS directories at a time.
+# status` once the kernel's 1 s entry cache has expired (stat: the lookups
+# of a stat() of dir/file, with the permission checks a mount makes for a
+# user), of fstat()s once its attribute cache has (getattr), of `ls -l`
+# (readdir with attributes) and of `rm -r`, each phase on one target and then
+# on the other (which one first alternating, from phase to phase and from
+# run to run), THREADS directories at a time.
 #
 # Two redis-servers, one per target, both behind one toxiproxy with the same
 # latency_us toxic (calibrated as in latency.sh); sidecache's upstream is its
 # toxiproxy port, direct is the other toxiproxy port. A fresh volume is
 # formatted on both for each run.
 #
-# JuiceFS 1.2 reads getattr under WATCH (README: "Pointing JuiceFS at it"):
-# no cache answers it; sidecache answers the WATCH ahead and the UNWATCH
-# itself. Lookups and readdirs are answered from the cache.
+# JuiceFS 1.2 reads getattr under WATCH (README: "Pointing JuiceFS at it"),
+# a lookup's permission check too (the parent's attributes): no cache
+# answers those; sidecache answers the WATCH ahead and the UNWATCH itself.
+# The lookup script and readdir's MGET are answered from the cache.
 #
 # Prints a markdown table per latency (median seconds of REPEAT runs per
 # phase, sidecache/direct, speedup direct/sidecache, ops/s) and writes it
@@ -58,7 +60,7 @@ start_paired_redis
 start_sidecache sidecache "$toxside"
 log "$(versions_line); direct: toxiproxy :$toxdirect → redis :$rdirect; sidecache :$sport → toxiproxy :$toxside → redis :$rside"
 
-phases="create stat ls rm"
+phases="create stat getattr ls rm"
 report_files juicefs-engine
 declare -A secs ops toxic_of rtt_of hits_of
 for L in $LATENCIES; do
@@ -69,7 +71,7 @@ for L in $LATENCIES; do
     h0=$(info_field "$sport" cache_hits)
     log "L=$L run $rep/$REPEAT: $DIRS dirs × $FILES files, $THREADS at a time"
     rc=0
-    fg "$JFSBENCH_BIN" -dirs "$DIRS" -files "$FILES" -threads "$THREADS" -rounds "$ROUNDS" \
+    fg "$JFSBENCH_BIN" -dirs "$DIRS" -files "$FILES" -threads "$THREADS" -rounds "$ROUNDS" -first $((rep % 2)) \
       "redis://127.0.0.1:$toxdirect/1" "redis://127.0.0.1:$sport/1" >"$out" 2>"$out.err" || rc=$?
     [ "$rc" = 0 ] || { cat "$out.err" >&2; die "jfsbench failed (exit $rc)"; }
     hits_of[$L]+=" $(($(info_field "$sport" cache_hits) - h0))"

@@ -38,7 +38,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}" >&2
   apt_install "${missing[@]}"
 fi
-# Go, at least the version tests/interop/go.mod names: the machine's, or a
+# Go, at least the version tests/interop/go.mod and tests/juicefs/go.mod name: the machine's, or a
 # toolchain from the Go module proxy (golang.org/toolchain; Debian's golang-go
 # is older) unpacked into build-deps/go, which the Makefile puts first on PATH.
 GO_TOOLCHAIN=go1.22.12
@@ -48,7 +48,7 @@ declare -A GO_SHA256=(
 )
 go_recent() {
   local need have
-  need=$(awk '$1 == "go" {print $2; exit}' "$root/tests/interop/go.mod")
+  need=$(awk '$1 == "go" {print $2}' "$root/tests/interop/go.mod" "$root/tests/juicefs/go.mod" | sort -V | tail -1)
   have=$("$1" env GOVERSION 2>/dev/null) || return 1
   have=${have#go}
   [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" = "$need" ]

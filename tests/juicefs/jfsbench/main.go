@@ -8,20 +8,27 @@
 // Phases, each over -dirs directories of -files files, -threads at a time
 // (a thread takes one directory):
 //
-//	create  mkdir, then per file create + one written slice + close,
-//	        as a checkout or an untar does
-//	stat    -rounds times: per file, lookup of the directory in /, lookup
-//	        of the file, getattr, as a build or `git status` does once the
-//	        kernel's attribute cache (1 s) has expired
-//	ls      readdir with attributes (ls -l) of each directory, -rounds times
-//	rm      rm -r of each directory
+//	create   mkdir, then per file create + one written slice + close,
+//	         as a checkout or an untar does
+//	stat     -rounds times: per file, lookup of the directory in /, lookup
+//	         of the file: what the kernel asks for a stat() of dir/file
+//	         (a build, `git status`) once its entry cache (1 s) expired
+//	getattr  -rounds times: per file, getattr, what an fstat() or an open()
+//	         asks once the kernel's attribute cache (1 s) expired
+//	ls       readdir with attributes (ls -l) of each directory, -rounds times
+//	rm       rm -r of each directory
 //
 // Lookups check permissions as a mount does for a user (uid 1000): JuiceFS
 // then reads the parent's attributes too.
 //
+// -first 1 runs each phase on the second target first (then the first target
+// first on the next phase, and so on): a script that runs jfsbench again
+// alternates it, so that each target is first as often.
+//
 // Output: CSV on stdout, label,phase,ops,seconds (one line per target and
 // phase); every result is checked (a lookup must find the inode its create
-// made, a listing must hold every file), a wrong one exits 3.
+// made, a getattr the length its write gave, a listing every file), a wrong
+// one exits 3.
 package main
 
 import (
@@ -44,6 +51,7 @@ var (
 	threads = flag.Int("threads", 4, "directories worked on at once")
 	rounds  = flag.Int("rounds", 3, "times stat and ls go over the tree")
 	labels  = flag.String("labels", "direct,sidecache", "the two targets' labels")
+	first   = flag.Int("first", 0, "the target that runs the first phase first (0 or 1)")
 )
 
 type target struct {
@@ -124,16 +132,26 @@ func (t *target) stat(d int) int {
 				fail("%s: lookup %s: inode %d, want %d", t.label, dirName(d), ino, t.dirs[d])
 			}
 			must(t, "lookup file", t.m.Lookup(user, t.dirs[d], fileName(f), &ino, &attr, true))
-			if ino != t.inos[d][f] {
-				fail("%s: lookup %s: inode %d, want %d", t.label, fileName(f), ino, t.inos[d][f])
+			if ino != t.inos[d][f] || attr.Length != uint64(1000+f) {
+				fail("%s: lookup %s: inode %d length %d, want %d %d", t.label, fileName(f), ino, attr.Length,
+					t.inos[d][f], 1000+f)
 			}
-			must(t, "getattr", t.m.GetAttr(user, ino, &attr))
+		}
+	}
+	return *rounds * 2 * *files
+}
+
+func (t *target) getattr(d int) int {
+	var attr meta.Attr
+	for r := 0; r < *rounds; r++ {
+		for f := 0; f < *files; f++ {
+			must(t, "getattr", t.m.GetAttr(user, t.inos[d][f], &attr))
 			if attr.Length != uint64(1000+f) {
 				fail("%s: getattr %s: length %d, want %d", t.label, fileName(f), attr.Length, 1000+f)
 			}
 		}
 	}
-	return *rounds * 3 * *files
+	return *rounds * *files
 }
 
 func (t *target) ls(d int) int {
@@ -191,7 +209,7 @@ func main() {
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if flag.NArg() != 2 || *dirs < 1 || *files < 1 || *threads < 1 || *rounds < 1 {
+	if flag.NArg() != 2 || *dirs < 1 || *files < 1 || *threads < 1 || *rounds < 1 || *first < 0 || *first > 1 {
 		flag.Usage()
 		os.Exit(1)
 	}
@@ -204,11 +222,12 @@ func main() {
 	phases := []struct {
 		name string
 		fn   func(*target, int) int
-	}{{"create", (*target).create}, {"stat", (*target).stat}, {"ls", (*target).ls}, {"rm", (*target).rm}}
+	}{{"create", (*target).create}, {"stat", (*target).stat}, {"getattr", (*target).getattr},
+		{"ls", (*target).ls}, {"rm", (*target).rm}}
 	fmt.Println("label,phase,ops,seconds")
 	for i, p := range phases {
 		order := []int{0, 1}
-		if i%2 == 1 {
+		if (i+*first)%2 == 1 {
 			order = []int{1, 0}
 		}
 		var ops [2]int
