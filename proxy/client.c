@@ -680,14 +680,12 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     if ((r->aux_flags & PX_AUX_TXN_STATE) && resp_frame_is_error(data, len) && !resp_frame_is_execabort(data, len))
         px_txn_state_refused(c, r);
     if (r == c->unwatch_req) c->unwatch_req = NULL;
-    if (r->aux_flags & PX_AUX_UNWATCH)
-        px_client_permission_learn(c, r, resp_frame_is_ok(data, len), &c->pool->unwatch_epoch);
     if (r->aux_flags & (PX_AUX_PING | PX_AUX_ECHO))
         px_client_permission_learn(c, r, !r->lost && !resp_frame_is_error(data, len),
                          (r->aux_flags & PX_AUX_PING) ? &c->pool->ping_epoch : &c->pool->echo_epoch);
     if (r->aux_flags & PX_AUX_DISCARD) px_txn_discard_reply(c, r, data, len);
     /* the client already has its +OK: Redis's is not relayed */
-    int answered = (r->aux_flags & PX_AUX_WATCH) ? px_txn_watch_reply(c, r, data, len) : 0;
+    int answered = (r->aux_flags & (PX_AUX_WATCH | PX_AUX_UNWATCH)) ? px_txn_ahead_reply(c, r, data, len) : 0;
     if (r->aux_flags & PX_AUX_TXN_CHECK) {
         /* Redis's answer to queuing a command of a transaction queued here */
         c->txn_checks--;
@@ -1035,6 +1033,7 @@ static void forward_pinned(px_client *c, int id, const char *frame) {
         if (id == CMD_EXEC) px_txn_acl_exec(c, r);
     }
     if (watch) px_txn_watch_send(c, c->pinned, r);
+    if (state && id == CMD_UNWATCH) px_txn_unwatch_send(c, c->pinned, r);
     if (ends_txn && id == CMD_DISCARD) px_txn_discard_send(c, r);
     /* a queued command's reply is +QUEUED or an error, with nothing to
      * learn: the next ones may join its record */

@@ -171,7 +171,9 @@ typedef struct px_server {
     uint64_t batch_blocks, batch_commands, batch_replays, batch_relayed, txn_shared, txn_pinned;
     uint64_t unwatch_local;    /* UNWATCH answered here (proxy/txn.c) */
     uint64_t watch_ahead;      /* WATCH answered +OK before Redis did (proxy/txn.c) */
-    uint64_t watch_ahead_refused; /* ... that Redis refused after all: client closed */
+    uint64_t unwatch_ahead;    /* UNWATCH of watched keys answered +OK before Redis did */
+    uint64_t watch_ahead_refused; /* WATCH or UNWATCH answered ahead that Redis refused after
+                                     all: client closed */
     /* An ACL command that changes permissions sent through the proxy: what
      * was learned of a user's permissions before (px_pool.unwatch_epoch,
      * watch_epoch, txn_denied) no longer holds */

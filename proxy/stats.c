@@ -45,6 +45,7 @@ void px_stats_collect(px_server *srv, px_stats *s) {
     s->txn_pinned = srv->txn_pinned;
     s->unwatch_local = srv->unwatch_local;
     s->watch_ahead = srv->watch_ahead;
+    s->unwatch_ahead = srv->unwatch_ahead;
     s->watch_ahead_refused = srv->watch_ahead_refused;
     s->cluster_untagged = (uint64_t)srv->cluster_untagged;
     s->tracking_state = "off";

@@ -39,7 +39,8 @@ struct px_server;
     X(txn_pinned, counter, "Transactions without WATCH moved to a pinned connection")                      \
     X(unwatch_local, counter, "UNWATCH with nothing watched, answered by sidecache")                       \
     X(watch_ahead, counter, "WATCH answered +OK by sidecache once sent, before Redis confirmed it")          \
-    X(watch_ahead_refused, counter, "WATCH answered ahead that Redis then refused (client disconnected)")   \
+    X(unwatch_ahead, counter, "UNWATCH of watched keys answered +OK by sidecache once sent, before Redis confirmed it") \
+    X(watch_ahead_refused, counter, "WATCH or UNWATCH answered ahead that Redis then refused (client disconnected)") \
     X(cache_enabled, gauge, "1 when the cache is configured")                                               \
     X(tracking_active, gauge, "1 while tracking is confirmed and hits are served")                          \
     X(cache_hits, counter, "Cache entries found (GET, HGET, MGET keys, lookup parts)")                     \

@@ -76,8 +76,19 @@ void px_txn_unwatch_probe(px_client *c, px_req *r) {
  * before any EXEC of it ran, as on a lost connection, and the identity's
  * next WATCH asks Redis again. Off with `watch-ahead no`.
  */
-static int watch_ahead_allowed(px_client *c, px_upstream *u, px_req *r) {
-    if (!c->srv->cfg->watch_ahead || c->rq.argc < 2 || !px_client_permission_known(c, c->pool->watch_epoch)) return 0;
+/* Whether the reply slots before r are all of requests answered ahead:
+ * the client waits for none of their replies (Redis's are not relayed), so
+ * an answer to r now keeps its replies in order. */
+static int earlier_answered(const px_client *c, const px_req *r) {
+    for (const px_req *q = c->slots_head; q != NULL && q != r; q = q->next_slot)
+        if (!(q->aux_flags & PX_AUX_WATCH_AHEAD)) return 0;
+    return 1;
+}
+
+/* Whether the WATCH or UNWATCH just forwarded as r on u may be answered
+ * here, the pool's identity having been let send it since learned. */
+static int ahead_allowed(px_client *c, px_upstream *u, px_req *r, uint64_t learned) {
+    if (!c->srv->cfg->watch_ahead || !px_client_permission_known(c, learned)) return 0;
     /* while the slot migrates a key not on the source gets ASK; on a
      * cluster node without a hash tag any key may get MOVED or CROSSSLOT */
     if (px_caching_slot_migrating(c->srv) || c->srv->cluster_untagged) return 0;
@@ -91,7 +102,18 @@ static int watch_ahead_allowed(px_client *c, px_upstream *u, px_req *r) {
     for (int i = 1; slot >= 0 && i < c->rq.argc; i++)
         if (cluster_key_slot(c->rq.argv[i].ptr, c->rq.argv[i].len) != (unsigned)slot) return 0;
     /* the +OK goes out at once only if no earlier reply is awaited */
-    return c->slots_head == r && u->state == PX_UP_READY;
+    return earlier_answered(c, r) && u->state == PX_UP_READY;
+}
+
+/* r, forwarded on u, answered +OK here once it is in the socket. Returns
+ * 1 if it was (if it cannot all be written now, Redis answers as usual). */
+static int answer_ahead(px_client *c, px_upstream *u, px_req *r) {
+    px_io_write_early(&u->io, 1);
+    if (px_io_pending(&u->io) != 0) return 0;
+    r->aux_flags |= PX_AUX_WATCH_AHEAD;
+    c->watch_ahead++;
+    px_client_write_reply(c, "+OK\r\n", 5);
+    return 1;
 }
 
 /* A WATCH (not inside MULTI) just forwarded as r: answered here when it
@@ -100,35 +122,48 @@ static int watch_ahead_allowed(px_client *c, px_upstream *u, px_req *r) {
 void px_txn_watch_send(px_client *c, px_upstream *u, px_req *r) {
     if (c->mode != PX_MODE_PINNED) return;
     px_client_permission_probe(c, r, PX_AUX_WATCH);
-    if (!watch_ahead_allowed(c, u, r)) return;
-    /* the WATCH is on its way (in the socket) before the client holds the
-     * +OK; if it cannot all be written now, Redis answers as usual */
-    px_io_write_early(&u->io, 1);
-    if (px_io_pending(&u->io) != 0) return;
-    r->aux_flags |= PX_AUX_WATCH_AHEAD;
-    c->watch_ahead++;
-    c->srv->watch_ahead++;
-    px_client_write_reply(c, "+OK\r\n", 5);
+    if (c->rq.argc < 2 || !ahead_allowed(c, u, r, c->pool->watch_epoch)) return;
+    if (answer_ahead(c, u, r)) c->srv->watch_ahead++;
 }
 
-/* Redis's reply to a forwarded WATCH: 0 to relay it; 1 if the client
- * already has its +OK; 2 if Redis refused that WATCH (the client reads
- * no more and must be closed once this reply is dealt with). */
-int px_txn_watch_reply(px_client *c, px_req *r, const char *data, size_t len) {
+/*
+ * UNWATCH of keys watched, outside MULTI (go-redis's Watch with no EXEC:
+ * JuiceFS 1.2's getattr is WATCH, GET, UNWATCH): answered +OK here once
+ * written, as a WATCH is (the same conditions). After the UNWATCH nothing
+ * the client sends can depend on a watch: the client's next commands
+ * follow it on the connection, and its next WATCH, answered ahead too
+ * (the reply it waits for is no earlier one), is read by Redis after it.
+ * Redis's refusal (an ACL changed behind the proxy) disconnects the
+ * client, as for WATCH.
+ */
+void px_txn_unwatch_send(px_client *c, px_upstream *u, px_req *r) {
+    if (c->mode != PX_MODE_PINNED || c->rq.argc != 1) return;
+    px_client_permission_probe(c, r, PX_AUX_UNWATCH);
+    if (!ahead_allowed(c, u, r, c->pool->unwatch_epoch)) return;
+    if (answer_ahead(c, u, r)) c->srv->unwatch_ahead++;
+}
+
+/* Redis's reply to a forwarded WATCH or UNWATCH: 0 to relay it; 1 if the
+ * client already has its +OK; 2 if Redis refused one answered ahead (the
+ * client reads no more and must be closed once this reply is dealt with). */
+int px_txn_ahead_reply(px_client *c, px_req *r, const char *data, size_t len) {
     int ok = resp_frame_is_ok(data, len);
-    px_client_permission_learn(c, r, ok, &c->pool->watch_epoch);
+    int watch = (r->aux_flags & PX_AUX_WATCH) != 0;
+    uint64_t *learned = watch ? &c->pool->watch_epoch : &c->pool->unwatch_epoch;
+    px_client_permission_learn(c, r, ok, learned);
     if (!(r->aux_flags & PX_AUX_WATCH_AHEAD)) return 0;
     c->watch_ahead--;
     if (ok) return 1;
     if (!r->lost) {
-        c->pool->watch_epoch = 0;
+        *learned = 0;
         c->srv->watch_ahead_refused++;
-        px_warning("WATCH answered ahead was refused by Redis; client disconnected id=%llu addr=%s reply=\"%.*s\"",
-                   (unsigned long long)c->id, c->addr, (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);
+        px_warning("%s answered ahead was refused by Redis; client disconnected id=%llu addr=%s reply=\"%.*s\"",
+                   watch ? "WATCH" : "UNWATCH", (unsigned long long)c->id, c->addr,
+                   (int)(len > 200 ? 200 : len >= 2 ? len - 2 : len), data);
     }
-    /* the client must not send EXEC believing it watches: no more input
-     * (the held EXEC stays unread), and no waiting for what it sent after
-     * (a blocked BLPOP would hold it for ever) */
+    /* the client must not send EXEC believing it watches (or does not): no
+     * more input (the held EXEC stays unread), and no waiting for what it
+     * sent after (a blocked BLPOP would hold it for ever) */
     px_client_close_after_replies(c);
     return 2;
 }

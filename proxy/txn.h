@@ -5,8 +5,9 @@
  *   - MULTI without WATCH answered here and kept on the shared connection
  *     (a local transaction: each queued command checked by Redis, the
  *     whole sent as one block at EXEC);
- *   - WATCH answered +OK once written to Redis (watch-ahead), UNWATCH with
- *     nothing watched answered here, DISCARD sent as a barrier;
+ *   - WATCH, and UNWATCH of watched keys, answered +OK once written to
+ *     Redis (watch-ahead), UNWATCH with nothing watched answered here,
+ *     DISCARD sent as a barrier;
  *   - what Redis's refusal of MULTI, EXEC, DISCARD, UNWATCH or WATCH means
  *     for the session and for the keys its commands wrote.
  *
@@ -31,10 +32,15 @@ void px_txn_unwatch_probe(px_client *c, px_req *r);
  * at once when it may be (watch-ahead). */
 void px_txn_watch_send(px_client *c, px_upstream *u, px_req *r);
 
-/* Redis's reply to a forwarded WATCH: 0 to relay it; 1 if the client
- * already has its +OK; 2 if Redis refused a WATCH answered ahead (the
- * client is closing: it reads no more). */
-int px_txn_watch_reply(px_client *c, px_req *r, const char *data, size_t len);
+/* An UNWATCH (not inside MULTI) just forwarded as r on the session's own
+ * connection u: answered +OK here at once when it may be, as a WATCH. */
+void px_txn_unwatch_send(px_client *c, px_upstream *u, px_req *r);
+
+/* Redis's reply to a forwarded WATCH or UNWATCH (r probes what the identity
+ * may send): 0 to relay it; 1 if the client already has its +OK; 2 if
+ * Redis refused one answered ahead (the client is closing: it reads no
+ * more). */
+int px_txn_ahead_reply(px_client *c, px_req *r, const char *data, size_t len);
 
 /* A DISCARD that ends a transaction on the client's own connection, sent
  * as r: nothing after it is sent until it is answered (c->barrier). */

@@ -98,7 +98,7 @@ enum px_aux_flag {
     PX_AUX_UNWATCH = 1 << 10,  /* UNWATCH: +OK means the pool's user may send it
                                   (tag.acl_epoch: the ACL epoch when sent) */
     PX_AUX_WATCH = 1 << 11,    /* WATCH: the same, for WATCH */
-    PX_AUX_WATCH_AHEAD = 1 << 12, /* WATCH already answered +OK: Redis's reply
+    PX_AUX_WATCH_AHEAD = 1 << 12, /* WATCH or UNWATCH already answered +OK: Redis's reply
                                      confirms it, or closes the client */
     PX_AUX_ACL = 1 << 13,      /* runs an ACL command (or a transaction with
                                   one): srv->acl_epoch moves on at its reply */

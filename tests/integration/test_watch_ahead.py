@@ -1,5 +1,5 @@
 """
-WATCH answered ahead.
+WATCH answered ahead (and UNWATCH of watched keys).
 
 A client that watches keys waits for +OK before it reads them (go-redis's
 Watch; JuiceFS does it twice per batch unlink). Once Redis has accepted a
@@ -10,6 +10,8 @@ that each WATCH still reaches Redis and still guards the transaction (also
 against a write made elsewhere right after the early +OK), that a WATCH
 Redis refuses after all disconnects the client before any EXEC of it ran,
 and that every case where Redis could answer otherwise still reaches Redis.
+An UNWATCH of keys watched (go-redis's Watch without EXEC: JuiceFS 1.2's
+getattr is WATCH, GET, UNWATCH) is answered ahead the same way.
 """
 import contextlib
 import socket
@@ -90,6 +92,10 @@ CASES = {
                           ("INCR", "k"), ("EXEC",), ("UNWATCH",)],
     "many_keys": [("WATCH", "k")] + [("WATCH",) + tuple("f%d" % i for i in range(250))] +
                  [("MGET", "f1", "f2"), ("MULTI",), ("SET", "f7", "x"), ("EXEC",)],
+    # JuiceFS 1.2's getattr (WATCH, GET, UNWATCH), twice, then a transaction
+    "read_then_unwatch": [("SET", "k", "v"), ("WATCH", "k"), ("GET", "k"), ("UNWATCH",), ("WATCH", "k"),
+                          ("GET", "k"), ("UNWATCH",), ("UNWATCH",), ("WATCH", "k"), ("MULTI",),
+                          ("INCR", "n"), ("EXEC",), ("UNWATCH", "extra")],
 }
 
 
@@ -127,6 +133,78 @@ def test_watch_ahead_still_reaches_redis_and_guards(proxy, upstream):
         assert c.cmd("EXEC").raw == b"*1\r\n+OK\r\n"
     assert watch_calls(upstream) - before == 52
     assert direct.get("g") == b"mine"
+
+
+def unwatch_calls(server):
+    stats = server.client().info("commandstats")
+    return stats.get("cmdstat_unwatch", {}).get("calls", 0)
+
+
+def unwatch_ahead(proxy):
+    return int(sidecache_info(proxy).get("unwatch_ahead", 0))
+
+
+@pytest.mark.proxy_only
+def test_unwatch_of_watched_keys_is_answered_ahead_and_reaches_redis(proxy, upstream):
+    """WATCH, GET, UNWATCH as go-redis's Watch without EXEC sends it: once
+    Redis answered one UNWATCH of the identity, the UNWATCH is answered
+    while Redis is busy (so the +OK can only be the proxy's), and so is the
+    WATCH after it (the reply it would wait behind is one answered ahead);
+    both reach Redis, and that WATCH still guards the next transaction."""
+    direct = upstream.client()
+    direct.set("g", "v")
+    wait_first_acl_check(proxy)
+    before = unwatch_calls(upstream)
+    with proxy.raw(auth=True) as c:
+        for _ in range(2):  # the first UNWATCH asks Redis
+            assert c.cmd("WATCH", "g").raw == b"+OK\r\n"
+            assert c.cmd("GET", "g").raw == b"$1\r\nv\r\n"
+            assert c.cmd("UNWATCH").raw == b"+OK\r\n"
+        n = unwatch_ahead(proxy)
+        assert n >= 1
+        assert c.cmd("WATCH", "g").raw == b"+OK\r\n"
+        assert c.cmd("GET", "g").raw == b"$1\r\nv\r\n"
+        with busy_redis(upstream, 1.5):
+            t0 = time.monotonic()
+            assert c.cmd("UNWATCH", timeout=1.0).raw == b"+OK\r\n"
+            assert c.cmd("WATCH", "g", timeout=1.0).raw == b"+OK\r\n"
+            assert time.monotonic() - t0 < 1.0
+        assert unwatch_ahead(proxy) == n + 1
+        direct.set("g", "theirs")
+        assert c.cmd("GET", "g").raw == b"$6\r\ntheirs\r\n"
+        assert c.cmd("MULTI").raw == b"+OK\r\n"
+        assert c.cmd("SET", "g", "mine").raw == b"+QUEUED\r\n"
+        assert c.cmd("EXEC").raw == b"*-1\r\n"
+    assert unwatch_calls(upstream) - before == 3
+    assert direct.get("g") == b"theirs"
+
+
+@pytest.mark.proxy_only
+def test_unwatch_refused_after_the_early_ok_disconnects(proxy_factory, upstream):
+    """The user's UNWATCH is taken away directly on Redis (the proxy does
+    not look: acl-check-ms 0) after the proxy learned it: the next UNWATCH
+    of watched keys is answered +OK ahead, Redis refuses it, and the client
+    is disconnected before the EXEC it sent after ran."""
+    proxy = proxy_factory(args=NO_ACL_CHECKS)
+    admin = upstream.client()
+    admin.execute_command("ACL", "SETUSER", "u", "on", ">pw", "~*", "+@all")
+    with proxy.raw() as c:
+        assert c.cmd("AUTH", "u", "pw").raw == b"+OK\r\n"
+        for _ in range(2):
+            assert c.cmd("WATCH", "k").raw == b"+OK\r\n"
+            assert c.cmd("UNWATCH").raw == b"+OK\r\n"
+        assert c.cmd("WATCH", "k").raw == b"+OK\r\n"
+        admin.execute_command("ACL", "SETUSER", "u", "-unwatch")
+        with busy_redis(upstream, 1.0):
+            assert c.cmd("UNWATCH", timeout=0.8).raw == b"+OK\r\n"
+            c.send(encode("MULTI") + encode("SET", "k", "ran") + encode("EXEC"))
+        got = []
+        with pytest.raises((ConnectionClosed, ConnectionError)):
+            while True:
+                got.append(c.read_frame(timeout=5).raw)
+        assert got == [], got
+    assert admin.get("k") is None
+    assert int(sidecache_info(proxy)["watch_ahead_refused"]) == 1
 
 
 @pytest.mark.proxy_only
