@@ -19,7 +19,7 @@
 #
 # JuiceFS 1.2 reads getattr under WATCH (README: "Pointing JuiceFS at it"),
 # a lookup's permission check too (the parent's attributes): no cache
-# answers those; sidecache answers the WATCH ahead and the UNWATCH itself.
+# answers those; sidecache answers the WATCH and the UNWATCH ahead.
 # The lookup script and readdir's MGET are answered from the cache.
 #
 # Prints a markdown table per latency (median seconds of REPEAT runs per

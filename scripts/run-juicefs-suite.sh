@@ -25,7 +25,8 @@
 #
 # Passing needs three things: every test passes; sidecache's INFO after
 # JuiceFS's tests shows that its cache took part (lookup scripts answered
-# from the cache, MGET keys from the cache, WATCHes answered ahead, write
+# from the cache, MGET keys from the cache, WATCHes and UNWATCHes answered
+# ahead, write
 # batches), so they ran through the cache and not around it; and every
 # sidecache exits 0 on SIGTERM.
 #
@@ -101,7 +102,7 @@ inside() {
   run_test "$work/meta.test" '^TestRedisClient$' TestRedisClient || rc=1
   run_test "$work/meta.test" '^TestLoadDump$/^Metadata_Engine:_redis$' TestLoadDump/Metadata_Engine:_redis || rc=1
   redis-cli -p 6379 INFO sidecache >"$work/info.txt" || rc=1
-  for k in cache_script_hits cache_mget_keys_cached watch_ahead batch_blocks; do
+  for k in cache_script_hits cache_mget_keys_cached watch_ahead unwatch_ahead batch_blocks; do
     v=$(awk -F: -v k="$k" '$1 == k {print $2 + 0}' "$work/info.txt")
     echo "run-juicefs-suite: sidecache $k=$v"
     [ "${v:-0}" -gt 0 ] || { echo "run-juicefs-suite: sidecache's $k is 0: JuiceFS's tests did not go through its cache" >&2; rc=1; }
