@@ -26,9 +26,8 @@
 # Passing needs three things: every test passes; sidecache's INFO after
 # JuiceFS's tests shows that its cache took part (lookup scripts answered
 # from the cache, MGET keys from the cache, WATCHes and UNWATCHes answered
-# ahead, write
-# batches), so they ran through the cache and not around it; and every
-# sidecache exits 0 on SIGTERM.
+# ahead, write batches), so they ran through the cache and not around it;
+# and every sidecache exits 0 on SIGTERM.
 #
 # Environment:
 #   SIDECACHE_BIN   proxy binary (default: ./sidecache at the repo root)
