@@ -1220,8 +1220,9 @@ static int try_hit(struct px_caching *pc, px_client *c, int *cacheable) {
     if (part == 0) return 0;
     *cacheable = read;
     /* A client with requests in flight may have a write among them that
-     * the cache does not reflect yet: its reads go to Redis, in order. */
-    int busy = c->inflight > 0 || c->slots_head != NULL;
+     * the cache does not reflect yet: its reads go to Redis, in order
+     * (unless all of them were answered ahead: WATCH, UNWATCH). */
+    int busy = (c->inflight > 0 || c->slots_head != NULL) && !px_client_awaits_only_ahead(c);
     if (busy) COUNT(pc, bypassed, 1);
     /* until Redis has answered a read of this kind for this user (its
      * ACL allows it: learn_read), what the cache holds is not its answer */

@@ -440,6 +440,13 @@ static void unpin(px_client *c, int clean) {
     c->pin_unsure = 0;
 }
 
+int px_client_awaits_only_ahead(const px_client *c) {
+    if (c->inflight != c->watch_ahead) return 0;
+    for (const px_req *q = c->slots_head; q != NULL; q = q->next_slot)
+        if (!(q->aux_flags & PX_AUX_WATCH_AHEAD)) return 0;
+    return 1;
+}
+
 /* A pinned session returns to the shared connection once its transaction
  * ended and nothing is in flight on its own connection. */
 static void maybe_unpin(px_client *c) {
@@ -1694,7 +1701,50 @@ static int dispatch_own_forward_all(px_client *c, int id, int act, const char *f
 }
 
 /* PINNED (WATCH, a blocking command), outside MULTI. */
+/* The current request, a read the cache did not answer (cacheable: its
+ * px_read kind, or 0), forwarded on u: a partly cached MGET asks Redis for
+ * the keys not cached (the reply is merged); a cacheable read's reply may
+ * fill the cache. */
+static px_req *forward_cacheable(px_client *c, px_upstream *u, int cacheable, const char *frame) {
+    px_caching_before_read(c, u, cacheable);
+    px_req *r;
+    if (cacheable == PX_READ_MGET) {
+        /* only the keys that are not cached go; the reply is merged */
+        const char *data;
+        size_t len;
+        px_caching_mget_request(c, &data, &len);
+        r = px_client_forward_to(c, u, PX_REQ_CLIENT, data, len, 0);
+    } else {
+        r = forward_current(c, u, frame);
+    }
+    if (r != NULL) px_caching_on_send(c, u, r, cacheable, 0);
+    return r;
+}
+
 static int dispatch_pinned(px_client *c, int id, int act, const resp_cmd_info *info, const char *frame) {
+    /* Pinned only until Redis confirms an UNWATCH answered ahead (go-redis's
+     * Watch with no EXEC: JuiceFS 1.2's getattr, then its lookup or its
+     * readdir's MGET): nothing is watched (the UNWATCH left, C2) and no
+     * reply of the client's is awaited (C1), so a read the cache holds is
+     * answered as on the shared connection. */
+    if (!c->watching && !c->in_multi && c->srv->caching != NULL && px_client_awaits_only_ahead(c)) {
+        int cacheable = 0;
+        int hit = px_caching_try_hit(c, &cacheable);
+        if (hit == PX_CACHING_WAIT) {
+            wait_in(&c->srv->ping_waiters, c);
+            return PX_DISPATCH_WAIT;
+        }
+        if (hit) {
+            px_latency_add(&c->srv->lat_hit, px_now_us() - c->read_us);
+            return PX_DISPATCH_DONE;
+        }
+        if (cacheable != PX_READ_NONE && !hold_for_upstream(c)) {
+            /* a miss goes on the client's own connection (behind the
+             * UNWATCH) and fills the cache as on the shared one */
+            forward_cacheable(c, c->pinned, cacheable, frame);
+            return PX_DISPATCH_DONE;
+        }
+    }
     if (act != ACT_LOCAL && act != ACT_ALONE && hold_for_upstream(c)) return PX_DISPATCH_WAIT;
     switch (act) {
     case ACT_LOCAL: {
@@ -1800,19 +1850,8 @@ static int dispatch_shared_forward(px_client *c, int id, int act, int batchable,
         px_batch_add(c, u, data, len);
         return PX_DISPATCH_DONE;
     }
-    px_caching_before_read(c, u, cacheable);
-    px_req *r;
-    if (cacheable == PX_READ_MGET) {
-        /* only the keys that are not cached go; the reply is merged */
-        const char *data;
-        size_t len;
-        px_caching_mget_request(c, &data, &len);
-        r = px_client_forward_to(c, u, PX_REQ_CLIENT, data, len, 0);
-    } else {
-        r = forward_current(c, u, frame);
-    }
+    px_req *r = forward_cacheable(c, u, cacheable, frame);
     if (r != NULL) {
-        px_caching_on_send(c, u, r, cacheable, 0);
         if (id == CMD_UNWATCH) px_txn_unwatch_probe(c, r);
         if (id == CMD_PING || id == CMD_ECHO)
             px_client_permission_probe(c, r, id == CMD_PING ? PX_AUX_PING : PX_AUX_ECHO);

@@ -180,6 +180,38 @@ def test_unwatch_of_watched_keys_is_answered_ahead_and_reaches_redis(proxy, upst
 
 
 @pytest.mark.proxy_only
+def test_reads_after_an_unwatch_answered_ahead_are_hits_and_after_a_watch_not(proxy, upstream):
+    """Behind an UNWATCH answered ahead (its reply from Redis not in yet),
+    nothing is watched and nothing of the client's awaited: a read the
+    cache holds is answered from it at once (JuiceFS 1.2's lookup after
+    its getattr), while Redis is busy. Behind a WATCH answered ahead, the
+    same read goes to Redis (C2) and waits for it."""
+    direct = upstream.client()
+    direct.set("i7", "cached")
+    wait_first_acl_check(proxy)
+    with proxy.raw(auth=True) as c:
+        for _ in range(2):  # the identity's WATCH and UNWATCH learned
+            assert c.cmd("WATCH", "i1").raw == b"+OK\r\n"
+            assert c.cmd("UNWATCH").raw == b"+OK\r\n"
+        wait_until(lambda: c.cmd("GET", "i7").raw == b"$6\r\ncached\r\n" and
+                   int(sidecache_info(proxy)["cache_entries"]) > 0, timeout=5)
+        assert c.cmd("WATCH", "i1").raw == b"+OK\r\n"
+        assert c.cmd("GET", "i1").raw == b"$-1\r\n"
+        hits = int(sidecache_info(proxy)["cache_hits"])
+        with busy_redis(upstream, 1.5):
+            # (INFO, which Redis answers too, only once it is free again)
+            assert c.cmd("UNWATCH", timeout=0.5).raw == b"+OK\r\n"
+            assert c.cmd("GET", "i7", timeout=0.5).raw == b"$6\r\ncached\r\n"
+            assert c.cmd("WATCH", "i1", timeout=0.5).raw == b"+OK\r\n"
+            c.send(encode("GET", "i7"))
+            with pytest.raises((socket.timeout, TimeoutError)):
+                c.read_frame(timeout=0.3)
+        assert c.read_frame(timeout=5).raw == b"$6\r\ncached\r\n"
+        assert int(sidecache_info(proxy)["cache_hits"]) == hits + 1
+        assert c.cmd("UNWATCH").raw == b"+OK\r\n"
+
+
+@pytest.mark.proxy_only
 def test_unwatch_refused_after_the_early_ok_disconnects(proxy_factory, upstream):
     """The user's UNWATCH is taken away directly on Redis (the proxy does
     not look: acl-check-ms 0) after the proxy learned it: the next UNWATCH
