@@ -746,7 +746,7 @@ void px_client_on_reply(px_client *c, px_req *r, const char *data, size_t len) {
     on_reply_deliver(c, r, data, answered ? 0 : len);
     resp_buf_deinit(&topology);
     resp_buf_deinit(&rewritten);
-    if (answered == 2) px_client_close(c, "WATCH answered ahead was refused");
+    if (answered == 2) px_client_close(c, "WATCH or UNWATCH answered ahead was refused");
 }
 
 static void on_reply_deliver(px_client *c, px_req *r, const char *data, size_t len) {
@@ -1726,7 +1726,10 @@ static int dispatch_pinned(px_client *c, int id, int act, const resp_cmd_info *i
      * Watch with no EXEC: JuiceFS 1.2's getattr, then its lookup or its
      * readdir's MGET): nothing is watched (the UNWATCH left, C2) and no
      * reply of the client's is awaited (C1), so a read the cache holds is
-     * answered as on the shared connection. */
+     * answered as on the shared connection. A miss waits for that reply
+     * and goes, unpinned, on the shared connection, whose reply may fill
+     * the cache: one on the client's own may not (such a connection is not
+     * tracked in every mode, nor moved to a new server at a failover). */
     if (!c->watching && !c->in_multi && c->srv->caching != NULL && px_client_awaits_only_ahead(c)) {
         int cacheable = 0;
         int hit = px_caching_try_hit(c, &cacheable);
@@ -1738,12 +1741,7 @@ static int dispatch_pinned(px_client *c, int id, int act, const resp_cmd_info *i
             px_latency_add(&c->srv->lat_hit, px_now_us() - c->read_us);
             return PX_DISPATCH_DONE;
         }
-        if (cacheable != PX_READ_NONE && !hold_for_upstream(c)) {
-            /* a miss goes on the client's own connection (behind the
-             * UNWATCH) and fills the cache as on the shared one */
-            forward_cacheable(c, c->pinned, cacheable, frame);
-            return PX_DISPATCH_DONE;
-        }
+        if (cacheable != PX_READ_NONE) return PX_DISPATCH_WAIT;
     }
     if (act != ACT_LOCAL && act != ACT_ALONE && hold_for_upstream(c)) return PX_DISPATCH_WAIT;
     switch (act) {

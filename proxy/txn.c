@@ -101,8 +101,10 @@ static int ahead_allowed(px_client *c, px_upstream *u, px_req *r, uint64_t learn
     int slot = cluster_prefix_slot(prefix, strlen(prefix));
     for (int i = 1; slot >= 0 && i < c->rq.argc; i++)
         if (cluster_key_slot(c->rq.argv[i].ptr, c->rq.argv[i].len) != (unsigned)slot) return 0;
-    /* the +OK goes out at once only if no earlier reply is awaited */
-    return earlier_answered(c, r) && u->state == PX_UP_READY;
+    /* the +OK goes out at once only if no earlier reply is awaited; not on
+     * a connection retired for a move to another server (its reads come
+     * from the server left) */
+    return earlier_answered(c, r) && u->state == PX_UP_READY && !u->retired;
 }
 
 /* r, forwarded on u, answered +OK here once it is in the socket. Returns

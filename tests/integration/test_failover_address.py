@@ -18,6 +18,7 @@ import pytest
 
 from cachehelpers import Stats, wait_tracking_active, warm
 from helpers import HOST, LONG_SCRIPT, Forwarder, busy_threshold_args, free_port, wait_until
+from test_watch_ahead import busy_redis
 
 pytestmark = [pytest.mark.proxy_only, pytest.mark.timeout(60)]
 
@@ -433,3 +434,36 @@ def test_connections_on_another_server_empty_the_cache_once_a_move(redis_factory
     assert [clients[1].cmd("GET", "i1").raw for _ in range(3)] == [b"$2\r\na2\r\n"] * 3
     assert other_server_moves(p) == 1, "the move came too early to see what this tests"
     wait_until(lambda: other_server_moves(p) == 2, timeout=3, what="the move asked for")
+
+
+def test_a_read_behind_an_unwatch_answered_ahead_does_not_fill_from_a_demoted_node(
+        redis_factory, proxy_factory, front):  # noqa: F811
+    """A watching client's own connection stays on the old master (a)
+    after the invalidation connection moved to the new one (b). Its UNWATCH
+    is answered ahead; the read it sends behind it (a miss) must not fill
+    the cache from a: it waits for that UNWATCH's reply and goes, unpinned,
+    on the shared connection, to b. (Found by review: it had gone on the
+    client's own connection, to a, and filled a's old value, served to
+    every client after.)"""
+    a, b = master_and_replica(redis_factory)
+    fwd = front(a)
+    p, st, c = cached_behind(proxy_factory, fwd, a, b)
+    w = p.raw()
+    assert w.cmd("WATCH", "k").raw == b"+OK\r\n"
+    assert w.cmd("GET", "k").raw == b"$-1\r\n"  # w's own connection, to a
+
+    promote_b_cut_off_a(fwd, a, b)            # a keeps i1 = v1 for good
+    tracking_blip_to_b(p, st, a, b)           # invalidations now come from b
+    b.client().set("i1", "v2")
+    time.sleep(0.1)
+    x = p.raw()
+    for _ in range(2):                        # the identity's UNWATCH learned
+        assert x.cmd("UNWATCH").raw == b"+OK\r\n"
+    ahead0 = int(st.get()["unwatch_ahead"])
+    with busy_redis(a, 1.0):
+        assert w.cmd("UNWATCH", timeout=0.8).raw == b"+OK\r\n"   # answered ahead
+        w.send_cmd("GET", "i1")
+    assert w.read_frame(timeout=5).raw == b"$2\r\nv2\r\n"
+    assert int(st.get()["unwatch_ahead"]) == ahead0 + 1
+    time.sleep(0.1)
+    assert [c.cmd("GET", "i1").raw for _ in range(3)] == [b"$2\r\nv2\r\n"] * 3

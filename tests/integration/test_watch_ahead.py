@@ -212,6 +212,37 @@ def test_reads_after_an_unwatch_answered_ahead_are_hits_and_after_a_watch_not(pr
 
 
 @pytest.mark.proxy_only
+@pytest.mark.parametrize("mode", ["bcast", "default", "optin"])
+def test_a_miss_behind_an_unwatch_answered_ahead_fills_in_every_tracking_mode(proxy_factory, upstream, mode):
+    """JuiceFS 1.2's getattr, then a read the cache does not hold yet: it
+    waits for the UNWATCH's reply and goes on the shared connection, whose
+    reply fills the cache in every mode (a client's own connection is not
+    tracked in default and optin), so the same read after a next getattr
+    is a hit. (Found by review.)"""
+    p = proxy_factory(args=("--tracking-mode", mode))
+    wait_first_acl_check(p)
+    upstream.client().set("i7", "v")
+    with p.raw(auth=True) as w:
+        for _ in range(2):  # WATCH and UNWATCH learned
+            assert w.cmd("WATCH", "i1").raw == b"+OK\r\n"
+            assert w.cmd("UNWATCH").raw == b"+OK\r\n"
+        info = sidecache_info(p)
+        hits0, ahead0 = int(info["cache_hits"]), int(info["unwatch_ahead"])
+        for _ in range(3):
+            assert w.cmd("WATCH", "i1").raw == b"+OK\r\n"
+            assert w.cmd("GET", "i1").raw == b"$-1\r\n"
+            with busy_redis(upstream, 0.3):
+                assert w.cmd("UNWATCH", timeout=0.25).raw == b"+OK\r\n"
+                w.send_cmd("GET", "i7")
+            assert w.read_frame(timeout=5).raw == b"$1\r\nv\r\n"
+        info = sidecache_info(p)
+        assert int(info["unwatch_ahead"]) == ahead0 + 3
+        # (at least one: Redis busy with a script may delay tracking's
+        # keep-alive past its hold and empty the cache in between)
+        assert int(info["cache_hits"]) > hits0, "the read after getattr never filled"
+
+
+@pytest.mark.proxy_only
 def test_unwatch_refused_after_the_early_ok_disconnects(proxy_factory, upstream):
     """The user's UNWATCH is taken away directly on Redis (the proxy does
     not look: acl-check-ms 0) after the proxy learned it: the next UNWATCH
