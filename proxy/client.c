@@ -1701,6 +1701,24 @@ static int dispatch_own_forward_all(px_client *c, int id, int act, const char *f
 }
 
 /* PINNED (WATCH, a blocking command), outside MULTI. */
+/* The current request answered from the cache: PX_DISPATCH_DONE; or
+ * PX_DISPATCH_WAIT, to be read again once the keep-alive is answered
+ * (px_clients_ping_wake; the input pauses); else ANSWER_FORWARD, and
+ * cacheable says whether it was a cacheable read (its px_read kind) */
+static int answer_from_cache(px_client *c, int *cacheable) {
+    *cacheable = 0;
+    int hit = c->srv->caching != NULL ? px_caching_try_hit(c, cacheable) : 0;
+    if (hit == PX_CACHING_WAIT) {
+        wait_in(&c->srv->ping_waiters, c);
+        return PX_DISPATCH_WAIT;
+    }
+    if (hit) {
+        px_latency_add(&c->srv->lat_hit, px_now_us() - c->read_us);
+        return PX_DISPATCH_DONE;
+    }
+    return ANSWER_FORWARD;
+}
+
 /* The current request, a read the cache did not answer (cacheable: its
  * px_read kind, or 0), forwarded on u: a partly cached MGET asks Redis for
  * the keys not cached (the reply is merged); a cacheable read's reply may
@@ -1731,16 +1749,9 @@ static int dispatch_pinned(px_client *c, int id, int act, const resp_cmd_info *i
      * the cache: one on the client's own may not (such a connection is not
      * tracked in every mode, nor moved to a new server at a failover). */
     if (!c->watching && !c->in_multi && c->srv->caching != NULL && px_client_awaits_only_ahead(c)) {
-        int cacheable = 0;
-        int hit = px_caching_try_hit(c, &cacheable);
-        if (hit == PX_CACHING_WAIT) {
-            wait_in(&c->srv->ping_waiters, c);
-            return PX_DISPATCH_WAIT;
-        }
-        if (hit) {
-            px_latency_add(&c->srv->lat_hit, px_now_us() - c->read_us);
-            return PX_DISPATCH_DONE;
-        }
+        int cacheable;
+        int rc = answer_from_cache(c, &cacheable);
+        if (rc != ANSWER_FORWARD) return rc;
         if (cacheable != PX_READ_NONE) return PX_DISPATCH_WAIT;
     }
     if (act != ACT_LOCAL && act != ACT_ALONE && hold_for_upstream(c)) return PX_DISPATCH_WAIT;
@@ -1821,18 +1832,9 @@ static int dispatch_shared_special(px_client *c, int id, int act, const resp_cmd
 /* SHARED, a command for Redis: a cache hit, else to the shared connection,
  * alone or in a write batch. batchable: -1 not asked yet. */
 static int dispatch_shared_forward(px_client *c, int id, int act, int batchable, const char *frame) {
-    int cacheable = 0;
-    int hit = c->srv->caching != NULL ? px_caching_try_hit(c, &cacheable) : 0;
-    if (hit == PX_CACHING_WAIT) {
-        /* read again once the keep-alive is answered (px_clients_ping_wake;
-         * PX_DISPATCH_WAIT pauses the input) */
-        wait_in(&c->srv->ping_waiters, c);
-        return PX_DISPATCH_WAIT;
-    }
-    if (hit) {
-        px_latency_add(&c->srv->lat_hit, px_now_us() - c->read_us);
-        return PX_DISPATCH_DONE;
-    }
+    int cacheable;
+    int rc = answer_from_cache(c, &cacheable);
+    if (rc != ANSWER_FORWARD) return rc;
     if (hold_for_upstream(c)) return PX_DISPATCH_WAIT;
     px_upstream *u = px_client_shared_conn(c);
     if (u == NULL) {
