@@ -440,11 +440,14 @@ static void unpin(px_client *c, int clean) {
     c->pin_unsure = 0;
 }
 
-int px_client_awaits_only_ahead(const px_client *c) {
-    if (c->inflight != c->watch_ahead) return 0;
-    for (const px_req *q = c->slots_head; q != NULL; q = q->next_slot)
+int px_client_answered_ahead_before(const px_client *c, const px_req *stop) {
+    for (const px_req *q = c->slots_head; q != NULL && q != stop; q = q->next_slot)
         if (!(q->aux_flags & PX_AUX_WATCH_AHEAD)) return 0;
     return 1;
+}
+
+int px_client_awaits_only_ahead(const px_client *c) {
+    return c->inflight == c->watch_ahead && px_client_answered_ahead_before(c, NULL);
 }
 
 /* A pinned session returns to the shared connection once its transaction
@@ -1700,7 +1703,6 @@ static int dispatch_own_forward_all(px_client *c, int id, int act, const char *f
     return PX_DISPATCH_DONE;
 }
 
-/* PINNED (WATCH, a blocking command), outside MULTI. */
 /* The current request answered from the cache: PX_DISPATCH_DONE; or
  * PX_DISPATCH_WAIT, to be read again once the keep-alive is answered
  * (px_clients_ping_wake; the input pauses); else ANSWER_FORWARD, and
@@ -1719,26 +1721,7 @@ static int answer_from_cache(px_client *c, int *cacheable) {
     return ANSWER_FORWARD;
 }
 
-/* The current request, a read the cache did not answer (cacheable: its
- * px_read kind, or 0), forwarded on u: a partly cached MGET asks Redis for
- * the keys not cached (the reply is merged); a cacheable read's reply may
- * fill the cache. */
-static px_req *forward_cacheable(px_client *c, px_upstream *u, int cacheable, const char *frame) {
-    px_caching_before_read(c, u, cacheable);
-    px_req *r;
-    if (cacheable == PX_READ_MGET) {
-        /* only the keys that are not cached go; the reply is merged */
-        const char *data;
-        size_t len;
-        px_caching_mget_request(c, &data, &len);
-        r = px_client_forward_to(c, u, PX_REQ_CLIENT, data, len, 0);
-    } else {
-        r = forward_current(c, u, frame);
-    }
-    if (r != NULL) px_caching_on_send(c, u, r, cacheable, 0);
-    return r;
-}
-
+/* PINNED (WATCH, a blocking command), outside MULTI. */
 static int dispatch_pinned(px_client *c, int id, int act, const resp_cmd_info *info, const char *frame) {
     /* Pinned only until Redis confirms an UNWATCH answered ahead (go-redis's
      * Watch with no EXEC: JuiceFS 1.2's getattr, then its lookup or its
@@ -1850,8 +1833,19 @@ static int dispatch_shared_forward(px_client *c, int id, int act, int batchable,
         px_batch_add(c, u, data, len);
         return PX_DISPATCH_DONE;
     }
-    px_req *r = forward_cacheable(c, u, cacheable, frame);
+    px_caching_before_read(c, u, cacheable);
+    px_req *r;
+    if (cacheable == PX_READ_MGET) {
+        /* only the keys that are not cached go; the reply is merged */
+        const char *data;
+        size_t len;
+        px_caching_mget_request(c, &data, &len);
+        r = px_client_forward_to(c, u, PX_REQ_CLIENT, data, len, 0);
+    } else {
+        r = forward_current(c, u, frame);
+    }
     if (r != NULL) {
+        px_caching_on_send(c, u, r, cacheable, 0);
         if (id == CMD_UNWATCH) px_txn_unwatch_probe(c, r);
         if (id == CMD_PING || id == CMD_ECHO)
             px_client_permission_probe(c, r, id == CMD_PING ? PX_AUX_PING : PX_AUX_ECHO);

@@ -184,9 +184,13 @@ typedef struct px_client {
     int64_t partial_since_ms;  /* a request started arriving then and is not whole (0: none) */
 } px_client;
 
-/* Whether each request of c in flight was answered ahead (a WATCH or
- * UNWATCH whose +OK c already has, proxy/txn.c): c awaits no reply, and
- * none of them writes. */
+/* Whether each reply slot of c before stop (NULL: all) is of a request
+ * answered ahead (a WATCH or UNWATCH whose +OK c already has, proxy/txn.c):
+ * c awaits none of their replies. */
+int px_client_answered_ahead_before(const px_client *c, const px_req *stop);
+
+/* Whether each request of c in flight was answered ahead: c awaits no
+ * reply, and none of them writes. */
 int px_client_awaits_only_ahead(const px_client *c);
 
 /* Takes ownership of an accepted socket. Returns NULL (socket closed) on error. */

@@ -76,15 +76,6 @@ void px_txn_unwatch_probe(px_client *c, px_req *r) {
  * before any EXEC of it ran, as on a lost connection, and the identity's
  * next WATCH asks Redis again. Off with `watch-ahead no`.
  */
-/* Whether the reply slots before r are all of requests answered ahead:
- * the client waits for none of their replies (Redis's are not relayed), so
- * an answer to r now keeps its replies in order. */
-static int earlier_answered(const px_client *c, const px_req *r) {
-    for (const px_req *q = c->slots_head; q != NULL && q != r; q = q->next_slot)
-        if (!(q->aux_flags & PX_AUX_WATCH_AHEAD)) return 0;
-    return 1;
-}
-
 /* Whether the WATCH or UNWATCH just forwarded as r on u may be answered
  * here, the pool's identity having been let send it since learned. */
 static int ahead_allowed(px_client *c, px_upstream *u, px_req *r, uint64_t learned) {
@@ -101,10 +92,11 @@ static int ahead_allowed(px_client *c, px_upstream *u, px_req *r, uint64_t learn
     int slot = cluster_prefix_slot(prefix, strlen(prefix));
     for (int i = 1; slot >= 0 && i < c->rq.argc; i++)
         if (cluster_key_slot(c->rq.argv[i].ptr, c->rq.argv[i].len) != (unsigned)slot) return 0;
-    /* the +OK goes out at once only if no earlier reply is awaited; not on
-     * a connection retired for a move to another server (its reads come
-     * from the server left) */
-    return earlier_answered(c, r) && u->state == PX_UP_READY && !u->retired;
+    /* the +OK goes out at once only if no earlier reply is awaited (those
+     * answered ahead are not: an answer now keeps the replies in order);
+     * not on a connection retired for a move to another server (its reads
+     * come from the server left) */
+    return px_client_answered_ahead_before(c, r) && u->state == PX_UP_READY && !u->retired;
 }
 
 /* r, forwarded on u, answered +OK here once it is in the socket. Returns

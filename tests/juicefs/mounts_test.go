@@ -224,6 +224,35 @@ func (mt *mount) write(t *testing.T, ino meta.Ino, length uint32) {
 	mustOK(t, mt.label+": write", mt.m.Write(ctx, ino, 0, 0, meta.Slice{Id: id, Size: length, Len: length}, time.Now()))
 }
 
+// inStep runs step(side, mount, i) for i = 0 .. n-1 on each mount, each in
+// a goroutine of its own, all at the same i at the same moment (their
+// requests overlap). A step that returns false ends that mount's run (the
+// others go on without waiting for it).
+func inStep(n int, mounts []*mount, step func(side int, mt *mount, i int) bool) {
+	at := make([]sync.WaitGroup, n)
+	for i := range at {
+		at[i].Add(len(mounts))
+	}
+	var wg sync.WaitGroup
+	for side, mt := range mounts {
+		wg.Add(1)
+		go func(side int, mt *mount) {
+			defer wg.Done()
+			for i := 0; i < n; i++ {
+				at[i].Done()
+				at[i].Wait()
+				if !step(side, mt, i) {
+					for j := i + 1; j < n; j++ {
+						at[j].Done()
+					}
+					return
+				}
+			}
+		}(side, mt)
+	}
+	wg.Wait()
+}
+
 // expectName: a lookup of name in dir by the mount shows want at once.
 func (mt *mount) expectName(t *testing.T, what string, dir meta.Ino, name string, want node) {
 	t.Helper()
@@ -444,29 +473,15 @@ func twoMounts(t *testing.T, bin, redisAddr, mode string, grace, delay time.Dura
 		st  syscall.Errno
 	}
 	var res [2][racers]result
-	var mu sync.Mutex
-	var ready [racers]sync.WaitGroup
-	for i := range ready {
-		ready[i].Add(2)
-	}
-	var wg sync.WaitGroup
-	for side, mt := range []*mount{a, b} {
-		wg.Add(1)
-		go func(side int, mt *mount) {
-			defer wg.Done()
-			for i := 0; i < racers; i++ {
-				ready[i].Done()
-				ready[i].Wait()
-				var at meta.Attr
-				r := &res[side][i]
-				r.st = mt.m.Create(ctx, dir, fmt.Sprintf("c%d", i), 0644, 0, syscall.O_EXCL, &r.ino, &at)
-				if r.st == 0 {
-					_ = mt.m.Close(ctx, r.ino)
-				}
-			}
-		}(side, mt)
-	}
-	wg.Wait()
+	inStep(racers, []*mount{a, b}, func(side int, mt *mount, i int) bool {
+		var at meta.Attr
+		r := &res[side][i]
+		r.st = mt.m.Create(ctx, dir, fmt.Sprintf("c%d", i), 0644, 0, syscall.O_EXCL, &r.ino, &at)
+		if r.st == 0 {
+			_ = mt.m.Close(ctx, r.ino)
+		}
+		return true
+	})
 	wins := [2]int{}
 	for i := 0; i < racers; i++ {
 		name := fmt.Sprintf("c%d", i)
@@ -528,31 +543,20 @@ func twoMounts(t *testing.T, bin, redisAddr, mode string, grace, delay time.Dura
 		mt.expectNow(t, "/d before the mkdirs", meta.RootInode, wd, nil)
 	}
 	var mkdirErr [2]error
-	var at [subdirs]sync.WaitGroup
-	for i := range at {
-		at[i].Add(2)
-	}
-	for side, mt := range []*mount{a, b} {
-		wg.Add(1)
-		go func(side int, mt *mount) {
-			defer wg.Done()
-			for i := 0; i < subdirs; i++ {
-				at[i].Done()
-				at[i].Wait()
-				name := fmt.Sprintf("s%d-%d", side, i)
-				var ino meta.Ino
-				var attr meta.Attr
-				if st := mt.m.Mkdir(ctx, dir, name, 0755, 0, 0, &ino, &attr); st != 0 {
-					mkdirErr[side] = fmt.Errorf("%s: mkdir %s: %v", mt.label, name, st)
-					return
-				}
-				mu.Lock()
-				want[name] = node{ino, meta.TypeDirectory, 0755, 4096, 2}
-				mu.Unlock()
-			}
-		}(side, mt)
-	}
-	wg.Wait()
+	var mu sync.Mutex
+	inStep(subdirs, []*mount{a, b}, func(side int, mt *mount, i int) bool {
+		name := fmt.Sprintf("s%d-%d", side, i)
+		var ino meta.Ino
+		var attr meta.Attr
+		if st := mt.m.Mkdir(ctx, dir, name, 0755, 0, 0, &ino, &attr); st != 0 {
+			mkdirErr[side] = fmt.Errorf("%s: mkdir %s: %v", mt.label, name, st)
+			return false
+		}
+		mu.Lock()
+		want[name] = node{ino, meta.TypeDirectory, 0755, 4096, 2}
+		mu.Unlock()
+		return true
+	})
 	for _, err := range mkdirErr {
 		if err != nil {
 			t.Fatal(err)
