@@ -579,12 +579,19 @@ static void event_cb(struct bufferevent *bev, short what, void *arg) {
     /* TLS: the error is OpenSSL's, and errno may say nothing ("Success")
      * when Redis went away under it */
     unsigned long tls_err = bufferevent_get_openssl_error(bev);
+    /* an error of no OpenSSL library is libevent's record of SSL_get_error's
+     * code (SSL_ERROR_SYSCALL: the socket failed): errno has the cause */
+    if (tls_err != 0 && ERR_GET_LIB(tls_err) == 0) tls_err = 0;
     if (tls_err != 0) ERR_error_string_n(tls_err, tls, sizeof tls);
-    snprintf(why, sizeof why, "invalidation connection %s: %s", t->state == INV_CONNECTING ? "failed" : "lost",
-             (what & BEV_EVENT_EOF) ? "closed by Redis"
-             : tls_err != 0         ? tls
-             : err != 0             ? evutil_socket_error_to_string(err)
-                                    : "closed by Redis");
+    /* A TLS connect that fails (refused, unreachable) comes as an EOF too:
+     * with dirty shutdowns allowed, libevent reports the handshake's failed
+     * write as one. Before the connection is up the socket's error, if any,
+     * is the cause, not Redis closing it. */
+    int connecting = t->state == INV_CONNECTING;
+    snprintf(why, sizeof why, "invalidation connection %s: %s", connecting ? "failed" : "lost",
+             tls_err != 0 && (connecting || !(what & BEV_EVENT_EOF)) ? tls
+             : err != 0 && (connecting || !(what & BEV_EVENT_EOF))   ? evutil_socket_error_to_string(err)
+                                                                     : "closed by Redis");
     inv_fail(t, why, 0);
 }
 

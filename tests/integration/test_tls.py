@@ -119,6 +119,25 @@ def test_rediss_verification_refuses(redis_factory, proxy_factory, certs, cert, 
     assert up.client().get("k") is None
 
 
+def test_rediss_refused_connect_is_told_as_refused(proxy_factory, certs):
+    """Nothing listens at a rediss:// upstream: the invalidation
+    connection's warning says the connect was refused, as the data
+    connection's does, not that Redis closed it (libevent reports a TLS
+    connect that fails as an end of stream) nor OpenSSL's code of a socket
+    error ("error:00000005:lib(0)::reason(5)")."""
+    p = proxy_factory(upstream_url="rediss://%s:%d" % (HOST, free_port()),
+                      args=("--tls-upstream-ca-cert-file", certs("ca.crt")))
+
+    def warnings():
+        with open(p.logpath) as f:
+            return [line for line in f if "level=warning" in line and "tracking state=backoff" in line]
+
+    wait_until(warnings, timeout=5, what="the invalidation connection's warning")
+    assert 'reason="invalidation connection failed: Connection refused"' in warnings()[0], warnings()
+    r = p.raw().cmd("GET", "k")
+    assert r.raw.startswith(b"-MASTERDOWN sidecache: upstream") and b"Connection refused" in r.raw, r
+
+
 def tls_proxy(proxy_factory, certs, auth):
     port = free_port()
     p = proxy_factory(args=("--tls-port", port, "--tls-cert-file", certs("server.crt"),
