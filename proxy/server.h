@@ -189,6 +189,7 @@ typedef struct px_server {
     int upstream_reached;      /* Redis answered once (px_server_upstream_reached) */
     px_log_repeat connect_failures; /* "upstream connect failed" since Redis
                                        last answered (one a minute logged) */
+    uint64_t connects_failed;       /* every failed connect since start (INFO) */
     px_log_repeat full_refusals;    /* connections Redis refused at its
                                        maxclients (one a minute logged) */
     px_log_repeat readonly_again;   /* READONLY after moves at the longest

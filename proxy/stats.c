@@ -33,6 +33,8 @@ void px_stats_collect(px_server *srv, px_stats *s) {
     for (px_client *c = srv->clients; c != NULL; c = c->next)
         if (c->pinned != NULL) s->pinned_connections++;
     for (const px_pool *p = srv->pools; p != NULL; p = p->next) s->upstream_pools++;
+    s->upstream_up = srv->upstream_reached && srv->connect_failures.count == 0;
+    s->upstream_connects_failed = srv->connects_failed;
     s->upstream_output_bytes = srv->upstream_output;
     s->upstream_requests_pending = srv->upstream_requests;
     s->clients_paused_upstream_output = srv->output_waiters.n;

@@ -27,6 +27,8 @@ struct px_server;
     X(upstream_connections, gauge, "Connections to Redis (shared and pinned, not the invalidation one)")  \
     X(pinned_connections, gauge, "Upstream connections pinned to one client")                               \
     X(upstream_pools, gauge, "Identities (user, db, protocol) with connections or clients")                \
+    X(upstream_up, gauge, "1 once Redis answered and while no connect to it has failed since; 0 from a failed connect until Redis answers one") \
+    X(upstream_connects_failed, counter, "Connects to Redis that failed (refused, unreachable, timed out, TLS handshake failed)") \
     X(upstream_output_bytes, gauge, "Bytes waiting to be written to Redis, all connections")                \
     X(upstream_requests_pending, gauge, "Requests on shared connections whose replies Redis owes")          \
     X(clients_paused_upstream_output, gauge, "Clients not read: upstream-output-limit reached")           \

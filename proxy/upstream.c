@@ -697,6 +697,14 @@ static int up_connecting(px_upstream *u) {
     return u->state == PX_UP_CONNECTING || px_io_tls_handshaking(&u->io);
 }
 
+/* Counts a failed connect and warns of it (one a minute while Redis stays
+ * unreachable; px_server_upstream_reached ends the run). */
+static void up_count_connect_failed(px_server *srv, const char *addr, const char *cause) {
+    srv->connects_failed++;
+    px_warning_repeat(&srv->connect_failures, PX_LOG_REPEAT_MS, "upstream connect failed addr=%s err=\"%s\"",
+                      addr, cause);
+}
+
 /* A connect failed (cause: why, for the client and the log): the pool
  * backs off, where Redis is is asked again, and the requests waiting on u
  * get the error a refused connect gives (px_unavailable_code). */
@@ -708,8 +716,7 @@ static void up_connect_fail(px_upstream *u, const char *cause) {
      * where it is now) */
     if (u->pool && !u->retired) pool_backoff(u->pool, why);
     if (!u->retired) up_connect_failed(srv, &u->sa, u->salen); /* resolve again: Redis may have moved */
-    px_warning_repeat(&srv->connect_failures, PX_LOG_REPEAT_MS, "upstream connect failed addr=%s err=\"%s\"",
-                      addr, cause);
+    up_count_connect_failed(srv, addr, cause);
     up_close_as(u, px_unavailable_code(srv), why); /* nothing was sent: nothing ran */
 }
 
@@ -807,8 +814,7 @@ static px_upstream *up_connect(px_pool *p) {
 fail:
     snprintf(why, sizeof why, "upstream %s unavailable: %s", up_addr(srv, addr, sizeof addr), cause);
     pool_backoff(p, why);
-    px_warning_repeat(&srv->connect_failures, PX_LOG_REPEAT_MS, "upstream connect failed addr=%s err=\"%s\"",
-                      addr, cause);
+    up_count_connect_failed(srv, addr, cause);
     if (u->connect_ev != NULL) event_free(u->connect_ev);
     px_io_close(&u->io);
     px_io_deinit(&u->io);

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from cachehelpers import start_cached, warm
-from helpers import free_port
+from helpers import free_port, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -71,6 +71,38 @@ def test_metrics_match_info(proxy_factory, upstream):
         assert m['sidecache_%s_bucket{le="+Inf"}' % h] == m["sidecache_%s_count" % h]
     assert m["sidecache_hit_seconds_count"] >= 20
     assert m["sidecache_upstream_seconds_count"] >= 2
+
+
+def test_upstream_up_follows_connects_while_info_cannot(proxy_factory, upstream):
+    """While Redis is down, INFO through sidecache is refused like any
+    command (it is Redis's INFO, with a section added); /metrics answers
+    without Redis and says the upstream is down, and counts the failed
+    connects. Redis back and a connect made: up again."""
+    port = free_port()
+    p = proxy_factory(args=("--metrics-port", str(port), "--upstream-connections", "1"))
+    c = p.raw(auth=True)
+    assert c.cmd("SET", "k", "v").raw == b"+OK\r\n"
+    m = samples(scrape(port)[2])
+    assert m["sidecache_upstream_up"] == 1 and m["sidecache_upstream_connects_failed"] == 0, m
+    upstream.kill()
+    wait_until(lambda: c.cmd("GET", "k").raw.startswith(b"-MASTERDOWN sidecache: upstream"),
+               what="a connect refused")
+    assert c.cmd("INFO", "sidecache").raw.startswith(b"-MASTERDOWN"), "INFO needs Redis"
+    m = samples(scrape(port)[2])
+    assert m["sidecache_upstream_up"] == 0 and m["sidecache_upstream_connects_failed"] >= 1, m
+    upstream.restart()
+    wait_until(lambda: c.cmd("GET", "k").raw in (b"$1\r\nv\r\n", b"$-1\r\n"), timeout=10,
+               what="Redis reached again")
+    m = samples(scrape(port)[2])
+    assert m["sidecache_upstream_up"] == 1 and m["sidecache_upstream_connects_failed"] >= 1, m
+
+
+def test_upstream_up_is_0_until_redis_first_answers(proxy_factory):
+    port = free_port()
+    p = proxy_factory(upstream_url="redis://127.0.0.1:%d" % free_port(), args=("--metrics-port", str(port)))
+    assert p.raw().cmd("GET", "k").raw.startswith(b"-MASTERDOWN sidecache: upstream")
+    m = samples(scrape(port)[2])
+    assert m["sidecache_upstream_up"] == 0 and m["sidecache_upstream_connects_failed"] >= 1, m
 
 
 def test_metrics_other_paths_and_off(proxy_factory):
