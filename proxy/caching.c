@@ -321,7 +321,7 @@ static void on_active(void *arg, int active) {
      * and retire, and so do, back after a loss, those whose server is not
      * known; the next requests go on connections made after it. (Nothing
      * they had in flight fills: the loss emptied the cache.) */
-    if (active && srv->cfg->tracking_upstream[0] == '\0')
+    if (active)
         px_upstreams_tracking_on(srv, inv_server_id(pc->inv), pc->was_active,
                                  "tracking on: a data connection not known to be on its server made again");
     if (active) pc->was_active = 1;
@@ -345,8 +345,11 @@ void px_caching_upstream_moved(px_server *srv) {
 }
 
 int px_caching_wants_server_id(const px_server *srv) {
-    /* (a tracking-upstream is another server by design) */
-    return srv->caching != NULL && srv->cfg->tracking_upstream[0] == '\0';
+    /* (with a tracking-upstream too: it is another path to the same Redis,
+     * which then gives the same run_id; when a failover or a restart
+     * behind one path's address makes them lead to two servers, the
+     * invalidations heard are not of the server read) */
+    return srv->caching != NULL;
 }
 
 void px_caching_upstream_identified(px_server *srv, px_upstream *u) {
@@ -385,8 +388,12 @@ void px_caching_upstream_identified(px_server *srv, px_upstream *u) {
     flush_cache(pc);
     pc->flush_failover++;
     px_notice("upstream connection %llu reached another Redis (run_id %.12s...) than the invalidation connection "
-              "(%.12s...): cache emptied, reads on it fill nothing",
-              (unsigned long long)u->id, u->server_id, inv_id);
+              "(%.12s...): cache emptied, reads on it fill nothing%s",
+              (unsigned long long)u->id, u->server_id, inv_id,
+              srv->cfg->tracking_upstream[0] != '\0'
+                  ? " (tracking-upstream must lead to the same Redis as upstream: while they lead to two, "
+                    "nothing is cached)"
+                  : "");
     px_upstreams_move_again(srv, PX_MOVE_OTHER_SERVER);
 }
 

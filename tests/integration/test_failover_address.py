@@ -467,3 +467,45 @@ def test_a_read_behind_an_unwatch_answered_ahead_does_not_fill_from_a_demoted_no
     assert int(st.get()["unwatch_ahead"]) == ahead0 + 1
     time.sleep(0.1)
     assert [c.cmd("GET", "i1").raw for _ in range(3)] == [b"$2\r\nv2\r\n"] * 3
+
+
+def test_tracking_upstream_leading_to_another_server_than_the_data_path_caches_nothing(
+        redis_factory, proxy_factory, front):
+    """tracking-upstream is another path to the same Redis. When the
+    upstream's address comes to lead elsewhere (a failover or a restart
+    behind a virtual IP that the tracking path does not follow), the data
+    connections read b while the invalidations come from a: the run_id of
+    each data connection's handshake, compared with the invalidation
+    connection's as without tracking-upstream, says so, and what they read
+    fills nothing (before: the comparison was off with tracking-upstream,
+    b's i1 was cached and b's change of it, which a never tells of, never
+    seen: review-loss 3)."""
+    a = redis_factory(name="a")
+    b = redis_factory(name="b")
+    fwd = front(a)
+    p = proxy_factory(up=a, upstream_url="redis://%s:%d" % (HOST, fwd.port),
+                      args=("--tracking-upstream", "redis://%s:%d" % (HOST, a.port)))
+    st = Stats(p)
+    wait_tracking_active(p, stats=st)
+    a.client().set("i1", "a1")
+    c = p.raw()
+    assert warm(c, st, ("GET", "i1")) == [b"a1"]     # the paths agree: cached
+    a.client().set("i1", "a2")
+    wait_until(lambda: c.cmd("GET", "i1").raw == b"$2\r\na2\r\n", timeout=3, what="a's invalidation of i1")
+
+    b.client().set("i1", "b1")
+    fwd.target = b.port
+    a.client().client_kill_filter(_type="normal")   # the data connections; not the invalidation one
+    wait_until(lambda: c.cmd("GET", "i1").raw == b"$2\r\nb1\r\n", timeout=3, what="b's i1")
+    for _ in range(5):
+        assert c.cmd("GET", "i1").raw == b"$2\r\nb1\r\n"
+    b.client().set("i1", "b2")
+    assert [c.cmd("GET", "i1").raw for _ in range(3)] == [b"$2\r\nb2\r\n"] * 3
+    assert "tracking-upstream must lead to the same Redis as upstream" in open(p.logpath).read()
+    # back on one server: cached again
+    fwd.target = a.port
+    a.client().set("i1", "a3")
+    b.client().client_kill_filter(_type="normal")
+    wait_until(lambda: c.cmd("GET", "i1").raw == b"$2\r\na3\r\n", timeout=5, what="a again")
+    wait_tracking_active(p, stats=st)
+    wait_until(lambda: warm(c, st, ("GET", "i1")) == [b"a3"], timeout=5, what="caching again")
