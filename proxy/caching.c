@@ -907,6 +907,13 @@ static int read_kind(struct px_caching *pc, const resp_arg *a, int argc, int *sc
             if (!cache_rules_match(&pc->rules, CACHE_KIND_GET, a[i].ptr, a[i].len)) return PX_READ_NONE;
         return PX_READ_MGET;
     }
+    /* A lookup answered here joins two entries, the dentry and the attr,
+     * each as fresh as its last invalidation. Only bcast gets those in
+     * Redis's order: tracking per read, an invalidation may come after
+     * replies Redis wrote later (docs/CONSISTENCY.md), and the pair then
+     * mixes two moments (a name's old inode with that inode's attr after
+     * its unlink: review-fills F1). There lookups go to Redis. */
+    if (pc->mode != PX_TRACKING_BCAST) return PX_READ_NONE;
     *script = px_lookup_match(pc->lookup, argc, a);
     if (*script >= 0 && cache_rules_match(&pc->rules, CACHE_KIND_HGET, a[3].ptr, a[3].len)) return PX_READ_LOOKUP;
     return PX_READ_NONE;
@@ -1816,7 +1823,10 @@ static void lookup_reply(struct px_caching *pc, px_req *r, const char *data, siz
     uint64_t token = r->tag.fill_token;
     r->tag.fill_token = 0;
     int same_scripts = id.gen == px_lookup_generation(pc->lookup);
-    if (answered_off_server(r)) res = PX_LOOKUP_OTHER; /* nothing learned, nothing filled */
+    /* nothing learned, nothing filled: from another server, or sidecache's
+     * own error for a lost request (whose text, an address, could read as
+     * a missing name's) */
+    if (r->lost || answered_off_server(r)) res = PX_LOOKUP_OTHER;
     if (res == PX_LOOKUP_FOUND) {
         unsigned char be[8];
         for (int i = 0; i < 8; i++) be[i] = (unsigned char)(ino >> (56 - 8 * i));
@@ -1960,8 +1970,9 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
     struct px_caching *pc = c->srv->caching;
     if (pc == NULL) return 0;
     /* (a script's error, or one sidecache made for a lost request, says
-     * nothing of Redis's role) */
-    if (!(r->aux_flags & PX_AUX_SCRIPT) && !r->lost) {
+     * nothing of Redis's role; but a lookup script's own error is only a
+     * name's ENOENT: a BUSY, LOADING or MASTERDOWN to it is Redis's) */
+    if ((!(r->aux_flags & PX_AUX_SCRIPT) || (r->aux_flags & PX_AUX_LOOKUP)) && !r->lost) {
         px_caching_note_reply(c->srv, data, len);
     } else if (!r->lost && len > 0 && data[0] == '-' && slot_migrating(c->srv, data, len)) {
         /* a script's ASK may be its own text: only the cache stops a while */
