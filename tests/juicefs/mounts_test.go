@@ -12,7 +12,8 @@ package juicefs
 //
 //   - read-your-writes (C1): right after each of A's changes (rename, unlink,
 //     create of a name A had looked up as missing, write, chmod, move), A's
-//     lookup shows it, although A's cache held the old answer; so do B's
+//     lookup shows it, although A's cache held the old answer (bcast: in
+//     the per-read modes lookups go to Redis, reads of the parts fill); so do B's
 //     lookups after B's own creates and its rm -r;
 //   - bounded staleness (C10): B shows A's changes, and A and B show changes
 //     made directly on Redis (D's chmods, unlink, rename), within
