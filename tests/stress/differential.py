@@ -540,9 +540,9 @@ class Gen:
             else:
                 cmds = [self.cmd(True) for _ in range(n)]
             return cmds, True
-        if x < 0.21:  # a new session on this connection
+        if x < 0.395:  # a new session on this connection
             return [("reconnect", r.choice(["2", "3"]))], False
-        if x < 0.225:  # inline command
+        if x < 0.41:  # inline command
             return [("inline", r.choice(["PING", "GET i1", "get k1", "HGET d1 n1", "SET i2 inl", "EXISTS i1 i2",
                                           "MGET i1 i2", "ECHO \"a\\r\\nb\"", "GET 'i1'"]))], False
         return [self.cmd()], False
