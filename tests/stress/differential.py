@@ -544,7 +544,9 @@ class Gen:
             return [("reconnect", r.choice(["2", "3"]))], False
         if x < 0.41:  # inline command
             return [("inline", r.choice(["PING", "GET i1", "get k1", "HGET d1 n1", "SET i2 inl", "EXISTS i1 i2",
-                                          "MGET i1 i2", "ECHO \"a\\r\\nb\"", "GET 'i1'"]))], False
+                                          "MGET i1 i2", "ECHO \"a\\r\\nb\"", "GET 'i1'", "MULTI", "EXEC",
+                                          "DISCARD", "WATCH i1", "WATCH i1 d1", "UNWATCH", "SET i1 x",
+                                          "HSET d1 n1 y", "INCR i3"]))], False
         return [self.cmd()], False
 
 
