@@ -1168,7 +1168,11 @@ static int hold_for_invalidations(struct px_caching *pc, px_client *c, int was_h
      * the clients' priority); should the bytes still be there after it (a
      * message in part), it goes to Redis. */
     if (*busy || pc->unread_none_at == c->srv->io_reads) return 0;
-    if (!inv_unread(pc->inv)) {
+    /* Tracking per read, a shared connection's end is such an unread
+     * event too: Redis forgot its reads, and may have answered a write of
+     * one of them since, with no invalidation (review-loss 2). */
+    if (!inv_unread(pc->inv) &&
+        (pc->mode == PX_TRACKING_BCAST || !px_upstreams_tracked_ending(c->srv, pc->epoch))) {
         pc->unread_none_at = c->srv->io_reads;
     } else if (was_unread) {
         COUNT(pc, sent_unread, 1);

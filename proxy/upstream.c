@@ -18,6 +18,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -495,6 +496,23 @@ void px_upstreams_cron(px_server *srv, int64_t now_ms) {
         next = u->next_retired;
         up_check_timeout(u, now_ms, timeout);
     }
+}
+
+/* (POLLRDHUP: the peer's end is seen behind replies not read yet, where a
+ * one-byte MSG_PEEK would only see the first of them) */
+static int up_tracked_ending(const px_upstream *u, uint64_t epoch) {
+    if (u == NULL || u->state == PX_UP_CLOSED || u->tracked_epoch != epoch || u->io.fd < 0) return 0;
+    struct pollfd pfd = {.fd = u->io.fd, .events = POLLRDHUP};
+    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+int px_upstreams_tracked_ending(const px_server *srv, uint64_t epoch) {
+    for (const px_pool *p = srv->pools; p != NULL; p = p->next)
+        for (int i = 0; i < p->nshared; i++)
+            if (up_tracked_ending(p->shared[i], epoch)) return 1;
+    for (const px_upstream *u = srv->retired; u != NULL; u = u->next_retired)
+        if (up_tracked_ending(u, epoch)) return 1;
+    return 0;
 }
 
 /* Closes the idle connections of p given back more than

@@ -462,6 +462,12 @@ int px_resolve_address(const px_upstream_addr *a, struct sockaddr_storage *sa, u
  * hangs. Its requests get an error. From cron. */
 void px_upstreams_cron(px_server *srv, int64_t now_ms);
 
+/* 1 if Redis closed (or reset) a shared connection that tracks the cache's
+ * reads for this caching epoch (tracking-mode default, optin) and sidecache
+ * has not handled that end yet: Redis forgot what was read on it, and the
+ * end, which empties the cache, must be seen before a hit (C4). */
+int px_upstreams_tracked_ending(const px_server *srv, uint64_t epoch);
+
 /* Frees idle pools unused for a while; called from cron. */
 void px_pools_sweep(px_server *srv, int64_t now_ms);
 /* Calls fn for every open shared connection of every pool. */

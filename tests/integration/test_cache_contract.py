@@ -817,6 +817,39 @@ def test_c4_loss_of_tracked_data_connection(mode, proxy_factory, upstream):
     warm(c, st, ("GET", "i9431"))
 
 
+@pytest.mark.parametrize("mode", ["default", "optin"])
+def test_c4_a_tracked_connections_end_not_handled_yet_holds_hits(mode, proxy_factory, upstream):
+    """The case above, with the end of the killed connection and a read
+    sent after the write's reply handled in one turn of sidecache's loop,
+    the read first (sidecache stopped across the kill and the write): the
+    read waits for the end, which empties the cache, as for an invalidation
+    connection with bytes not handled yet. Before, it was answered the old
+    value (review-loss 2)."""
+    import signal
+    p, st = start_cached(proxy_factory, mode=mode, args=("--tracking-keepalive-ms", "60000"))
+    d = upstream.client()
+    d.set("i9432", "old")
+    d.set("i9433", "x")
+    c = p.raw(auth=True)
+    warm(c, st, ("GET", "i9432"), ("GET", "i9433"))
+    ids = _tracked_data_connections(upstream)
+    assert ids, "no tracked data connection found"
+    p.proc.send_signal(signal.SIGSTOP)
+    try:
+        c.send_cmd("GET", "i9433")     # the client's socket is ready first
+        time.sleep(0.05)
+        for i in ids:
+            d.execute_command("CLIENT", "KILL", "ID", i)
+        d.set("i9432", "new")          # answered, and no invalidation: nobody tracks it now
+        c.send_cmd("GET", "i9432")
+        time.sleep(0.05)
+    finally:
+        p.proc.send_signal(signal.SIGCONT)
+    assert c.read_frame(timeout=5).value == b"x"
+    assert c.read_frame(timeout=5).value == b"new", "a hit before the tracked connection's end was seen"
+    assert st.get()["cache_flushes_tracking_lost"] >= 1
+
+
 # ---------------------------------------------------------------------------
 # C5 null invalidation
 
