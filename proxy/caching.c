@@ -414,6 +414,11 @@ void px_caching_on_connect(px_server *srv, px_upstream *u) {
     if (pc != NULL && pc->mode != PX_TRACKING_BCAST && pc->active) send_tracking_on(srv, u);
 }
 
+uint64_t px_caching_tracked_epoch(const px_server *srv) {
+    const struct px_caching *pc = srv->caching;
+    return pc == NULL || pc->mode == PX_TRACKING_BCAST || !pc->active ? 0 : pc->epoch;
+}
+
 void px_caching_on_upstream_lost(px_server *srv, px_upstream *u) {
     struct px_caching *pc = srv->caching;
     if (pc == NULL || pc->mode == PX_TRACKING_BCAST || u->tracked_epoch != pc->epoch) return;

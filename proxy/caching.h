@@ -204,6 +204,11 @@ void px_caching_acl_changed(px_server *srv, int first);
  * filled the cache empties it when lost (C4). No-ops in bcast mode. */
 void px_caching_on_connect(px_server *srv, struct px_upstream *u);
 void px_caching_on_upstream_lost(px_server *srv, struct px_upstream *u);
+
+/* tracking-mode default/optin: the epoch a shared connection's tracking
+ * must have for its reads to fill (px_upstream.tracked_epoch); 0 in bcast
+ * mode, without a cache, or while tracking is off. */
+uint64_t px_caching_tracked_epoch(const px_server *srv);
 /* optin: a cacheable read about to go to u is preceded by CLIENT CACHING YES. */
 void px_caching_before_read(struct px_client *c, struct px_upstream *u, int cacheable);
 /* ... which Redis refused (err, its error frame): Redis does not track the

@@ -480,9 +480,38 @@ void px_upstreams_move_again_now(px_server *srv) {
 
 static void up_ask_server_ids(px_server *srv);
 
+/*
+ * Tracking per read (default, optin), Redis forgets what a shared
+ * connection read when it closes it, and sidecache learns of that only
+ * from the connection's end (px_caching_on_upstream_lost empties the
+ * cache). An end that never arrives (a NAT or firewall entry expired on a
+ * connection the hits left idle, then Redis closed it) would leave the
+ * cache serving until TCP's keep-alive ends the connection, minutes later.
+ * So a tracked connection that read nothing since the last cron is sent a
+ * PING: a connection Redis no longer has answers it with a reset, and one
+ * whose packets go nowhere meets upstream-timeout.
+ */
+static void up_ping_idle_tracked(px_server *srv) {
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+    uint64_t epoch = px_caching_tracked_epoch(srv);
+    if (epoch == 0) return;
+    for (px_pool *p = srv->pools; p != NULL; p = p->next)
+        for (int i = 0; i < p->nshared; i++) {
+            px_upstream *u = p->shared[i];
+            if (u == NULL || u->state != PX_UP_READY || u->tunnel || u->tracked_epoch != epoch) continue;
+            if (u->npending == 0 && u->reads == u->reads_pinged) {
+                px_req *r = px_req_new(srv, NULL, PX_REQ_DISCARD);
+                if (r == NULL) return;
+                px_upstream_send(u, r, ping, sizeof ping - 1);
+            }
+            u->reads_pinged = u->reads;
+        }
+}
+
 void px_upstreams_cron(px_server *srv, int64_t now_ms) {
     if (srv->open_access < 0) up_probe_again(srv);
     up_ask_server_ids(srv);
+    up_ping_idle_tracked(srv);
     up_check_name(srv);
     int timeout = srv->cfg->upstream_timeout;
     if (timeout <= 0) return;

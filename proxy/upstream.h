@@ -333,6 +333,8 @@ typedef struct px_upstream {
     uint64_t reads;            /* read events: progress, for upstream-timeout */
     uint64_t reads_seen;       /* ... as the last cron saw it */
     int idle_ticks;            /* crons with requests pending and no read since */
+    uint64_t reads_pinged;     /* reads as the last cron's keep-alive saw
+                                  them (up_ping_idle_tracked) */
     int named;                 /* a CLIENT SETNAME may have named it on Redis */
     int close_written;         /* close once its output is written; on
                                   srv->orphans meanwhile */

@@ -885,6 +885,54 @@ class Forwarder(Listener):
             threading.Thread(target=pump, args=(a, b), daemon=True).start()
 
 
+class SeveringForwarder(Listener):
+    """A TCP forwarder to the local port target whose connections sever()
+    cuts off silently, as a NAT or firewall entry that expired would: the
+    server's side is closed (the server frees that client), the client's
+    side stays open and hears nothing, and what the client sends after it
+    goes nowhere."""
+
+    def __init__(self, target):
+        self.target = target
+        self.pairs = []
+        self.lock = threading.Lock()
+        super().__init__()
+
+    def _accepted(self, c):
+        t = socket.create_connection((HOST, self.target))
+        pair = {"client": c, "server": t, "severed": False}
+        with self.lock:
+            self.pairs.append(pair)
+        threading.Thread(target=self._pump, args=(pair, t, c), daemon=True).start()
+        self._pump(pair, c, t)
+
+    def _pump(self, pair, a, b):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                if not pair["severed"]:
+                    b.sendall(data)
+        except OSError:
+            pass
+        if not pair["severed"]:
+            for x in (a, b):
+                try:
+                    x.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def sever(self):
+        with self.lock:
+            for pair in self.pairs:
+                pair["severed"] = True
+                try:
+                    pair["server"].shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
 def pump(a, b):
     """One direction of a TCP forwarder: what socket a receives goes to b
     until a closes or fails; then both are shut down."""

@@ -21,7 +21,7 @@ import pytest
 from cachehelpers import (MODES, RELAY_ARGS, cmd_matcher, confirm_cached, direct_read,  # noqa: F401
                           make_tracked, parse_sidecache_section, relay, relay_settle, settle, start_cached,
                           suite_tracking_mode, tracked_key, value_of, wait_stat, wait_tracking_active, warm)
-from helpers import ConnectionClosed, Err, TracedRedisServer, encode, wait_until
+from helpers import HOST, ConnectionClosed, Err, SeveringForwarder, TracedRedisServer, encode, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -848,6 +848,36 @@ def test_c4_a_tracked_connections_end_not_handled_yet_holds_hits(mode, proxy_fac
     assert c.read_frame(timeout=5).value == b"x"
     assert c.read_frame(timeout=5).value == b"new", "a hit before the tracked connection's end was seen"
     assert st.get()["cache_flushes_tracking_lost"] >= 1
+
+
+@pytest.mark.parametrize("mode", ["default", "optin"])
+def test_c4_a_tracked_connections_end_that_never_arrives_is_found_by_a_ping(mode, proxy_factory, upstream):
+    """Redis closes a tracked data connection and the end never reaches
+    sidecache (a NAT entry expired on the connection the hits left idle):
+    Redis forgot what was read there, and a direct write of it sends no
+    invalidation. sidecache PINGs an idle tracked connection once a second;
+    one whose packets go nowhere meets upstream-timeout (here 2 s), and its
+    loss empties the cache. Before, the old value was served until TCP's
+    keep-alive ended the connection, minutes later (review-loss 1)."""
+    front = SeveringForwarder(upstream.port)
+    try:
+        p, st = start_cached(proxy_factory, mode=mode, upstream_url="redis://%s:%d" % (HOST, front.port),
+                             args=("--tracking-upstream", "redis://%s:%d" % (HOST, upstream.port),
+                                   "--upstream-timeout", "2", "--upstream-connections", "1",
+                                   # (its ACL LIST, each second on a shared connection, would be such a PING)
+                                   "--acl-check-ms", "0"))
+        d = upstream.client()
+        d.set("i9434", "old")
+        c = p.raw(auth=True)
+        warm(c, st, ("GET", "i9434"))
+        assert _tracked_data_connections(upstream), "no tracked data connection"
+        front.sever()
+        wait_until(lambda: _tracked_data_connections(upstream) == [], what="Redis to free the connection")
+        d.set("i9434", "new")
+        wait_until(lambda: c.cmd("GET", "i9434").value == b"new", timeout=8, interval=0.1,
+                   what="the loss of the severed connection to empty the cache")
+    finally:
+        front.stop_accepting()
 
 
 # ---------------------------------------------------------------------------
