@@ -63,6 +63,17 @@ def test_checker_detects_a_stale_cache(upstream):
     assert any("acknowledged" in v for v in res.violations)
 
 
+def one_writer_four_readers(writer, reader):
+    """Runs writer() and reader(seed, protocol) four times (RESP2 and RESP3
+    in turn) in threads of their own, until all return."""
+    threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader, args=(i, 2 + i % 2))
+                                                   for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+
+
 GROUP = ["i70%02d" % k for k in range(1, 7)]
 
 
@@ -119,12 +130,7 @@ def test_an_mget_never_mixes_values_of_keys_a_transaction_changed_together(mode,
             errors.append(("reader", repr(ex)))
 
     before = st.get()
-    threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader, args=(i, 2 + i % 2))
-                                                   for i in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(30)
+    one_writer_four_readers(writer, reader)
     after = st.get()
     merged = after["cache_mget_partial"] - before["cache_mget_partial"]
     whole = after["cache_mget_hits"] - before["cache_mget_hits"]
@@ -223,12 +229,7 @@ def test_a_lookup_never_pairs_a_dentry_and_an_attr_of_two_versions(mode, proxy_f
             errors.append(("reader", repr(ex)))
 
     before = st.get()
-    threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader, args=(i, 2 + i % 2))
-                                                   for i in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(30)
+    one_writer_four_readers(writer, reader)
     hits = st.get()["cache_script_hits"] - before["cache_script_hits"]
     print("%s: %d lookups, %d from the cache, %d of two versions %r" % (mode, lookups[0], hits, len(bad), bad[:3]))
     assert not errors, errors[:3]
