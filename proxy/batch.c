@@ -119,11 +119,17 @@ int px_batch_eligible(px_client *c) {
 }
 
 int px_batch_add(px_client *c, px_upstream *u, const char *data, size_t len) {
-    /* (never another connection while a batch is open: its requests hold
-     * the client's slots, so dispatch makes a request for another wait;
-     * two blocks in flight on two connections would break the order an
-     * EXECABORT's replay relies on: review-txn 2) */
-    assert(c->batch_count == 0 || c->batch_up == u);
+    /* Never another connection while a batch is open: its requests hold
+     * the client's slots, so dispatch makes a request for another wait.
+     * Two blocks in flight on two connections would break the order an
+     * EXECABORT's replay relies on (review-txn 2): should a change of the
+     * dispatch ever allow it, the client goes, not the order. */
+    if (c->batch_count > 0 && c->batch_up != u) {
+        px_warning("client id=%llu: a write batch was to span two upstream connections (a bug): client closed",
+                   (unsigned long long)c->id);
+        px_client_close(c, "internal error: write batch on two connections");
+        return -1;
+    }
     px_req *r = px_req_new(c->srv, c, PX_REQ_CLIENT);
     if (r == NULL || px_frames_append(&c->batch_frames, data, len) != 0) {
         if (r != NULL) px_req_release(c->srv, r);

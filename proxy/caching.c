@@ -414,6 +414,10 @@ void px_caching_on_connect(px_server *srv, px_upstream *u) {
     if (pc != NULL && pc->mode != PX_TRACKING_BCAST && pc->active) send_tracking_on(srv, u);
 }
 
+int px_caching_is_lookup_call(const px_server *srv, int argc, const resp_arg *argv) {
+    return srv->caching != NULL && px_lookup_match(srv->caching->lookup, argc, argv) >= 0;
+}
+
 uint64_t px_caching_tracked_epoch(const px_server *srv) {
     const struct px_caching *pc = srv->caching;
     return pc == NULL || pc->mode == PX_TRACKING_BCAST || !pc->active ? 0 : pc->epoch;
@@ -1979,9 +1983,8 @@ int px_caching_on_reply(px_client *c, px_req *r, const char *data, size_t len, r
     struct px_caching *pc = c->srv->caching;
     if (pc == NULL) return 0;
     /* (a script's error, or one sidecache made for a lost request, says
-     * nothing of Redis's role; but a lookup script's own error is only a
-     * name's ENOENT: a BUSY, LOADING or MASTERDOWN to it is Redis's) */
-    if ((!(r->aux_flags & PX_AUX_SCRIPT) || (r->aux_flags & PX_AUX_LOOKUP)) && !r->lost) {
+     * nothing of Redis's role: but a lookup's, not PX_AUX_SCRIPT, does) */
+    if (!(r->aux_flags & PX_AUX_SCRIPT) && !r->lost) {
         px_caching_note_reply(c->srv, data, len);
     } else if (!r->lost && len > 0 && data[0] == '-' && slot_migrating(c->srv, data, len)) {
         /* a script's ASK may be its own text: only the cache stops a while */

@@ -209,6 +209,11 @@ void px_caching_on_upstream_lost(px_server *srv, struct px_upstream *u);
  * must have for its reads to fill (px_upstream.tracked_epoch); 0 in bcast
  * mode, without a cache, or while tracking is off. */
 uint64_t px_caching_tracked_epoch(const px_server *srv);
+
+/* Is this request an EVALSHA of a known JuiceFS lookup script? Its own
+ * only error is a name's ENOENT: any other (BUSY, LOADING, MOVED ...) is
+ * Redis's, as for a GET, in every tracking mode. */
+int px_caching_is_lookup_call(const px_server *srv, int argc, const resp_arg *argv);
 /* optin: a cacheable read about to go to u is preceded by CLIENT CACHING YES. */
 void px_caching_before_read(struct px_client *c, struct px_upstream *u, int cacheable);
 /* ... which Redis refused (err, its error frame): Redis does not track the

@@ -958,7 +958,9 @@ static px_req *forward_current(px_client *c, px_upstream *u, const char *frame) 
     if (r != NULL && !c->in_multi) {
         if (wants_info_section(c)) r->aux_flags |= PX_AUX_INFO;
         if (wants_cluster_rewrite(c)) r->aux_flags |= PX_AUX_CLUSTER_SLOTS;
-        if (is_script_call(c)) r->aux_flags |= PX_AUX_SCRIPT;
+        /* (a JuiceFS lookup's errors but ENOENT are Redis's: review-fills F3) */
+        if (is_script_call(c) && !px_caching_is_lookup_call(c->srv, c->rq.argc, c->rq.argv))
+            r->aux_flags |= PX_AUX_SCRIPT;
         if (resp_acl_changes(c->rq.argc, c->rq.argv)) r->aux_flags |= PX_AUX_ACL;
     }
     return r;

@@ -487,8 +487,8 @@ static void up_ask_server_ids(px_server *srv);
  * cache). An end that never arrives (a NAT or firewall entry expired on a
  * connection the hits left idle, then Redis closed it) would leave the
  * cache serving until TCP's keep-alive ends the connection, minutes later.
- * So a tracked connection that read nothing since the last cron is sent a
- * PING: a connection Redis no longer has answers it with a reset, and one
+ * So a tracked connection that filled the cache and read nothing since the
+ * last cron is sent a PING: a connection Redis no longer has answers it with a reset, and one
  * whose packets go nowhere meets upstream-timeout.
  */
 static void up_ping_idle_tracked(px_server *srv) {
@@ -498,7 +498,9 @@ static void up_ping_idle_tracked(px_server *srv) {
     for (px_pool *p = srv->pools; p != NULL; p = p->next)
         for (int i = 0; i < p->nshared; i++) {
             px_upstream *u = p->shared[i];
-            if (u == NULL || u->state != PX_UP_READY || u->tunnel || u->tracked_epoch != epoch) continue;
+            /* (one whose reads filled nothing leaves nothing to forget) */
+            if (u == NULL || u->state != PX_UP_READY || u->tunnel || u->tracked_epoch != epoch || !u->filled)
+                continue;
             if (u->npending == 0 && u->reads == u->reads_pinged) {
                 px_req *r = px_req_new(srv, NULL, PX_REQ_DISCARD);
                 if (r == NULL) return;
@@ -508,11 +510,7 @@ static void up_ping_idle_tracked(px_server *srv) {
         }
 }
 
-void px_upstreams_cron(px_server *srv, int64_t now_ms) {
-    if (srv->open_access < 0) up_probe_again(srv);
-    up_ask_server_ids(srv);
-    up_ping_idle_tracked(srv);
-    up_check_name(srv);
+static void up_check_timeouts(px_server *srv, int64_t now_ms) {
     int timeout = srv->cfg->upstream_timeout;
     if (timeout <= 0) return;
     for (px_pool *p = srv->pools; p != NULL; p = p->next)
@@ -527,21 +525,51 @@ void px_upstreams_cron(px_server *srv, int64_t now_ms) {
     }
 }
 
-/* (POLLRDHUP: the peer's end is seen behind replies not read yet, where a
- * one-byte MSG_PEEK would only see the first of them) */
-static int up_tracked_ending(const px_upstream *u, uint64_t epoch) {
-    if (u == NULL || u->state == PX_UP_CLOSED || u->tracked_epoch != epoch || u->io.fd < 0) return 0;
-    struct pollfd pfd = {.fd = u->io.fd, .events = POLLRDHUP};
-    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+void px_upstreams_cron(px_server *srv, int64_t now_ms) {
+    if (srv->open_access < 0) up_probe_again(srv);
+    up_ask_server_ids(srv);
+    up_check_name(srv);
+    up_check_timeouts(srv, now_ms);
+    /* (after the timeouts: a PING sent now counts its first second at the
+     * next cron, as a client's request does) */
+    up_ping_idle_tracked(srv);
+}
+
+/* The tracked connections' ends are asked in one poll of up to this many;
+ * more (many pools) take more polls. */
+#define PX_ENDING_POLL 32
+
+/* Polls fds[0..n) for a peer's end: 1 if one has ended. (POLLRDHUP sees
+ * the end behind replies not read yet, where a one-byte MSG_PEEK would see
+ * only the first of them.) */
+static int any_ended(struct pollfd *fds, int n) {
+    if (n == 0 || poll(fds, (nfds_t)n, 0) <= 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) return 1;
+    return 0;
+}
+
+/* Adds u to fds when its reads filled the cache under this epoch's
+ * tracking (a connection that filled nothing leaves nothing to forget);
+ * returns 1 when fds is full and was found to hold an end. */
+static int add_tracked(struct pollfd *fds, int *n, const px_upstream *u, uint64_t epoch) {
+    if (u == NULL || u->state == PX_UP_CLOSED || u->tracked_epoch != epoch || !u->filled || u->io.fd < 0) return 0;
+    fds[(*n)++] = (struct pollfd){.fd = u->io.fd, .events = POLLRDHUP};
+    if (*n < PX_ENDING_POLL) return 0;
+    int ended = any_ended(fds, *n);
+    *n = 0;
+    return ended;
 }
 
 int px_upstreams_tracked_ending(const px_server *srv, uint64_t epoch) {
+    struct pollfd fds[PX_ENDING_POLL];
+    int n = 0;
     for (const px_pool *p = srv->pools; p != NULL; p = p->next)
         for (int i = 0; i < p->nshared; i++)
-            if (up_tracked_ending(p->shared[i], epoch)) return 1;
+            if (add_tracked(fds, &n, p->shared[i], epoch)) return 1;
     for (const px_upstream *u = srv->retired; u != NULL; u = u->next_retired)
-        if (up_tracked_ending(u, epoch)) return 1;
-    return 0;
+        if (add_tracked(fds, &n, u, epoch)) return 1;
+    return any_ended(fds, n);
 }
 
 /* Closes the idle connections of p given back more than
