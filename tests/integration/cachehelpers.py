@@ -1079,6 +1079,12 @@ def _bcast(st):
     return getattr(st.ep, "tracking_mode", "bcast") == "bcast"
 
 
+def caches_lookups(st):
+    """Lookups are answered from the cache in bcast only (README, Tracking
+    modes): False when SIDECACHE_ARGS runs the suite in another mode."""
+    return _bcast(st)
+
+
 def warm(c, st, *reads, attempts=5):
     """Reads each command on the proxy connection c until a read is served
     from the cache (cache_hits moved by exactly 1), and asserts that happens

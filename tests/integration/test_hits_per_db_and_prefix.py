@@ -13,7 +13,7 @@ sweep probed them by hand:
 """
 import pytest
 
-from cachehelpers import RELAY_ARGS, relay, start_cached, warm  # noqa: F401 (relay: fixture)
+from cachehelpers import RELAY_ARGS, caches_lookups, relay, start_cached, warm  # noqa: F401 (relay: fixture)
 from helpers import encode
 from test_lookup_script import LOOKUP_V1, SHA_V1, dentry
 
@@ -56,7 +56,8 @@ def test_hits_byte_identical_per_db_and_protocol(proxy_factory, upstream, ref, p
     warm(c, st, ("GET", "i5"), ("HGET", "d1", "f"), ("GET", "i404"))
     for _ in range(2):          # lookup hits count twice in cache_hits: not warm()ed
         c.cmd(*lookup("a")), c.cmd(*lookup("nosuch"))
-    assert st.get()["cache_script_hits"] >= 2
+    if caches_lookups(st):
+        assert st.get()["cache_script_hits"] >= 2
     r = ref.raw()
     if proto == 3:
         r.cmd("HELLO", "3")

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from cachehelpers import MODES, RELAY_ARGS, cmd_matcher, relay, relay_settle, start_cached, warm  # noqa: F401
+from cachehelpers import MODES, RELAY_ARGS, caches_lookups, cmd_matcher, relay, relay_settle, start_cached, warm  # noqa: F401
 from exacthelpers import diff_transcripts
 from helpers import Err, encode
 
@@ -227,7 +227,7 @@ def test_every_kind_of_lookup_matches_redis_repeatedly(cached, upstream, ref, sc
     for _ in range(5):
         c.both(*lookup(sha, "d1", "file"))
     h1 = script_hits(st)
-    if h0 is not None:
+    if h0 is not None and caches_lookups(st):
         assert h1 - h0 >= 4, "5 lookups of a cached name, %d script hits" % (h1 - h0)
     c.close()
 
@@ -252,7 +252,7 @@ def test_missing_name_repeated_and_mixed_protocols(cached, upstream, ref, script
             for _ in range(4):
                 c.both(*lookup(sha, "d1", name), what="proto %d" % proto)
     h1 = script_hits(st)
-    if h0 is not None:
+    if h0 is not None and caches_lookups(st):
         assert h1 - h0 >= 24, "36 lookups of missing names, only %d script hits" % (h1 - h0)
     c.close()
 
@@ -747,7 +747,7 @@ def test_c8_lookup_not_answered_where_redis_denies_the_name_key(proxy_factory, u
     # the allowed names are answered from the entries their lookups filled
     with st.delta() as dl:
         assert c.cmd(*lookup(SHA_V1, "d1", "okname")).raw == found(2, b"attr")
-    assert dl["cache_script_hits"] == 1
+    assert dl["cache_script_hits"] == (1 if caches_lookups(st) else 0)
 
 
 def test_c8_lookup_not_answered_where_the_scripts_own_get_is_denied(proxy_factory, upstream):
