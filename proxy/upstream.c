@@ -480,6 +480,12 @@ void px_upstreams_move_again_now(px_server *srv) {
 
 static void up_ask_server_ids(px_server *srv);
 
+/* u's reads filled the cache under this epoch's tracking (default, optin):
+ * Redis remembers them on u, and forgets them if it ends u. */
+static int up_filled_tracked(const px_upstream *u, uint64_t epoch) {
+    return u != NULL && u->tracked_epoch == epoch && u->filled;
+}
+
 /*
  * Tracking per read (default, optin), Redis forgets what a shared
  * connection read when it closes it, and sidecache learns of that only
@@ -499,8 +505,7 @@ static void up_ping_idle_tracked(px_server *srv) {
         for (int i = 0; i < p->nshared; i++) {
             px_upstream *u = p->shared[i];
             /* (one whose reads filled nothing leaves nothing to forget) */
-            if (u == NULL || u->state != PX_UP_READY || u->tunnel || u->tracked_epoch != epoch || !u->filled)
-                continue;
+            if (!up_filled_tracked(u, epoch) || u->state != PX_UP_READY || u->tunnel) continue;
             if (u->npending == 0 && u->reads == u->reads_pinged) {
                 px_req *r = px_req_new(srv, NULL, PX_REQ_DISCARD);
                 if (r == NULL) return;
@@ -553,7 +558,7 @@ static int any_ended(struct pollfd *fds, int n) {
  * tracking (a connection that filled nothing leaves nothing to forget);
  * returns 1 when fds is full and was found to hold an end. */
 static int add_tracked(struct pollfd *fds, int *n, const px_upstream *u, uint64_t epoch) {
-    if (u == NULL || u->state == PX_UP_CLOSED || u->tracked_epoch != epoch || !u->filled || u->io.fd < 0) return 0;
+    if (!up_filled_tracked(u, epoch) || u->state == PX_UP_CLOSED || u->io.fd < 0) return 0;
     fds[(*n)++] = (struct pollfd){.fd = u->io.fd, .events = POLLRDHUP};
     if (*n < PX_ENDING_POLL) return 0;
     int ended = any_ended(fds, *n);
