@@ -1142,6 +1142,14 @@ void px_caching_mget_request(px_client *c, const char **data, size_t *len) {
  * (a wake calls it back), else 0, with *busy set when it must go to Redis
  * instead. was_held, was_unread: it waited before, for a PING or a turn.
  */
+/* Has the loop news of a change not handled yet: bytes unread on the
+ * invalidation connection, or, tracking per read, a tracked shared
+ * connection's end (Redis forgot its reads, and may have answered a write
+ * of one of them since, with no invalidation: review-loss 2)? */
+static int news_unread(struct px_caching *pc, px_server *srv) {
+    return inv_unread(pc->inv) || (pc->mode != PX_TRACKING_BCAST && px_upstreams_tracked_ending(srv, pc->epoch));
+}
+
 static int hold_for_invalidations(struct px_caching *pc, px_client *c, int was_held, int was_unread, int *busy) {
     /* An invalidation may be behind a reply the client has seen from
      * Redis (inv_hold_mark): the read waits for the PINGs unanswered when
@@ -1177,11 +1185,7 @@ static int hold_for_invalidations(struct px_caching *pc, px_client *c, int was_h
      * the clients' priority); should the bytes still be there after it (a
      * message in part), it goes to Redis. */
     if (*busy || pc->unread_none_at == c->srv->io_reads) return 0;
-    /* Tracking per read, a shared connection's end is such an unread
-     * event too: Redis forgot its reads, and may have answered a write of
-     * one of them since, with no invalidation (review-loss 2). */
-    if (!inv_unread(pc->inv) &&
-        (pc->mode == PX_TRACKING_BCAST || !px_upstreams_tracked_ending(c->srv, pc->epoch))) {
+    if (!news_unread(pc, c->srv)) {
         pc->unread_none_at = c->srv->io_reads;
     } else if (was_unread) {
         COUNT(pc, sent_unread, 1);
@@ -1757,11 +1761,13 @@ static int mget_reply(struct px_caching *pc, px_server *srv, px_req *r, const ch
      * held. Or the invalidation connection has bytes not handled yet
      * (inv_unread: libevent reads it 16 KB at a time, and a burst of
      * invalidations takes more than one pass): Redis wrote them before
-     * this reply, and one may purge a cached value of the plan. */
+     * this reply, and one may purge a cached value of the plan. Tracking
+     * per read, so may a tracked connection's end not handled yet
+     * (news_unread; review-modes M2). */
     int off_server = answered_off_server(r);
     int resend = merge && (off_server || inv_ping_hold_ms(pc->inv) != 0 ||
                            ((h.seq != change_seq(pc) || h.may_expire) && !plan_still_cached(pc, &h, plan, plen, now)) ||
-                           inv_unread(pc->inv));
+                           news_unread(pc, srv));
     if (resend) merge = 0;
     if (merge) resp_enc_array(out, h.n);
     plan_item it;

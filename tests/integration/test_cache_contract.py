@@ -766,16 +766,22 @@ def test_c4_no_hits_until_tracking_confirmed(mode, relay, proxy_factory, upstrea
     warm(c, st, ("GET", "i9421"))
 
 
-def _tracked_data_connections(server):
-    """Redis's ids of the proxy's data connections that have tracking on."""
+def _tracked_data_connection_commands(server):
+    """Redis's view of the proxy's data connections that have tracking on:
+    id -> the last command each ran."""
     with server.raw(auth=True) as c:
         lst = bytes(c.call("CLIENT", "LIST", "TYPE", "normal")).decode()
-    out = []
+    out = {}
     for line in lst.splitlines():
         f = dict(kv.split("=", 1) for kv in line.split(" ") if "=" in kv)
         if "t" in f.get("flags", "") and f.get("sub") == "0":
-            out.append(f["id"])
+            out[f["id"]] = f.get("cmd")
     return out
+
+
+def _tracked_data_connections(server):
+    """Redis's ids of the proxy's data connections that have tracking on."""
+    return list(_tracked_data_connection_commands(server))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -848,6 +854,64 @@ def test_c4_a_tracked_connections_end_not_handled_yet_holds_hits(mode, proxy_fac
     assert c.read_frame(timeout=5).value == b"x"
     assert c.read_frame(timeout=5).value == b"new", "a hit before the tracked connection's end was seen"
     assert st.get()["cache_flushes_tracking_lost"] >= 1
+
+
+@pytest.mark.parametrize("mode", ["default", "optin"])
+def test_c4_an_mget_merge_waits_for_a_tracked_connections_end_not_handled_yet(mode, relay, proxy_factory,
+                                                                                upstream):
+    """The case above for an MGET partly answered from the cache: i9701
+    cached from a read on connection A; the MGET's other key, i9702, read
+    from Redis on connection B. Redis closes A (CLIENT KILL) and forgets
+    that A read i9701; a transaction then changes both keys, and no
+    invalidation is sent for either; B's part runs after it (new). A's end
+    and B's reply reach sidecache in one turn of its loop, B's first (a
+    reply of another client's was waiting on B). The merge must not take
+    the cached old i9701 beside the new i9702, a pair Redis never held: it
+    is sent again whole, as when the invalidation connection has bytes not
+    handled yet. Before, it answered [old, new] (review-modes M2)."""
+    import signal
+    p, st = start_cached(proxy_factory, up=relay, mode=mode,
+                         args=RELAY_ARGS + ("--upstream-connections", "1", "--acl-check-ms", "0"))
+    d = upstream.client()
+    d.set("i9701", "old")
+    d.set("i9702", "old")
+    d.set("i9709", "x")
+    x = p.raw(auth=True)                 # RESP2 pool: connection A
+    y = p.raw(auth=True, protocol=3)     # RESP3 pool: connection B
+    w = p.raw(auth=True, protocol=3)     # RESP3 pool too: connection B
+    warm(x, st, ("GET", "i9701"))        # cached, read on A only
+    warm(y, st, ("GET", "i9708"))        # B tracked (its reads may fill)
+    y.cmd("MGET", "i9707")               # the client's first MGET goes whole
+    w.cmd("HGET", "d9709", "f")          # B's last command: HGET, to tell A and B apart
+    conns = _tracked_data_connection_commands(upstream)
+    a = [i for i, cmd in conns.items() if cmd == "get"]
+    b = [i for i, cmd in conns.items() if cmd == "hget"]
+    assert len(a) == 1 and len(b) == 1 and a != b, conns
+    held = relay.hold_reply(cmd_matcher("GET", "i9709"))
+    rest = relay.hold_request(cmd_matcher("MGET", "i9702"))
+    try:
+        w.send_cmd("GET", "i9709")           # its reply waits in the relay
+        held.wait()
+        y.send_cmd("MGET", "i9701", "i9702")  # i9701 from the cache; MGET i9702 held before Redis
+        rest.wait()
+        p.proc.send_signal(signal.SIGSTOP)
+        try:
+            held.release()                   # B has bytes to read in the loop's next turn
+            time.sleep(0.05)
+            d.execute_command("CLIENT", "KILL", "ID", a[0])   # Redis forgets what A read
+            time.sleep(0.05)                 # (the relay passes A's end on)
+            with upstream.raw(auth=True) as t:
+                t.raw_cmds([("MULTI",), ("SET", "i9701", "new"), ("SET", "i9702", "new"), ("EXEC",)])
+            rest.release()                   # Redis reads i9702 now: new
+            time.sleep(0.1)
+        finally:
+            p.proc.send_signal(signal.SIGCONT)
+        assert w.read_frame(timeout=5).value == b"x"
+        got = y.read_frame(timeout=5).value
+    finally:
+        held.release()
+        rest.release()
+    assert got == [b"new", b"new"], "MGET gave %r: Redis held (old, old), then (new, new)" % (got,)
 
 
 @pytest.mark.parametrize("mode", ["default", "optin"])
