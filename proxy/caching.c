@@ -1136,12 +1136,6 @@ void px_caching_mget_request(px_client *c, const char **data, size_t *len) {
     *len = pc->plan_req.len;
 }
 
-/*
- * C10: a cacheable read that may be answered here waits while an
- * invalidation may be on its way. Returns PX_CACHING_WAIT when it waits
- * (a wake calls it back), else 0, with *busy set when it must go to Redis
- * instead. was_held, was_unread: it waited before, for a PING or a turn.
- */
 /* Has the loop news of a change not handled yet: bytes unread on the
  * invalidation connection, or, tracking per read, a tracked shared
  * connection's end (Redis forgot its reads, and may have answered a write
@@ -1150,6 +1144,12 @@ static int news_unread(struct px_caching *pc, px_server *srv) {
     return inv_unread(pc->inv) || (pc->mode != PX_TRACKING_BCAST && px_upstreams_tracked_ending(srv, pc->epoch));
 }
 
+/*
+ * C10: a cacheable read that may be answered here waits while an
+ * invalidation may be on its way. Returns PX_CACHING_WAIT when it waits
+ * (a wake calls it back), else 0, with *busy set when it must go to Redis
+ * instead. was_held, was_unread: it waited before, for a PING or a turn.
+ */
 static int hold_for_invalidations(struct px_caching *pc, px_client *c, int was_held, int was_unread, int *busy) {
     /* An invalidation may be behind a reply the client has seen from
      * Redis (inv_hold_mark): the read waits for the PINGs unanswered when
