@@ -84,6 +84,7 @@ struct px_caching {
     uint64_t read_ok[66][4];
     /* flushes by cause */
     uint64_t flush_tracking, flush_null, flush_write, flush_failover, flush_acl, flush_caching;
+    uint64_t tracking_refused; /* CLIENT TRACKING refusals (default/optin) */
     /* the volume's cluster slot migrating (slotwatch.h): no hit, no fill */
     int slot_unstable;
     int moving;               /* px_caching_upstream_moved restarts tracking */
@@ -444,6 +445,36 @@ void px_caching_before_read(px_client *c, px_upstream *u, int cacheable) {
         px_upstream_send(u, r, caching_yes, sizeof caching_yes - 1);
     else
         u->caching_refused = px_acl_mark(c->srv); /* the read goes untracked: no fill */
+}
+
+void px_caching_tracking_refused(px_server *srv, px_upstream *u, uint64_t epoch, const char *err, size_t len) {
+    struct px_caching *pc = srv->caching;
+    /* (sent before tracking restarted, naming an invalidation connection
+     * that may be gone: the restart sent it again) */
+    if (pc == NULL || epoch != pc->epoch || !pc->active) return;
+    pc->tracking_refused++;
+    /* (nothing to flush: the connection fills nothing under this epoch) */
+    if (resp_frame_is_transient_error(err, len)) {
+        u->tracking_again = 1;
+        return;
+    }
+    if (u->tracking_refused == px_acl_mark(srv)) return;
+    u->tracking_refused = px_acl_mark(srv);
+    size_t n = len >= 3 ? len - 3 : 0; /* "-" ... "\r\n" */
+    px_warning("CLIENT TRACKING refused by Redis (%.*s): reads on upstream connection %llu are not cached "
+               "(tracking-mode %s: its user must be allowed CLIENT TRACKING; asked again when the ACL changes)",
+               (int)(n > 200 ? 200 : n), err + 1, (unsigned long long)u->id,
+               pc->mode == PX_TRACKING_OPTIN ? "optin" : "default");
+}
+
+/* At a cron: a connection refused tracking for a while (BUSY, LOADING), or
+ * before the ACL last changed, asks again. */
+static void track_again(px_server *srv, px_upstream *u) {
+    int acl_moved = u->tracking_refused != 0 && u->tracking_refused != px_acl_mark(srv);
+    if (!u->tracking_again && !acl_moved) return;
+    u->tracking_again = 0;
+    if (acl_moved) u->tracking_refused = 0;
+    if (u->owner == NULL && !u->retired && u->tracked_epoch != srv->caching->epoch) send_tracking_on(srv, u);
 }
 
 void px_caching_caching_refused(px_server *srv, px_upstream *u, const char *err, size_t len) {
@@ -1121,6 +1152,7 @@ static int mget_try(struct px_caching *pc, px_client *c, uint32_t part, int busy
 void px_caching_cron(px_server *srv) {
     struct px_caching *pc = srv->caching;
     if (pc == NULL) return;
+    if (pc->mode != PX_TRACKING_BCAST && pc->active) px_pools_foreach_shared(srv, track_again);
     /* (neither is needed between two events: a plan moves to its request,
      * or is answered, in the dispatch that made it; the request of the
      * missing keys is copied out there too) */
@@ -2141,6 +2173,7 @@ void px_caching_collect(px_server *srv, px_stats *s) {
     s->cache_flushes_failover = pc->flush_failover;
     s->cache_flushes_acl_changed = pc->flush_acl;
     s->cache_flushes_caching_refused = pc->flush_caching;
+    s->cache_tracking_refused = pc->tracking_refused;
     s->cache_flushes_slot_migrating = pc->flush_slot;
     s->cache_flushes_redis_busy = pc->flush_busy;
     s->cluster_slot_migrating = (uint64_t)pc->slot_unstable;

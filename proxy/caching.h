@@ -214,6 +214,12 @@ uint64_t px_caching_tracked_epoch(const px_server *srv);
  * only error is a name's ENOENT: any other (BUSY, LOADING, MOVED ...) is
  * Redis's, as for a GET, in every tracking mode. */
 int px_caching_is_lookup_call(const px_server *srv, int argc, const resp_arg *argv);
+/* default/optin: Redis refused u's CLIENT TRACKING ON REDIRECT, sent for
+ * tracking epoch `epoch` (err, its error frame): u's reads fill nothing.
+ * Warned of once; asked again at a cron when the refusal was a passing
+ * state (BUSY, LOADING), or once the ACL changed. */
+void px_caching_tracking_refused(px_server *srv, struct px_upstream *u, uint64_t epoch, const char *err,
+                                 size_t len);
 /* optin: a cacheable read about to go to u is preceded by CLIENT CACHING YES. */
 void px_caching_before_read(struct px_client *c, struct px_upstream *u, int cacheable);
 /* ... which Redis refused (err, its error frame): Redis does not track the

@@ -78,6 +78,7 @@ struct px_server;
     X(cache_flushes_failover, counter, "Flushes: Redis answered LOADING, READONLY, MASTERDOWN, CLUSTERDOWN or MOVED") \
     X(cache_flushes_acl_changed, counter, "Flushes: ACL LIST on Redis changed (acl-check-ms)")                \
     X(cache_flushes_caching_refused, counter, "Flushes: Redis refused CLIENT CACHING YES (tracking-mode optin)") \
+    X(cache_tracking_refused, counter, "Data connections refused CLIENT TRACKING by Redis (tracking-mode default, optin): their reads are not cached") \
     X(cache_flushes_slot_migrating, counter, "Flushes: the volume's cluster slot began to migrate (ASK)")        \
     X(cache_flushes_redis_busy, counter, "Flushes: a BUSY from Redis dropped cached entries (a script past busy-reply-threshold; not counted when the cache was empty)")   \
     X(cluster_slot_migrating, gauge, "1 while the volume's cluster slot migrates: the cache is off")       \

@@ -1675,10 +1675,15 @@ static void up_on_frame(px_upstream *u, const char *data, size_t len) {
     r->pending = 0;
     if (u->tunnel) up_release_held(u);
     switch (r->kind) {
-    case PX_REQ_TRACKING:
-        if (!is_err) u->tracked_epoch = r->tag.tracking_epoch;
+    case PX_REQ_TRACKING: {
+        uint64_t epoch = r->tag.tracking_epoch;
         px_req_release(u->srv, r);
+        if (!is_err)
+            u->tracked_epoch = epoch;
+        else
+            px_caching_tracking_refused(u->srv, u, epoch, data, len);
         break;
+    }
     case PX_REQ_CACHING:
         px_req_release(u->srv, r);
         if (is_err) px_caching_caching_refused(u->srv, u, data, len);

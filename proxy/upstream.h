@@ -329,6 +329,11 @@ typedef struct px_upstream {
     uint64_t caching_refused;  /* px_acl_mark() when Redis refused it CLIENT
                                   CACHING YES (optin): its reads fill nothing
                                   while that mark holds */
+    uint64_t tracking_refused; /* px_acl_mark() when Redis refused it CLIENT
+                                  TRACKING (default/optin: its reads fill
+                                  nothing); asked again once the mark moves */
+    int tracking_again;        /* ... refused for a while only (BUSY,
+                                  LOADING): asked again at the next cron */
     int filled;                /* a fill was read on this connection */
     uint64_t reads;            /* read events: progress, for upstream-timeout */
     uint64_t reads_seen;       /* ... as the last cron saw it */

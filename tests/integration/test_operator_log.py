@@ -8,7 +8,8 @@ import time
 import pytest
 import redis
 
-from helpers import HOST, wait_until
+from cachehelpers import start_cached
+from helpers import HOST, REDIS_VERSION, wait_until
 
 pytestmark = pytest.mark.proxy_only
 
@@ -123,3 +124,38 @@ def test_the_upstream_user_of_deploy_md_is_enough(redis_factory, proxy_factory):
     assert [line for line in log_text(p).splitlines()
             if "level=warning" in line and "maxclients lowered" not in line] == [], log_text(p)
     assert "refused ACL LIST" not in log_text(p)
+
+
+@pytest.mark.skipif(REDIS_VERSION < (7, 0), reason="an ACL that takes one subcommand away needs Redis 7")
+@pytest.mark.parametrize("mode", ["default", "optin"])
+def test_a_user_refused_client_tracking_is_warned_of_and_asked_again_once_allowed(mode, proxy_factory, upstream):
+    """Tracking per read, each shared connection sends CLIENT TRACKING ON
+    REDIRECT as the user of its pool. A user whose ACL refuses it gets no
+    cache (its reads are not tracked, so they must fill nothing): the
+    operator is told so, once, and INFO counts it. Once the ACL allows it
+    (seen by acl-check-ms), the connection asks again and its reads are
+    cached. Before, the refusal was dropped without a word, and never asked
+    again (review-modes M1)."""
+    d = upstream.client()
+    d.execute_command("ACL", "SETUSER", "bob", "on", ">pw", "~*", "&*", "+@all", "-client|tracking")
+    d.set("i5", "v")
+    p, st = start_cached(proxy_factory, mode=mode)
+    bob = p.raw()
+    assert bob.cmd("AUTH", "bob", "pw").raw == b"+OK\r\n"
+    assert bob.cmd("GET", "i5").value == b"v"
+    needle = "CLIENT TRACKING refused by Redis"
+    wait_until(lambda: warnings(p, needle), timeout=10, what="the warning")
+    assert "NOPERM" in warnings(p, needle)[0], warnings(p, needle)
+    assert st.get()["cache_tracking_refused"] >= 1
+    with st.delta() as dd:
+        for _ in range(5):
+            assert bob.cmd("GET", "i5").value == b"v"
+    assert dd["cache_hits"] == 0, dict(dd)
+    assert len(warnings(p, needle)) == 1, warnings(p, needle)
+    d.execute_command("ACL", "SETUSER", "bob", "+client|tracking")
+    hits = st.get()["cache_hits"]
+
+    def cached():
+        assert bob.cmd("GET", "i5").value == b"v"
+        return st.get()["cache_hits"] > hits
+    wait_until(cached, timeout=10, interval=0.1, what="bob's reads cached once the ACL allows tracking")
