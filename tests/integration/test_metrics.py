@@ -60,8 +60,8 @@ def test_metrics_match_info(proxy_factory, upstream):
             assert m["sidecache_" + k] == v, (k, m["sidecache_" + k], v)
     assert m["sidecache_cache_hits"] >= 20
     assert m["sidecache_tracking_active"] == 1
-    assert re.search(r'^sidecache_info\{version="[^"]+",tracking_mode="bcast",tracking_state="active"\} 1$',
-                     text, re.M), text[:400]
+    assert re.search(r'^sidecache_info\{version="[^"]+",tracking_mode="%s",tracking_state="active"\} 1$'
+                     % re.escape(p.tracking_mode), text, re.M), text[:400]
     # histograms: cumulative buckets, +Inf == count, hits counted
     for h in ("hit_seconds", "upstream_seconds"):
         assert "# TYPE sidecache_%s histogram" % h in text
