@@ -282,6 +282,13 @@ static void on_ping_answered(void *arg) {
  * answers reads BUSY, and nothing fills. A keep-alive PING is outstanding
  * when Redis begins to answer, and is answered in that pass, if
  * busy-reply-threshold exceeds tracking-keepalive-ms (docs/DEPLOY.md). */
+/* For a log line: how much of an error frame's text ("-" ... "\r\n"),
+ * which starts at its second byte, to print, at most max bytes. */
+static int err_text_len(size_t len, size_t max) {
+    size_t n = len >= 3 ? len - 3 : 0;
+    return (int)(n > max ? max : n);
+}
+
 static void redis_busy(px_server *srv, const char *err, size_t len) {
     struct px_caching *pc = srv->caching;
     if (pc == NULL) return;
@@ -292,10 +299,9 @@ static void redis_busy(px_server *srv, const char *err, size_t len) {
     int64_t now = px_now_ms();
     /* (once a script: it is answered BUSY at every keep-alive and read) */
     if (pc->busy_ms == 0 || now - pc->busy_ms > 10000) {
-        size_t n = len >= 3 ? len - 3 : 0; /* "-" ... "\r\n" */
         px_notice("cache flushed reason=\"Redis busy: it answers clients while a script runs, and invalidates "
                   "after it\" reply=\"%.*s\"",
-                  (int)(n > 120 ? 120 : n), err + 1);
+                  err_text_len(len, 120), err + 1);
     }
     pc->busy_ms = now;
 }
@@ -460,10 +466,9 @@ void px_caching_tracking_refused(px_server *srv, px_upstream *u, uint64_t epoch,
     }
     if (u->tracking_refused == px_acl_mark(srv)) return;
     u->tracking_refused = px_acl_mark(srv);
-    size_t n = len >= 3 ? len - 3 : 0; /* "-" ... "\r\n" */
     px_warning("CLIENT TRACKING refused by Redis (%.*s): reads on upstream connection %llu are not cached "
                "(tracking-mode %s: its user must be allowed CLIENT TRACKING; asked again when the ACL changes)",
-               (int)(n > 200 ? 200 : n), err + 1, (unsigned long long)u->id,
+               err_text_len(len, 200), err + 1, (unsigned long long)u->id,
                pc->mode == PX_TRACKING_OPTIN ? "optin" : "default");
 }
 
@@ -492,9 +497,8 @@ void px_caching_caching_refused(px_server *srv, px_upstream *u, const char *err,
     int first = u->caching_refused != px_acl_mark(srv);
     u->caching_refused = px_acl_mark(srv);
     if (first) {
-        size_t n = len >= 3 ? len - 3 : 0; /* "-" ... "\r\n" */
         px_warning("CLIENT CACHING YES refused by Redis (%.*s): reads on upstream connection %llu are not cached",
-                   (int)(n > 200 ? 200 : n), err + 1, (unsigned long long)u->id);
+                   err_text_len(len, 200), err + 1, (unsigned long long)u->id);
     }
 }
 
