@@ -274,6 +274,13 @@ static void on_ping_answered(void *arg) {
     wake_ping_waiters(arg);
 }
 
+/* For a log line: how much of an error frame's text ("-" ... "\r\n"),
+ * which starts at its second byte, to print, at most max bytes. */
+static int err_text_len(size_t len, size_t max) {
+    size_t n = len >= 3 ? len - 3 : 0;
+    return (int)(n > max ? max : n);
+}
+
 /* Redis runs a script (or a module command) past busy-reply-threshold: it
  * answers clients meanwhile, the writer of a write it ran just before the
  * script in the same pass too, but writes that write's BCAST invalidation
@@ -282,13 +289,6 @@ static void on_ping_answered(void *arg) {
  * answers reads BUSY, and nothing fills. A keep-alive PING is outstanding
  * when Redis begins to answer, and is answered in that pass, if
  * busy-reply-threshold exceeds tracking-keepalive-ms (docs/DEPLOY.md). */
-/* For a log line: how much of an error frame's text ("-" ... "\r\n"),
- * which starts at its second byte, to print, at most max bytes. */
-static int err_text_len(size_t len, size_t max) {
-    size_t n = len >= 3 ? len - 3 : 0;
-    return (int)(n > max ? max : n);
-}
-
 static void redis_busy(px_server *srv, const char *err, size_t len) {
     struct px_caching *pc = srv->caching;
     if (pc == NULL) return;
