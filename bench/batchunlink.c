@@ -32,6 +32,13 @@
  * alternating: on a shared host both then meet the same moments of load
  * (bench/batch_unlink_paired.sh). Each gets its CSV line, its seconds the
  * sum of its own batches, and stderr "batchunlink: paired PAIR/LABEL RATIO".
+ * --pair-block N: the targets take turns every N batches instead of every
+ * batch (the same batches run on both, in turn). A turn of one batch (a few
+ * ms) wakes the processes of a target from a sleep as long as the other's
+ * batch, their caches filled with the other's data: a cost that a client
+ * running on one target never pays, and that a target holding much memory
+ * (sidecache's cache) pays more of. Longer turns keep the processes warm,
+ * and still share the host's load of each moment out alike.
  *
  * --writes times the write-only counterpart: the same directory created
  * through the target, each batch one pipelined write of SET i<ino> and
@@ -89,8 +96,9 @@ static struct {
     int pair_port;            /* --pair-port: --unlink runs on a second target too */
     const char *pair_socket;  /* --pair-socket: the same, on a unix socket */
     const char *pair_label;   /* --pair-label: its CSV label */
+    uint32_t pair_block;      /* --pair-block: batches a target runs in one turn */
 } cfg = {.host = "127.0.0.1", .port = 6379, .files = 100000, .batch = 250, .parent = 1, .value_size = 72,
-         .label = "-", .header = 1, .pair_label = "pair"};
+         .label = "-", .header = 1, .pair_label = "pair", .pair_block = 1};
 
 /* A Redis endpoint the modes run against. --unlink with --pair-port or
  * --pair-socket has two, on two Redis servers holding the same directory,
@@ -485,17 +493,21 @@ static int do_unlink(void) {
     uint64_t u0, s0;
     cpu_us(&u0, &s0);
     uint64_t t0 = now_ns();
-    for (uint32_t b = 0; b < nb && errors == 0; b++) {
-        uint32_t j0 = b * cfg.batch, n = cfg.files - j0 < cfg.batch ? cfg.files - j0 : cfg.batch;
-        /* two targets: each runs batch b in turn, which goes first
-         * alternating, so that the machine's load from one moment to the
-         * next (a shared host's) falls on both alike */
+    uint32_t turn = ntargets > 1 ? cfg.pair_block : nb;
+    for (uint32_t b0 = 0, t = 0; b0 < nb && errors == 0; b0 += turn, t++) {
+        uint32_t b1 = nb - b0 < turn ? nb : b0 + turn;
+        /* two targets: each runs batches b0 .. b1-1 in turn, which goes
+         * first alternating, so that the machine's load from one moment to
+         * the next (a shared host's) falls on both alike */
         for (int k = 0; k < ntargets && errors == 0; k++) {
-            cur = &targets[(k + (int)b) % ntargets];
-            uint64_t tb = now_ns();
-            unlink_batch(b, j0, n, &c, inos);
-            cur->bt[b] = now_ns() - tb;
-            cur->busy_ns += cur->bt[b];
+            cur = &targets[(k + (int)t) % ntargets];
+            for (uint32_t b = b0; b < b1 && errors == 0; b++) {
+                uint32_t j0 = b * cfg.batch, n = cfg.files - j0 < cfg.batch ? cfg.files - j0 : cfg.batch;
+                uint64_t tb = now_ns();
+                unlink_batch(b, j0, n, &c, inos);
+                cur->bt[b] = now_ns() - tb;
+                cur->busy_ns += cur->bt[b];
+            }
         }
     }
     uint64_t t = now_ns() - t0;
@@ -646,7 +658,8 @@ static void usage(FILE *f) {
             "                   populated alike): batch by batch, each target in turn, which\n"
             "                   one first alternating; a CSV line each, seconds = the time in\n"
             "                   its own batches; stderr: batchunlink: paired PAIR/LABEL RATIO\n"
-            "  --pair-label TEXT  the second target's CSV label (pair)\n");
+            "  --pair-label TEXT  the second target's CSV label (pair)\n"
+            "  --pair-block N   with a second target: take turns every N batches (1)\n");
 }
 
 /* Connects t to socket_path, or to cfg.host:port. Returns 0, or 1 (said). */
@@ -669,7 +682,7 @@ static int target_connect(target *t, const char *socket_path, int port) {
 
 int main(int argc, char **argv) {
     enum { O_POPULATE = 256, O_UNLINK, O_WRITES, O_PREWARM, O_VEMPTY, O_VFULL, O_FILES, O_BATCH, O_PARENT, O_VALSZ,
-           O_LABEL, O_NOHEADER, O_SEED, O_QUIET, O_FUSED, O_PAIR_PORT, O_PAIR_SOCKET, O_PAIR_LABEL, O_HELP };
+           O_LABEL, O_NOHEADER, O_SEED, O_QUIET, O_FUSED, O_PAIR_PORT, O_PAIR_SOCKET, O_PAIR_LABEL, O_PAIR_BLOCK, O_HELP };
     static const struct option lopts[] = {
         {"populate", 0, 0, O_POPULATE}, {"unlink", 0, 0, O_UNLINK},   {"writes", 0, 0, O_WRITES},
         {"prewarm", 0, 0, O_PREWARM},   {"verify-empty", 0, 0, O_VEMPTY}, {"verify-full", 0, 0, O_VFULL},
@@ -677,7 +690,7 @@ int main(int argc, char **argv) {
         {"value-size", 1, 0, O_VALSZ},  {"label", 1, 0, O_LABEL},     {"no-header", 0, 0, O_NOHEADER},
         {"seed", 1, 0, O_SEED},         {"quiet", 0, 0, O_QUIET},     {"fused-watch", 0, 0, O_FUSED},
         {"pair-port", 1, 0, O_PAIR_PORT}, {"pair-socket", 1, 0, O_PAIR_SOCKET}, {"pair-label", 1, 0, O_PAIR_LABEL},
-        {"help", 0, 0, O_HELP},
+        {"pair-block", 1, 0, O_PAIR_BLOCK}, {"help", 0, 0, O_HELP},
         {0, 0, 0, 0}};
     int opt, mode = 0;
     while ((opt = getopt_long(argc, argv, "h:p:s:", lopts, NULL)) != -1) {
@@ -704,12 +717,13 @@ int main(int argc, char **argv) {
         case O_PAIR_PORT: cfg.pair_port = atoi(optarg); break;
         case O_PAIR_SOCKET: cfg.pair_socket = optarg; break;
         case O_PAIR_LABEL: cfg.pair_label = optarg; break;
+        case O_PAIR_BLOCK: cfg.pair_block = (uint32_t)strtoul(optarg, NULL, 10); break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 1;
         }
     }
     if (optind < argc || mode == 0 || cfg.port <= 0 || cfg.port > 65535 || cfg.files < 1 || cfg.files > 100000000 ||
-        cfg.batch < 1 || cfg.batch > 100000 || cfg.parent < 1 || cfg.value_size < 1 || cfg.value_size > 4096) {
+        cfg.batch < 1 || cfg.batch > 100000 || cfg.pair_block < 1 || cfg.parent < 1 || cfg.value_size < 1 || cfg.value_size > 4096) {
         usage(stderr);
         return 1;
     }

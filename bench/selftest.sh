@@ -13,7 +13,8 @@
 #      (-s) an unlink with --fused-watch, which must take 4 round trips a
 #      batch where the plain unlink takes 7 (and, with BATCHUNLINK_CPU=1,
 #      prints its CPU time), verified over TCP.
-#      --pair-port: the unlink on two redis-servers in turn, each verified.
+#      --pair-port: the unlink on two redis-servers in turn (turns of one
+#      batch, and of three), each verified.
 #   4. paired (lib.sh), the per-repetition ratios of batch_unlink.sh, on
 #      numbers whose answer is known.
 #   5. relay (batch_unlink.sh RELAY=1) in front of it: batchunlink's unlink
@@ -104,6 +105,19 @@ grep -Eq '^batchunlink: paired two/one [0-9]+\.[0-9]{4}$' "$work/pair.err" ||
 for p in "$first" "$rport"; do
   "$BATCHUNLINK_BIN" -p "$p" --verify-empty --files 1000 --quiet || die "--pair-port: --verify-empty on :$p failed"
 done
+# turns of 3 batches: 4 batches make a turn of 3 and one of 1 on each
+for p in "$first" "$rport"; do
+  "$BATCHUNLINK_BIN" -p "$p" --populate --files 1000 --quiet || die "batchunlink --populate on :$p failed"
+done
+pair=$("$BATCHUNLINK_BIN" -p "$first" --pair-port "$rport" --pair-block 3 --label one --pair-label two --unlink \
+  --files 1000 --no-header 2>"$work/pair.err") || die "batchunlink --pair-block 3 failed: $(cat "$work/pair.err")"
+[ "$(echo "$pair" | cut -d, -f1,4,5 | tr '\n' ' ')" = "one,4,28 two,4,28 " ] ||
+  die "--pair-block 3: '$pair', not 4 batches of 7 round trips for each of one and two"
+for p in "$first" "$rport"; do
+  "$BATCHUNLINK_BIN" -p "$p" --verify-empty --files 1000 --quiet || die "--pair-block 3: --verify-empty on :$p failed"
+done
+"$BATCHUNLINK_BIN" -p "$first" --pair-port "$rport" --pair-block 0 --unlink --files 10 --quiet 2>/dev/null &&
+  die "--pair-block 0 was taken"
 "$BATCHUNLINK_BIN" -p "$first" --pair-port "$rport" --writes --files 10 --quiet 2>/dev/null &&
   die "--pair-port took another mode than --unlink"
 stop redis-pair
