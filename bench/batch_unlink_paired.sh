@@ -48,9 +48,8 @@
 # own, the floor of any proxy that forwards every round trip.
 #
 # Environment (all optional): FILES (100000), LATENCIES ("loopback 0 500"),
-# REPEAT (3), BATCH (250), TURN (100), PREWARM (1), GOAL (1.05), HOP
-# (sidecache or relay),
-# TRACK_DIRECT, BATCHUNLINK_STEPS,
+# REPEAT (3), BATCH (250), TURN (100), PREWARM (1), GOAL (1.05),
+# HOP (sidecache or relay), TRACK_DIRECT, BATCHUNLINK_STEPS,
 # TOXIC_STREAM, CALIBRATE, RTT_SAMPLES (see latency.sh), RESULTS_DIR,
 # SIDECACHE_BIN, SIDECACHE_ARGS, REDIS_SERVER, TOXIPROXY_BIN, LOADGEN_BIN,
 # BATCHUNLINK_BIN, BENCH_TIMEOUT.
