@@ -93,29 +93,28 @@ log "batchunlink --pair-port: two Redis servers, batches in turn"
 first=$rport
 start_redis redis-pair
 rcli "$first" FLUSHALL >/dev/null
-for p in "$first" "$rport"; do
-  "$BATCHUNLINK_BIN" -p "$p" --populate --files 1000 --quiet || die "batchunlink --populate on :$p failed"
-done
-pair=$("$BATCHUNLINK_BIN" -p "$first" --pair-port "$rport" --label one --pair-label two --unlink --files 1000 \
-  --no-header 2>"$work/pair.err") || die "batchunlink --pair-port failed: $(cat "$work/pair.err")"
-[ "$(echo "$pair" | cut -d, -f1,4,5 | tr '\n' ' ')" = "one,4,28 two,4,28 " ] ||
-  die "--pair-port: '$pair', not 4 batches of 7 round trips for each of one and two"
-grep -Eq '^batchunlink: paired two/one [0-9]+\.[0-9]{4}$' "$work/pair.err" ||
-  die "--pair-port: no paired line in '$(cat "$work/pair.err")'"
-for p in "$first" "$rport"; do
-  "$BATCHUNLINK_BIN" -p "$p" --verify-empty --files 1000 --quiet || die "--pair-port: --verify-empty on :$p failed"
-done
+# paired_unlink WHAT [ARGS...]: populates both servers, runs the paired
+# unlink with ARGS, checks 4 batches of 7 round trips on each target and
+# the paired line, and verifies both servers empty; WHAT names the run
+paired_unlink() {
+  local what=$1 p pair
+  shift
+  for p in "$first" "$rport"; do
+    "$BATCHUNLINK_BIN" -p "$p" --populate --files 1000 --quiet || die "batchunlink --populate on :$p failed"
+  done
+  pair=$("$BATCHUNLINK_BIN" -p "$first" --pair-port "$rport" "$@" --label one --pair-label two --unlink \
+    --files 1000 --no-header 2>"$work/pair.err") || die "batchunlink $what failed: $(cat "$work/pair.err")"
+  [ "$(echo "$pair" | cut -d, -f1,4,5 | tr '\n' ' ')" = "one,4,28 two,4,28 " ] ||
+    die "$what: '$pair', not 4 batches of 7 round trips for each of one and two"
+  grep -Eq '^batchunlink: paired two/one [0-9]+\.[0-9]{4}$' "$work/pair.err" ||
+    die "$what: no paired line in '$(cat "$work/pair.err")'"
+  for p in "$first" "$rport"; do
+    "$BATCHUNLINK_BIN" -p "$p" --verify-empty --files 1000 --quiet || die "$what: --verify-empty on :$p failed"
+  done
+}
+paired_unlink --pair-port
 # turns of 3 batches: 4 batches make a turn of 3 and one of 1 on each
-for p in "$first" "$rport"; do
-  "$BATCHUNLINK_BIN" -p "$p" --populate --files 1000 --quiet || die "batchunlink --populate on :$p failed"
-done
-pair=$("$BATCHUNLINK_BIN" -p "$first" --pair-port "$rport" --pair-block 3 --label one --pair-label two --unlink \
-  --files 1000 --no-header 2>"$work/pair.err") || die "batchunlink --pair-block 3 failed: $(cat "$work/pair.err")"
-[ "$(echo "$pair" | cut -d, -f1,4,5 | tr '\n' ' ')" = "one,4,28 two,4,28 " ] ||
-  die "--pair-block 3: '$pair', not 4 batches of 7 round trips for each of one and two"
-for p in "$first" "$rport"; do
-  "$BATCHUNLINK_BIN" -p "$p" --verify-empty --files 1000 --quiet || die "--pair-block 3: --verify-empty on :$p failed"
-done
+paired_unlink "--pair-block 3" --pair-block 3
 "$BATCHUNLINK_BIN" -p "$first" --pair-port "$rport" --pair-block 0 --unlink --files 10 --quiet 2>/dev/null &&
   die "--pair-block 0 was taken"
 "$BATCHUNLINK_BIN" -p "$first" --pair-port "$rport" --writes --files 10 --quiet 2>/dev/null &&
