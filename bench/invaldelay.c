@@ -18,6 +18,15 @@
  * pass-through GET (a key no rule caches) through the proxy, and of a GET
  * sent to Redis directly.
  *
+ * --purge-names N adds a scenario after these, in five rounds: a directory
+ * of N names (hash d3, HGET of every name cached through the proxy) is
+ * purged whole by an HSET on Redis, and the reader polls a cached key
+ * (i3<0>) back to back for 100 ms before (hit_rtt_polled) and at once after
+ * it (hit_rtt_polled_while_freeing), while the proxy frees the purged
+ * names: what that freeing costs the proxy's clients. (Polled back to back,
+ * a round trip is not hit_rtt's, taken between other requests: the two
+ * polled figures are the ones to compare.)
+ *
  * Output: CSV on stdout, metric,count,mean_us,p50_us,p90_us,p99_us,max_us
  * (exact order statistics, nearest rank), plus stale_reads lines (counts, not
  * µs). Exit 0, 1 on a connection or usage error, 2 when a GET returned neither
@@ -86,16 +95,86 @@ static void make_value(char *buf, int n, const char *tag, unsigned k) {
     memcpy(buf, tmp, (size_t)(l < n ? l : n));
 }
 
+/* Every reply of n commands appended on c, read; 0, or -1 with a message. */
+static int drain(redisContext *c, int n, const char *who) {
+    redisReply *rep;
+    for (int i = 0; i < n; i++) {
+        if (redisGetReply(c, (void **)&rep) != REDIS_OK) {
+            fprintf(stderr, "invaldelay: %s connection: %s\n", who, c->errstr);
+            return -1;
+        }
+        int err = rep->type == REDIS_REPLY_ERROR;
+        freeReplyObject(rep);
+        if (err) {
+            fprintf(stderr, "invaldelay: %s: an error reply\n", who);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Polls GET i3<0> (cached) through the proxy back to back for WINDOW_NS,
+ * appending the round trips (ns) to *v; 0, or -1 with a message. */
+enum { WINDOW_NS = 100000000 };
+static int poll_window(redisContext *r, uint64_t **v, size_t *n, size_t *cap) {
+    for (uint64_t t_end = now_ns() + WINDOW_NS; now_ns() < t_end;) {
+        uint64_t t0 = now_ns();
+        redisAppendCommand(r, "GET i3%012d", 0);
+        if (drain(r, 1, "proxy") != 0) return -1;
+        if (*n == *cap) {
+            uint64_t *more = realloc(*v, 2 * *cap * sizeof **v);
+            if (more == NULL) return -1;
+            *v = more;
+            *cap *= 2;
+        }
+        (*v)[(*n)++] = now_ns() - t0;
+    }
+    return 0;
+}
+
+/* The --purge-names scenario (see the top): each round polls for a window
+ * with nothing to free (into *idle), then for one after the purge (into
+ * *freeing). Returns 0, or -1 after a message. */
+static int time_reads_while_freeing(redisContext *w, redisContext *r, int names, uint64_t **idle, size_t *nidle,
+                                    uint64_t **freeing, size_t *nfreeing) {
+    enum { ROUNDS = 5, CHUNK = 5000 };
+    size_t cap_idle = 1 << 16, cap_freeing = 1 << 16;
+    *nidle = *nfreeing = 0;
+    *idle = malloc(cap_idle * sizeof **idle);
+    *freeing = malloc(cap_freeing * sizeof **freeing);
+    if (*idle == NULL || *freeing == NULL) return -1;
+    for (int j = 0; j < names; j += CHUNK) {
+        int m = names - j < CHUNK ? names - j : CHUNK;
+        for (int k = 0; k < m; k++) redisAppendCommand(w, "HSET d3 f%d entry", j + k);
+        if (drain(w, m, "Redis") != 0) return -1;
+    }
+    for (int round = 0; round < ROUNDS; round++) {
+        /* twice: the first reads fill, the second find them cached */
+        for (int pass = 0; pass < 2; pass++)
+            for (int j = 0; j < names; j += CHUNK) {
+                int m = names - j < CHUNK ? names - j : CHUNK;
+                for (int k = 0; k < m; k++) redisAppendCommand(r, "HGET d3 f%d", j + k);
+                if (drain(r, m, "proxy") != 0) return -1;
+            }
+        if (poll_window(r, idle, nidle, &cap_idle) != 0) return -1;
+        redisAppendCommand(w, "HSET d3 f0 changed%d", round);
+        if (drain(w, 1, "Redis") != 0) return -1;
+        if (poll_window(r, freeing, nfreeing, &cap_freeing) != 0) return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *host = "127.0.0.1";
-    int rport = 0, pport = 0, n = 2000, vsize = 72, setup = 0;
+    int rport = 0, pport = 0, n = 2000, vsize = 72, setup = 0, purge_names = 0;
     long timeout_ms = 2000;
     static const struct option lopts[] = {{"redis-port", 1, 0, 'r'}, {"proxy-port", 1, 0, 'p'},
                                           {"keys", 1, 0, 'n'},       {"value-size", 1, 0, 'v'},
                                           {"setup", 0, 0, 's'},      {"timeout-ms", 1, 0, 't'},
-                                          {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+                                          {"purge-names", 1, 0, 'g'}, {"help", 0, 0, 'h'},
+                                          {0, 0, 0, 0}};
     int o;
-    while ((o = getopt_long(argc, argv, "r:p:n:v:st:", lopts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "r:p:n:v:st:g:", lopts, NULL)) != -1) {
         switch (o) {
         case 'r': rport = atoi(optarg); break;
         case 'p': pport = atoi(optarg); break;
@@ -103,15 +182,17 @@ int main(int argc, char **argv) {
         case 'v': vsize = atoi(optarg); break;
         case 's': setup = 1; break;
         case 't': timeout_ms = atol(optarg); break;
+        case 'g': purge_names = atoi(optarg); break;
         default:
             fprintf(o == 'h' ? stdout : stderr,
                     "usage: invaldelay --redis-port P --proxy-port P [--keys 2000] [--value-size 72]\n"
-                    "                  [--setup] [--timeout-ms 2000]\n"
-                    "  --setup  create the keys on Redis and read each twice through the proxy first\n");
+                    "                  [--setup] [--timeout-ms 2000] [--purge-names N]\n"
+                    "  --setup        create the keys on Redis and read each twice through the proxy first\n"
+                    "  --purge-names  also time cached reads while a purge of N names is freed\n");
             return o == 'h' ? 0 : 1;
         }
     }
-    if (rport <= 0 || pport <= 0 || n < 1 || vsize < 16 || vsize > 4096) {
+    if (rport <= 0 || pport <= 0 || n < 1 || vsize < 16 || vsize > 4096 || purge_names < 0) {
         fprintf(stderr, "invaldelay: --redis-port and --proxy-port are required (see --help)\n");
         return 1;
     }
@@ -238,7 +319,11 @@ int main(int argc, char **argv) {
             }
         }
     }
-    size_t m = (size_t)n;
+    size_t m = (size_t)n, nidle = 0, nfreeing = 0;
+    uint64_t *idle = NULL, *freeing = NULL;
+    if (purge_names > 0 && !bad && !lost &&
+        time_reads_while_freeing(w, r, purge_names, &idle, &nidle, &freeing, &nfreeing) != 0)
+        return 1;
     report("hit_rtt", hit, m, 1e-3);
     report("passthrough_rtt", pass, m, 1e-3);
     report("direct_rtt", direct, m, 1e-3);
@@ -249,6 +334,10 @@ int main(int argc, char **argv) {
     report("B_fresh_poll_sent_after", d_mid, m, 1e-3);
     report("B_delay_after_send_lower", d_low, m, 1e-3);
     report("B_stale_reads_after_send", polls, m, 1);
+    if (nidle > 0) report("hit_rtt_polled", idle, nidle, 1e-3);
+    if (nfreeing > 0) report("hit_rtt_polled_while_freeing", freeing, nfreeing, 1e-3);
+    free(idle);
+    free(freeing);
     redisFree(w);
     redisFree(r);
     uint64_t *arrays[] = {hit, pass, direct, d_ack, d_write, stale, polls, set_rtt, d_low, d_mid};

@@ -13,6 +13,10 @@
 #      "upper" (the fresh reply was read); "fresh poll sent" is in between.
 # For scale, the same run measures the round trip of a cache hit, of a
 # pass-through GET through the proxy, and of a GET on Redis directly.
+# And (PURGE_NAMES > 0) a cached GET polled back to back for 100 ms before
+# and at once after a write on Redis purged a cached directory of
+# PURGE_NAMES names whole, while the proxy frees them: what that freeing
+# costs the clients (five rounds).
 # Each scenario is run idle and with LOAD_CLIENTS connections of loadgen
 # (cached GETs, 90 %, and SETs, 10 %, on other keys) on the proxy meanwhile.
 #
@@ -22,6 +26,7 @@
 # Environment (all optional):
 #   N             keys written and polled, per scenario          (2000)
 #   LOADS         loadgen connections per scenario, 0 = idle     ("0 8")
+#   PURGE_NAMES   names of the purged directory, 0 = no such run  (100000)
 #   RESULTS_DIR, SIDECACHE_BIN, SIDECACHE_ARGS, REDIS_SERVER, BENCH_TIMEOUT
 set -euo pipefail
 # shellcheck source=bench/lib.sh
@@ -30,7 +35,9 @@ bench_init invalidation-delay
 
 N=${N:-2000}
 LOADS=${LOADS:-"0 8"}
+PURGE_NAMES=${PURGE_NAMES:-100000}
 positive_ints N
+[[ "$PURGE_NAMES" =~ ^[0-9]+$ ]] || die "PURGE_NAMES: a count, not '$PURGE_NAMES'"
 
 find_redis
 find_sidecache
@@ -63,7 +70,8 @@ for load in $LOADS; do
   k0=$(info_field "$sport" invalidation_keys)
   log "N=$N keys, $load loadgen connection(s) meanwhile"
   out=$work/invaldelay-$load.csv
-  if ! fg "$INVALDELAY_BIN" --redis-port "$rport" --proxy-port "$sport" --keys "$N" --setup >"$out" 2>"$out.err"; then
+  if ! fg "$INVALDELAY_BIN" --redis-port "$rport" --proxy-port "$sport" --keys "$N" --setup \
+    --purge-names "$PURGE_NAMES" >"$out" 2>"$out.err"; then
     log "invaldelay failed (load $load):"; cat "$out.err" >&2; failed=1
   fi
   k1=$(info_field "$sport" invalidation_keys)
@@ -84,6 +92,8 @@ for load in $LOADS; do
       B_fresh_poll_sent_after) what="B: write sent → the poll that got the new value was sent" ;;
       B_delay_after_send_lower) what="B: write sent → last stale poll sent (lower bound)" ;;
       B_stale_reads_after_send) what="B: stale reads after the write was sent (count)" ;;
+      hit_rtt_polled) what="round trip: cache hit, polled back to back" ;;
+      hit_rtt_polled_while_freeing) what="round trip: cache hit, polled while a purge of $PURGE_NAMES names is freed" ;;
       *) what=$metric ;;
     esac
     unit="µs"

@@ -357,11 +357,8 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
     cfg->maxclients = px_fdlimit_fit_clients(cfg->maxclients);
     signal(SIGPIPE, SIG_IGN);
     srv.base = event_base_new();
-    /* Two priorities: the invalidation connection's events (0) run before
-     * any other that is ready at the same time (1, the default), so that a
-     * client's read arriving with the invalidation of its key is answered
-     * after the purge (invalidation/tracking.c). */
-    if (srv.base == NULL || event_base_priority_init(srv.base, 2) != 0) {
+    /* three priorities (server.h); libevent's default is the middle one */
+    if (srv.base == NULL || event_base_priority_init(srv.base, PX_PRIO_LEVELS) != 0) {
         px_error("cannot create the event loop");
         return 1;
     }
@@ -379,7 +376,7 @@ int px_server_run(px_config *cfg, int argc, char **argv) {
      * had the READONLY and sent its next command at once may be read in
      * the same pass as this move is due; the move goes first, and that
      * command to the new master */
-    if (srv.move_again_ev != NULL) event_priority_set(srv.move_again_ev, 0);
+    if (srv.move_again_ev != NULL) event_priority_set(srv.move_again_ev, PX_PRIO_FIRST);
     struct timeval second = {1, 0};
     if (srv.flush_ev == NULL || srv.reap_ev == NULL || srv.output_wake_ev == NULL || srv.cron_ev == NULL ||
         srv.sig_term == NULL || srv.sig_int == NULL || srv.sig_hup == NULL || srv.stop_ev == NULL ||

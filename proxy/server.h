@@ -30,6 +30,16 @@ struct px_upstream;
 struct px_req;
 struct px_caching;
 
+/* The event loop's priorities: of the events ready at once, those of the
+ * lowest number run first, and an event of a higher number waits until no
+ * lower one is ready. The invalidation connection (and a move to a new
+ * master) goes first, so that a client's read that arrives with the
+ * invalidation of its key is answered after the purge
+ * (invalidation/tracking.c); clients and Redis's replies have the default;
+ * work that can wait for a moment with no traffic (freeing what a large
+ * purge left) runs last. */
+enum { PX_PRIO_FIRST = 0, PX_PRIO_DEFAULT = 1, PX_PRIO_IDLE = 2, PX_PRIO_LEVELS = 3 };
+
 /* the most one read(2) takes */
 #define PX_IO_READ_CHUNK 65536
 
