@@ -128,6 +128,7 @@ struct px_caching {
     resp_buf ttl_cmd;        /* a PTTL being written (ttl_ask) */
     uint64_t ttl_asked;
     struct event *reclaim_ev; /* frees what large purges left (reclaim_later) */
+    int reclaim_slices;       /* ... slices since its last pause */
 };
 
 /* A counter of the reads px_caching_try_hit decides (not moved when it
@@ -141,28 +142,33 @@ static void flush_cache(struct px_caching *pc) {
     px_lookup_forget(pc->lookup);
 }
 
-/* A large group's purge leaves its memory to free (cache.h): a slice of
- * RECLAIM_SLICE entries (~50-100 us) every RECLAIM_EVERY_US, at the loop's
- * idle priority (server.h). A slice waits until no client, reply or
- * invalidation is ready to be handled, and what arrives during one waits
- * that slice at most. The freeing goes as fast as with slices of 2,048 a
- * millisecond, which held every client up for ~0.3-0.6 ms at a time (a
- * write that purges a directory of 100,000 cached names: 49 of them).
- * Under a load that never leaves the loop idle, eviction frees the purged
- * entries first (cache.h): the memory bound holds either way. */
+/* A large group's purge leaves its memory to free (cache.h): slices of
+ * RECLAIM_SLICE entries (~50-100 us each), RECLAIM_SLICES_PER_MS of them,
+ * then a millisecond's pause, and so on. Each slice is an event of the
+ * loop's idle priority (server.h) that the loop takes up only after it has
+ * polled for I/O and found no client, reply or invalidation ready: what
+ * arrives during a slice waits that slice at most. That frees as fast as
+ * slices of 2,048 a millisecond did at the clients' priority, which held
+ * every client up for ~0.3-0.6 ms at a time (a write that purges a
+ * directory of 100,000 cached names: 49 times). Under a load that never
+ * leaves the loop idle, eviction frees the purged entries first (cache.h):
+ * the memory bound holds either way. */
 #define RECLAIM_SLICE 512
-#define RECLAIM_EVERY_US 250
+#define RECLAIM_SLICES_PER_MS 4
 
 static void reclaim_later(struct px_caching *pc) {
     if (cache_get_stats(pc->cache)->reclaiming > 0 && !evtimer_pending(pc->reclaim_ev, NULL)) {
-        struct timeval every = {0, RECLAIM_EVERY_US};
-        evtimer_add(pc->reclaim_ev, &every);
+        /* a timer of 0 expires in the loop's next pass, after its poll */
+        struct timeval wait = {0, pc->reclaim_slices < RECLAIM_SLICES_PER_MS ? 0 : 1000};
+        if (wait.tv_usec != 0) pc->reclaim_slices = 0;
+        evtimer_add(pc->reclaim_ev, &wait);
     }
 }
 
 static void reclaim_cb(evutil_socket_t fd, short what, void *arg) {
     struct px_caching *pc = arg;
     cache_reclaim(pc->cache, RECLAIM_SLICE);
+    pc->reclaim_slices++;
     reclaim_later(pc);
 }
 
