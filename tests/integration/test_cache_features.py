@@ -4,6 +4,7 @@ entry serving RESP2 and RESP3 clients, the INFO section, which reads are
 cacheable, and the directives that turn caching off or change the rules.
 """
 import hashlib
+import threading
 import time
 
 import pytest
@@ -431,6 +432,62 @@ def test_large_directory_purge(writer, proxy_factory, upstream):
     freed = wait_until(lambda: (lambda s: s if s["cache_reclaiming"] == 0 else None)(st.get()),
                        timeout=2.0, interval=0.01, what="cache_reclaiming back to 0")
     assert freed["cache_used_bytes"] < full["cache_used_bytes"] + 64 * 1024, (full, freed)
+
+
+def test_a_large_purge_is_freed_while_clients_keep_the_proxy_busy(proxy_factory, upstream):
+    """The memory of a purged directory of 20,000 cached names is freed in
+    slices that wait for moments with nothing else to handle (the event
+    loop's idle priority): with three connections sending pipelines of hits
+    all along, it is still freed within seconds (cache_reclaiming back to
+    0), and every reply of that traffic is the cached value."""
+    p, st = start_cached(proxy_factory)
+    key, n = "d9851", 20000
+    d = upstream.raw(auth=True)
+    for i in range(0, n, 5000):
+        d.pipeline([("HSET", key, "f%d" % j, "v") for j in range(i, i + 5000)])
+    d.cmd("SET", "i9851", "attr")
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    for _ in range(2):  # the first reads fill, the second are hits
+        for i in range(0, n, 5000):
+            c.pipeline([("HGET", key, "f%d" % j) for j in range(i, i + 5000)])
+    warm(c, st, ("GET", "i9851"))
+    full = st.get()
+    assert full["cache_entries"] >= n, full
+
+    stop, errors, rounds = threading.Event(), [], [0, 0, 0]
+
+    def traffic(k):
+        try:
+            with p.raw(auth=True) as t:
+                while not stop.is_set():
+                    values = [f.value for f in t.pipeline([("GET", "i9851")] * 100)]
+                    if values != [b"attr"] * 100:
+                        errors.append(values[:3])
+                        return
+                    rounds[k] += 1
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=traffic, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: min(rounds) >= 5, timeout=5.0, interval=0.01, what="the traffic to run")
+        before = list(rounds)
+        d.cmd("HSET", key, "f7", "new")  # the invalidation purges all 20,000 names
+        wait_until(lambda: st.get()["cache_keys_purged"] - full["cache_keys_purged"] >= n, timeout=2.0,
+                   interval=0.005, what="the directory's purge")
+        freed = wait_until(lambda: (lambda s: s if s["cache_reclaiming"] == 0 else None)(st.get()),
+                           timeout=5.0, interval=0.01, what="cache_reclaiming back to 0 under traffic")
+        during = [b - a for a, b in zip(before, rounds)]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+    assert not errors, errors
+    assert sum(during) > 0, during  # the traffic was served meanwhile
+    assert freed["cache_used_bytes"] < full["cache_used_bytes"] - n * 20, (full, freed)
 
 
 # SHA1s of JuiceFS's resolve script (pkg/meta/lua_scripts.go, scriptResolve):
