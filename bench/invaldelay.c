@@ -123,7 +123,10 @@ static int poll_window(redisContext *r, uint64_t **v, size_t *n, size_t *cap) {
         if (drain(r, 1, "proxy") != 0) return -1;
         if (*n == *cap) {
             uint64_t *more = realloc(*v, 2 * *cap * sizeof **v);
-            if (more == NULL) return -1;
+            if (more == NULL) {
+                fprintf(stderr, "invaldelay: out of memory\n");
+                return -1;
+            }
             *v = more;
             *cap *= 2;
         }
@@ -142,7 +145,10 @@ static int time_reads_while_freeing(redisContext *w, redisContext *r, int names,
     *nidle = *nfreeing = 0;
     *idle = malloc(cap_idle * sizeof **idle);
     *freeing = malloc(cap_freeing * sizeof **freeing);
-    if (*idle == NULL || *freeing == NULL) return -1;
+    if (*idle == NULL || *freeing == NULL) {
+        fprintf(stderr, "invaldelay: out of memory\n");
+        return -1;
+    }
     for (int j = 0; j < names; j += CHUNK) {
         int m = names - j < CHUNK ? names - j : CHUNK;
         for (int k = 0; k < m; k++) redisAppendCommand(w, "HSET d3 f%d entry", j + k);
