@@ -113,6 +113,18 @@ static int drain(redisContext *c, int n, const char *who) {
     return 0;
 }
 
+/* FMT (with one %d, the name's number) for names 0 .. names-1, pipelined
+ * on c CHUNK at a time, every reply read; 0, or -1 with a message. */
+static int for_each_name(redisContext *c, const char *fmt, int names, const char *who) {
+    enum { CHUNK = 5000 };
+    for (int j = 0; j < names; j += CHUNK) {
+        int m = names - j < CHUNK ? names - j : CHUNK;
+        for (int k = 0; k < m; k++) redisAppendCommand(c, fmt, j + k);
+        if (drain(c, m, who) != 0) return -1;
+    }
+    return 0;
+}
+
 /* Polls GET i3<0> (cached) through the proxy back to back for WINDOW_NS,
  * appending the round trips (ns) to *v; 0, or -1 with a message. */
 enum { WINDOW_NS = 100000000 };
@@ -140,7 +152,7 @@ static int poll_window(redisContext *r, uint64_t **v, size_t *n, size_t *cap) {
  * *freeing). Returns 0, or -1 after a message. */
 static int time_reads_while_freeing(redisContext *w, redisContext *r, int names, uint64_t **idle, size_t *nidle,
                                     uint64_t **freeing, size_t *nfreeing) {
-    enum { ROUNDS = 5, CHUNK = 5000 };
+    enum { ROUNDS = 5 };
     size_t cap_idle = 1 << 16, cap_freeing = 1 << 16;
     *nidle = *nfreeing = 0;
     *idle = malloc(cap_idle * sizeof **idle);
@@ -149,19 +161,11 @@ static int time_reads_while_freeing(redisContext *w, redisContext *r, int names,
         fprintf(stderr, "invaldelay: out of memory\n");
         return -1;
     }
-    for (int j = 0; j < names; j += CHUNK) {
-        int m = names - j < CHUNK ? names - j : CHUNK;
-        for (int k = 0; k < m; k++) redisAppendCommand(w, "HSET d3 f%d entry", j + k);
-        if (drain(w, m, "Redis") != 0) return -1;
-    }
+    if (for_each_name(w, "HSET d3 f%d entry", names, "Redis") != 0) return -1;
     for (int round = 0; round < ROUNDS; round++) {
         /* twice: the first reads fill, the second find them cached */
         for (int pass = 0; pass < 2; pass++)
-            for (int j = 0; j < names; j += CHUNK) {
-                int m = names - j < CHUNK ? names - j : CHUNK;
-                for (int k = 0; k < m; k++) redisAppendCommand(r, "HGET d3 f%d", j + k);
-                if (drain(r, m, "proxy") != 0) return -1;
-            }
+            if (for_each_name(r, "HGET d3 f%d", names, "proxy") != 0) return -1;
         if (poll_window(r, idle, nidle, &cap_idle) != 0) return -1;
         redisAppendCommand(w, "HSET d3 f0 changed%d", round);
         if (drain(w, 1, "Redis") != 0) return -1;
