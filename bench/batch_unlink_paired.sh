@@ -43,12 +43,20 @@
 # writes their invalidations to it. Both targets then pay Redis's tracking
 # work alike, and the ratio is what sidecache's own work costs.
 #
+# PIN (1; see lib.sh pin_hosts) gives Redis and toxiproxy a core of their
+# own, and the client and the proxy the other, as on two hosts: where
+# sidecache runs, beside a mount, Redis is on another machine. Left to the
+# scheduler (PIN=0), the four processes of the sidecache target share two
+# cores with Redis, and sidecache's work, put on Redis's core at times,
+# delays Redis's: at 0 µs, 11 runs each, the runs' own ratios had a median
+# of 1.052 (quartiles 1.018-1.077) unpinned, 1.008 (0.973-1.051) pinned.
+#
 # HOP=relay puts bench/relay.c (a relay that forwards bytes, nothing else)
 # where sidecache is: the same pairing gives what one more hop costs on its
 # own, the floor of any proxy that forwards every round trip.
 #
 # Environment (all optional): FILES (100000), LATENCIES ("loopback 0 500"),
-# REPEAT (3), BATCH (250), TURN (100), PREWARM (1), GOAL (1.05),
+# REPEAT (3), BATCH (250), TURN (100), PREWARM (1), GOAL (1.05), PIN (1),
 # HOP (sidecache or relay), TRACK_DIRECT, BATCHUNLINK_STEPS,
 # TOXIC_STREAM, CALIBRATE, RTT_SAMPLES (see latency.sh), RESULTS_DIR,
 # SIDECACHE_BIN, SIDECACHE_ARGS, REDIS_SERVER, TOXIPROXY_BIN, LOADGEN_BIN,
@@ -56,6 +64,7 @@
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
+PIN=${PIN:-1}
 bench_init batch-unlink-paired
 
 FILES=${FILES:-100000}

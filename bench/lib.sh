@@ -17,6 +17,10 @@
 # Toxiproxy (start_toxiproxy, toxi_set_latency, toxi_calibrate): Redis behind
 # a TCP proxy that adds microseconds of latency, for latency.sh and
 # batch_unlink.sh. plot_csv draws a scenario's CSV with gnuplot when installed.
+#
+# PIN=1 (pin_hosts, called by bench_init) splits the cores in two hosts:
+# redis-server and toxiproxy on the upper half, the script with everything
+# else it runs (clients, the proxy under test) on the rest.
 
 bench_init() {
   bench_name=$1
@@ -34,10 +38,43 @@ bench_init() {
   trap bench_cleanup EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
+  host_cores=$(nproc)
+  pin_hosts
 }
 
 log() { echo "$bench_name: $*" >&2; }
 die() { log "error: $*"; exit 1; }
+
+# pin_hosts: with PIN=1, two hosts on one machine. Where sidecache runs,
+# beside a mount, Redis has a host of its own; on a machine of two cores,
+# with Redis, toxiproxy, the client and the proxy on them as the scheduler
+# likes, the proxy runs on Redis's core at times, and its work then delays
+# Redis's: the direct target never pays that. Here Redis and toxiproxy (the
+# network) get the upper half of the cores this script may use, and the
+# script, so every client and proxy it starts, the rest. Sets on_redis_host
+# (a command prefix) and pin_note (for reports).
+pin_hosts() {
+  on_redis_host=()
+  pin_note="not pinned"
+  [ "${PIN:-0}" != 0 ] || return 0
+  [ "${PIN}" = 1 ] || die "PIN: 0 or 1, not '$PIN'"
+  command -v taskset >/dev/null 2>&1 || die "PIN=1: taskset (util-linux) not found"
+  local list cpus=() part lo hi c n k
+  list=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status)
+  for part in ${list//,/ }; do
+    lo=${part%-*} hi=${part#*-}
+    for ((c = lo; c <= hi; c++)); do cpus+=("$c"); done
+  done
+  n=${#cpus[@]}
+  [ "$n" -ge 2 ] || die "PIN=1 needs two cores or more (this process may use: ${list:-none})"
+  k=$((n / 2))
+  local client server
+  client=$(IFS=,; echo "${cpus[*]:0:n-k}")
+  server=$(IFS=,; echo "${cpus[*]:n-k}")
+  taskset -pc "$client" "$BASHPID" >/dev/null || die "PIN=1: taskset -pc $client failed"
+  on_redis_host=(taskset -c "$server")
+  pin_note="Redis and toxiproxy on core(s) $server, the client(s) and proxy on $client (PIN=1)"
+}
 
 # positive_ints NAME...: each variable named holds a positive integer, or the
 # script stops saying which and what it holds
@@ -253,7 +290,7 @@ start_redis() { # NAME [ARGS...]: sets $rport
   local name=$1
   shift
   free_port; rport=$fport
-  start "$name" "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
+  start "$name" "${on_redis_host[@]}" "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
     --dir "$work" --daemonize no --protected-mode no "$@"
   wait_ready "$name" "$rport"
 }
@@ -398,7 +435,7 @@ versions_line() {
   redis_ver=$("$REDIS_SERVER" --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')
   sc_rev=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
   git -C "$root" diff --quiet HEAD -- proxy protocol cache invalidation 2>/dev/null || sc_rev+="+dirty"
-  echo "redis-server $redis_ver; sidecache $sc_rev (${SIDECACHE_BIN#"$root"/}); $(nproc) cores; $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "redis-server $redis_ver; sidecache $sc_rev (${SIDECACHE_BIN#"$root"/}); $host_cores cores, $pin_note; $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 }
 
 # ---------------------------------------------------------------------------
@@ -413,7 +450,7 @@ start_toxiproxy() {
   case "$TOXIC_STREAM" in downstream|both) ;; *) die "TOXIC_STREAM must be downstream or both" ;; esac
   build_toxiproxy
   free_port; toxapi=$fport
-  start toxiproxy "$TOXIPROXY_BIN" -host 127.0.0.1 -port "$toxapi"
+  start toxiproxy "${on_redis_host[@]}" "$TOXIPROXY_BIN" -host 127.0.0.1 -port "$toxapi"
   for _ in $(seq 100); do
     toxi_http GET /version 2>/dev/null || true
     [ "$http_status" = 200 ] && break

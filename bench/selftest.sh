@@ -20,6 +20,9 @@
 #   5. relay (batch_unlink.sh RELAY=1) in front of it: batchunlink's unlink
 #      and writes through the relay, verified on Redis; a 4 MB value set and
 #      read back through it (more than its buffer and the sockets' hold).
+#   6. PIN=1 (lib.sh pin_hosts), with two cores or more: what it starts on
+#      Redis's side and the script itself get disjoint, non-empty sets of
+#      cores (checked in a subshell: the rest of the selftest is not pinned).
 #
 # Exits non-zero on the first failure. Environment: REDIS_SERVER, LOADGEN_BIN,
 # BATCHUNLINK_BIN, SELFTEST_OPS (ops per check run, 5000).
@@ -133,4 +136,17 @@ unlink_and_writes "$rlport" "through the relay"
 head -c 3000000 /dev/urandom | base64 -w0 >"$work/big"
 rcli "$rlport" -x SET big <"$work/big" >/dev/null
 rcli "$rlport" GET big | cmp -s - <(cat "$work/big"; echo) || die "a 4 MB value did not come back whole through the relay"
+if [ "$host_cores" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
+  log "pin_hosts: PIN=1 splits the cores"
+  # cores NAME: the cores (one per line) of "pid N's current affinity list: L"
+  cores() { sed 's/.*: //' | tr ',' '\n' | awk -F- '{ for (c = $1; c <= ($2 == "" ? $1 : $2); c++) print c }' | sort -n; }
+  # shellcheck disable=SC2016 # $$ is the inner shell's
+  placed=$(PIN=1; pin_hosts; taskset -pc "$BASHPID" | cores | paste -sd,
+    "${on_redis_host[@]}" sh -c 'taskset -pc $$' | cores | paste -sd,)
+  read -r -d '' ours theirs <<<"$placed" || true
+  [ -n "$ours" ] && [ -n "$theirs" ] || die "pin_hosts: a side has no core: ours '$ours', Redis's '$theirs'"
+  [ -z "$(comm -12 <(tr ',' '\n' <<<"$ours" | sort) <(tr ',' '\n' <<<"$theirs" | sort))" ] ||
+    die "pin_hosts: the sides share cores: ours $ours, Redis's $theirs"
+  [ "$(taskset -pc $$ | cores | wc -l)" = "$host_cores" ] || die "pin_hosts in a subshell pinned the script itself"
+fi
 echo "selftest: bench drivers passed"
