@@ -36,6 +36,15 @@
  *                them (dying entries go first). A new group of the same key
  *                may exist meanwhile; the two never share an entry.
  *
+ *   c->cleared ──► what a flush of more than PURGE_NOW_MAX entries let go:
+ *                the flush frees the two tables (a few frees) and keeps the
+ *                app-order list of the entries they held, for
+ *                cache_reclaim() or eviction to free; each leaves its
+ *                group's list then, and the group goes with its last
+ *                entry. Nothing else reads them: their handles point at
+ *                the freed tables. (200,000 entries took ~20 ms to free at
+ *                once.)
+ *
  * An entry is one allocation: header, identity, then the value bytes. A
  * placeholder has no value bytes. A fill of a non-empty value allocates
  * the full entry, puts it in the placeholder's place (the index, its group)
@@ -69,11 +78,12 @@
  *     in exactly one group, its owner: the group of its key in c->groups,
  *     or a dying group of the same key on c->dying; no group is empty, and
  *     each counts its members (n) and its placeholders (npending);
- *   - stats.reclaiming is the number of entries in dying groups;
+ *   - stats.reclaiming is the number of entries in dying groups and on
+ *     c->cleared;
  *   - the app-order (LRU) links are consistent, head to tail;
  *   - a pending entry has a token in 1..last_token and no value bytes;
  *   - stats.entries + stats.pending + stats.reclaiming == number of entries
- *     in c->index;
+ *     in c->index and on c->cleared;
  *   - alloc_bytes and used_bytes are exact as described above;
  *   - when a public call returns, used_bytes <= max_bytes. (Within a call
  *     the peak can be a little higher: a table's old and new buckets while
@@ -171,6 +181,7 @@ struct cache {
     struct entry *index;    /* uthash head = least recently used entry */
     struct group *groups;
     struct group *dying;    /* purged lazily, not yet freed */
+    struct entry *cleared;  /* flushed lazily, not yet freed (by hh.next) */
     cache_config cfg;
     cache_stats stats;
     int uncounted;          /* cache_get does not count (cache_count_reads) */
@@ -421,17 +432,37 @@ static size_t min_alone(const struct probe *p, size_t vlen) {
            2 * (sizeof(UT_hash_table) + HASH_INITIAL_NUM_BUCKETS * sizeof(UT_hash_bucket));
 }
 
+/* Frees an entry a lazy flush or purge left: a flushed one first (with its
+ * group, when it was the last), else one of a dying group. 0: none left. */
+static int reclaim_one(cache *c) {
+    if (c->cleared != NULL) {
+        struct entry *e = c->cleared;
+        struct group *g = e->owner;
+        c->cleared = e->hh.next;
+        /* (not group_unlink: the group is in no table or list now) */
+        e->grp.prev->next = e->grp.next;
+        e->grp.next->prev = e->grp.prev;
+        if (--g->n == 0) {
+            c->alloc_bytes -= GROUP_BASE + g->hh.keylen;
+            CACHE_FREE(g);
+        }
+        entry_release(c, e, 1);
+    } else if (c->dying != NULL) {
+        entry_del(c, entry_of_link(c->dying->members.next));
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 /* Evicts least recently used entries until used_bytes <= max_bytes. keep
  * (the entry just placed or filled, the most recent) goes only if it alone
  * does not fit; returns 0 then, else 1. */
 static int evict_to_fit(cache *c, const struct entry *keep) {
     int kept = 1;
     while (account(c) > c->cfg.max_bytes) {
-        /* what dying groups hold is garbage: it goes before any entry */
-        if (c->dying != NULL) {
-            entry_del(c, entry_of_link(c->dying->members.next));
-            continue;
-        }
+        /* what purges and flushes let go is garbage: it goes before any entry */
+        if (reclaim_one(c)) continue;
         struct entry *v = c->index;
         assert(v != NULL); /* an empty cache counts 0 bytes */
         if (v == keep)
@@ -443,31 +474,25 @@ static int evict_to_fit(cache *c, const struct entry *keep) {
     return kept;
 }
 
-/* Frees both tables and everything in them. */
-static void drop_all(cache *c) {
-    struct entry *e = c->index, *en;
-    struct group *g = c->groups, *gn;
-    /* HASH_CLEAR frees the table and buckets only; the app-order links
-     * stay readable until each element is freed. */
-    HASH_CLEAR(hh, c->index);
+/* Empties the cache in O(1): both tables go, and the entries they held
+ * (the dying groups' too) are left on c->cleared (see the top of this
+ * file), each still in its group's list. */
+static void clear_lazily(cache *c) {
+    if (c->index != NULL) {
+        struct entry *last = ELMT_FROM_HH(c->index->hh.tbl, c->index->hh.tbl->tail);
+        struct entry *list = c->index;
+        /* HASH_CLEAR frees the table and its buckets only: the app-order
+         * links stay readable */
+        HASH_CLEAR(hh, c->index);
+        last->hh.next = c->cleared;
+        c->cleared = list;
+    }
     HASH_CLEAR(hh, c->groups);
-    for (; e != NULL; e = en) {
-        en = e->hh.next;
-        CACHE_FREE(e);
-    }
-    for (; g != NULL; g = gn) {
-        gn = g->hh.next;
-        CACHE_FREE(g);
-    }
-    for (g = c->dying; g != NULL; g = gn) {
-        gn = next_dying(g);
-        CACHE_FREE(g);
-    }
     c->dying = NULL;
-    c->alloc_bytes = 0;
+    /* (the dying groups' entries were counted as reclaiming already) */
+    c->stats.reclaiming += c->stats.entries + c->stats.pending;
     c->stats.entries = 0;
     c->stats.pending = 0;
-    c->stats.reclaiming = 0;
     account(c);
 }
 
@@ -496,7 +521,9 @@ cache *cache_new(const cache_config *cfg) {
 
 void cache_free(cache *c) {
     if (c == NULL) return;
-    drop_all(c);
+    clear_lazily(c);
+    while (reclaim_one(c)) {
+    }
     CACHE_FREE(c);
 }
 
@@ -867,15 +894,19 @@ size_t cache_invalidate_keys(cache *c, const cache_keyref *keys, size_t n) {
     return purged;
 }
 
-void cache_flush(cache *c) {
-    c->stats.flushes++;
-    drop_all(c);
-}
-
 size_t cache_reclaim(cache *c, size_t budget) {
-    for (; budget > 0 && c->dying != NULL; budget--) entry_del(c, entry_of_link(c->dying->members.next));
+    for (; budget > 0 && reclaim_one(c); budget--) {
+    }
     account(c);
     return c->stats.reclaiming;
+}
+
+void cache_flush(cache *c) {
+    c->stats.flushes++;
+    size_t n = c->stats.entries + c->stats.pending + c->stats.reclaiming;
+    clear_lazily(c);
+    /* a small cache is freed at once, as a small group's purge is */
+    if (n <= PURGE_NOW_MAX) cache_reclaim(c, SIZE_MAX);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -971,7 +1002,21 @@ static int cache_check(const cache *c) {
             alloc += GROUP_BASE + g->hh.keylen;
         }
     }
-    if (ndying != c->stats.reclaiming) return -24;
+    /* flushed: counted, and each group counted at its first member, its
+     * members and nothing else counting down its n */
+    size_t ncleared = 0, ingroups_cleared = 0;
+    for (e = c->cleared; e != NULL; e = e->hh.next) {
+        ncleared++;
+        alloc += entry_bytes(e);
+        g = e->owner;
+        if (g == NULL || e->grp.next->prev != &e->grp || e->grp.prev->next != &e->grp) return -25;
+        if (g->members.next == &e->grp) {
+            alloc += GROUP_BASE + g->hh.keylen;
+            ingroups_cleared += g->n;
+        }
+    }
+    if (ingroups_cleared != ncleared) return -26;
+    if (ndying + ncleared != c->stats.reclaiming) return -24;
     if (ingroups != nitems) return -16;
     if (nvalid != c->stats.entries || npending != c->stats.pending) return -17;
     if (alloc != c->alloc_bytes) return -18;

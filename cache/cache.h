@@ -22,7 +22,8 @@
  * entries purged, never a scan of the cache. A large group (a directory
  * with many cached names) is purged in O(1): from then on no call sees
  * its entries, and their memory is freed later, by cache_reclaim() in
- * slices or by eviction, which takes such entries first.
+ * slices or by eviction, which takes such entries first. So is a flush of
+ * a large cache.
  *
  * Fills and tokens (the consistency contract, C3)
  * -----------------------------------------------
@@ -200,10 +201,12 @@ typedef struct cache_keyref {
  * Returns how many entries were purged. */
 size_t cache_invalidate_keys(cache *c, const cache_keyref *keys, size_t n);
 
-/* Purges everything, placeholders included (so pending fills fail). */
+/* Purges everything, placeholders included (so pending fills fail). A
+ * flush of more than a few hundred entries takes O(1): their memory is freed
+ * later, as a large group's is (stats.reclaiming, cache_reclaim). */
 void cache_flush(cache *c);
 
-/* Frees up to budget entries of purged large groups (see above). Returns
+/* Frees up to budget entries of purged large groups and large flushes. Returns
  * how many are left to free (stats.reclaiming). */
 size_t cache_reclaim(cache *c, size_t budget);
 

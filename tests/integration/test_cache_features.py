@@ -434,6 +434,46 @@ def test_large_directory_purge(writer, proxy_factory, upstream):
     assert freed["cache_used_bytes"] < full["cache_used_bytes"] + 64 * 1024, (full, freed)
 
 
+def test_a_large_flush_empties_the_cache_at_once_and_frees_it_in_slices(proxy_factory, upstream):
+    """A FLUSHALL, through the proxy, of a cache of 60,000 entries: the
+    cache is empty when its reply comes (cache_entries 0, nothing served
+    from it again), but its memory is not freed in one go, which held every
+    client up (~20 ms for 200,000 entries): the INFO pipelined behind the
+    FLUSHALL still counts entries in cache_reclaiming (the slices, at most
+    ~2,000 entries a millisecond, free some while Redis flushes). They are
+    all freed within seconds, while the keys are read and cached again."""
+    p, st = start_cached(proxy_factory)
+    n = 60000
+    d = upstream.raw(auth=True)
+    c = p.raw(auth=True)
+    make_tracked(c, st)
+    for i in range(0, n, 5000):
+        d.pipeline([("SET", "i%d" % j, "v%d" % j) for j in range(i, i + 5000)])
+    for _ in range(2):  # the first reads fill, the second are hits
+        for i in range(0, n, 5000):
+            c.pipeline([("GET", "i%d" % j) for j in range(i, i + 5000)])
+    full = st.get()
+    assert full["cache_entries"] >= n - 5, full  # (a read that met a write's invalidation may not fill: C3)
+
+    flush, info = c.pipeline([("FLUSHALL",), ("INFO", "sidecache")])
+    assert flush.value == b"OK", flush
+    now = parse_sidecache_section(info.value)
+    assert now["cache_entries"] == 0, now
+    assert now["cache_reclaiming"] > 0, (full, now)
+    assert now["cache_flushes"] > full["cache_flushes"], (full, now)
+    # nothing comes from the cache; new values fill it again meanwhile
+    with st.delta() as dd:
+        assert [f.value for f in c.pipeline([("GET", "i%d" % j) for j in range(100)])] == [None] * 100
+    assert dd["cache_hits"] == 0, dict(dd)
+    d.pipeline([("SET", "i%d" % j, "new%d" % j) for j in range(100)])
+    warm(c, st, ("GET", "i7"))
+    assert [f.value for f in c.pipeline([("GET", "i%d" % j) for j in range(100)])] == \
+        [b"new%d" % j for j in range(100)]
+    freed = wait_until(lambda: (lambda s: s if s["cache_reclaiming"] == 0 else None)(st.get()),
+                       timeout=5.0, interval=0.01, what="cache_reclaiming back to 0")
+    assert freed["cache_used_bytes"] < full["cache_used_bytes"] // 10, (full, freed)
+
+
 def test_a_large_purge_is_freed_while_clients_keep_the_proxy_busy(proxy_factory, upstream):
     """The memory of a purged directory of 20,000 cached names is freed in
     slices that wait for moments with nothing else to handle (the event

@@ -573,9 +573,12 @@ static void test_group_purge_lazy(void) {
     CHECK(ck_cache_get_stats(c)->reclaiming < 1000 && ck_cache_get_stats(c)->reclaiming > 0);
     CHECK_EQ_INT(ck_cache_get_stats(c)->evictions, 0);
     CHECK_EQ_INT(CK_HIT("d6", "x"), 1);
-    /* a flush frees them all */
+    /* a flush leaves them with the rest to reclaim, which frees them all */
+    size_t dying = ck_cache_get_stats(c)->reclaiming;
     ck_cache_flush(c);
-    CHECK_EQ_INT(ck_cache_get_stats(c)->reclaiming, 0);
+    CHECK_EQ_INT(cache_check(c), 0);
+    CHECK_EQ_INT(ck_cache_get_stats(c)->reclaiming, dying + 1);
+    CHECK_EQ_INT(ck_cache_reclaim(c, SIZE_MAX), 0);
     CHECK_EQ_INT(ck_cache_get_stats(c)->used_bytes, 0);
     CHECK_EQ_INT(cache_check(c), 0);
 #undef CK_PUT
@@ -691,6 +694,104 @@ static void test_shared_placeholder(void) {
     CHECK(begin(c, 1, 0, H, "d1", "x", 0) > 0);
     CHECK_EQ_INT(st(c)->placeholders_made, 3);
     cache_free(c);
+}
+
+/* A flush of a large cache takes O(1): what it held is freed later, in
+ * slices or by eviction (before any live entry), never seen again; a small
+ * one is freed at once. */
+static void test_flush_lazy(void) {
+    cache_config cfg = {64 * MB, 64 * 1024, 0};
+    cache *c = ck_cache_new(&cfg);
+    REQUIRE(c != NULL);
+    char k[32];
+    const char *v;
+    size_t vl;
+    int nil;
+    for (int i = 0; i < 600; i++) {
+        snprintf(k, sizeof k, "i%d", i);
+        uint64_t t = ck_cache_fill_begin(c, 1, 0, G, k, strlen(k), "", 0, 0);
+        CHECK_EQ_INT(ck_cache_fill_complete(c, t, 1, 0, G, k, strlen(k), "", 0, "attr", 4, 0, 0), 1);
+        snprintf(k, sizeof k, "name-%d", i);
+        t = ck_cache_fill_begin(c, 1, 0, H, "d9", 2, k, strlen(k), 0);
+        CHECK_EQ_INT(ck_cache_fill_complete(c, t, 1, 0, H, "d9", 2, k, strlen(k), "e", 1, 0, 0), 1);
+    }
+    CHECK_EQ_INT(ck_cache_invalidate_key(c, "d9", 2), 600); /* a dying group */
+    for (int i = 0; i < 400; i++) {
+        snprintf(k, sizeof k, "name-%d", i);
+        uint64_t t = ck_cache_fill_begin(c, 1, 0, H, "d8", 2, k, strlen(k), 0);
+        CHECK_EQ_INT(ck_cache_fill_complete(c, t, 1, 0, H, "d8", 2, k, strlen(k), "e", 1, 0, 0), 1);
+    }
+    uint64_t pend2 = ck_cache_fill_begin(c, 1, 0, G, "i-new", 5, "", 0, 0);
+    CHECK(pend2 != 0);
+    const cache_stats *s = ck_cache_get_stats(c);
+    CHECK_EQ_INT(s->entries, 1000);
+    CHECK_EQ_INT(s->pending, 1);
+    CHECK_EQ_INT(s->reclaiming, 600);
+    size_t held = s->used_bytes;
+
+    ck_cache_flush(c);
+    CHECK_EQ_INT(cache_check(c), 0);
+    CHECK_EQ_INT(s->entries, 0);
+    CHECK_EQ_INT(s->pending, 0);
+    CHECK_EQ_INT(s->reclaiming, 1601);
+    CHECK(s->used_bytes > 0 && s->used_bytes < held); /* held until freed, less the tables */
+    /* gone for every call */
+    CHECK_EQ_INT(ck_cache_get(c, 1, 0, G, "i5", 2, "", 0, 0, &v, &vl, &nil), 0);
+    CHECK_EQ_INT(ck_cache_get(c, 1, 0, H, "d8", 2, "name-5", 6, 0, &v, &vl, &nil), 0);
+    CHECK_EQ_INT(ck_cache_fill_complete(c, pend2, 1, 0, G, "i-new", 5, "", 0, "stale", 5, 0, 0), 0);
+    /* the new tables fill while the old entries wait */
+    uint64_t t = ck_cache_fill_begin(c, 1, 0, G, "i5", 2, "", 0, 0);
+    CHECK(t > pend2);
+    CHECK_EQ_INT(ck_cache_fill_complete(c, t, 1, 0, G, "i5", 2, "", 0, "fresh", 5, 0, 0), 1);
+    CHECK_EQ_INT(ck_cache_get(c, 1, 0, G, "i5", 2, "", 0, 0, &v, &vl, &nil), 1);
+    CHECK(vl == 5 && memcmp(v, "fresh", 5) == 0);
+    CHECK_EQ_INT(s->reclaiming, 1601);
+    CHECK_EQ_INT(cache_check(c), 0);
+    /* an invalidation purges the new entry and leaves the old ones be */
+    CHECK_EQ_INT(ck_cache_invalidate_key(c, "i5", 2), 1);
+    CHECK_EQ_INT(s->reclaiming, 1601);
+    CHECK_EQ_INT(cache_check(c), 0);
+    /* freed in slices */
+    CHECK_EQ_INT(ck_cache_reclaim(c, 700), 901);
+    CHECK_EQ_INT(cache_check(c), 0);
+    /* eviction frees them before a live entry */
+    t = ck_cache_fill_begin(c, 1, 0, G, "i6", 2, "", 0, 0);
+    CHECK_EQ_INT(ck_cache_fill_complete(c, t, 1, 0, G, "i6", 2, "", 0, "live", 4, 0, 0), 1);
+    cfg.max_bytes = s->used_bytes - 1000;
+    ck_cache_set_config(c, &cfg);
+    CHECK_EQ_INT(cache_check(c), 0);
+    CHECK(s->reclaiming > 0 && s->reclaiming < 901);
+    CHECK_EQ_INT(s->evictions, 0);
+    CHECK_EQ_INT(ck_cache_get(c, 1, 0, G, "i6", 2, "", 0, 0, &v, &vl, &nil), 1);
+    /* a second flush adds to what the first left */
+    size_t left = s->reclaiming;
+    ck_cache_flush(c);
+    CHECK_EQ_INT(s->reclaiming, left + 1);
+    CHECK_EQ_INT(cache_check(c), 0);
+    CHECK_EQ_INT(ck_cache_reclaim(c, SIZE_MAX), 0);
+    CHECK_EQ_INT(s->used_bytes, 0);
+    CHECK_EQ_INT(cache_check(c), 0);
+    /* a small cache is freed at once */
+    for (int i = 0; i < 200; i++) {
+        snprintf(k, sizeof k, "i%d", i);
+        t = ck_cache_fill_begin(c, 1, 0, G, k, strlen(k), "", 0, 0);
+        CHECK_EQ_INT(ck_cache_fill_complete(c, t, 1, 0, G, k, strlen(k), "", 0, "attr", 4, 0, 0), 1);
+    }
+    ck_cache_flush(c);
+    CHECK_EQ_INT(s->reclaiming, 0);
+    CHECK_EQ_INT(s->used_bytes, 0);
+    CHECK_EQ_INT(cache_check(c), 0);
+    CHECK_EQ_INT(s->flushes, 3);
+    /* freed with the cache: what a flush left (ASan's leak check) */
+    t = ck_cache_fill_begin(c, 1, 0, G, "i1", 2, "", 0, 0);
+    for (int i = 0; i < 300; i++) {
+        snprintf(k, sizeof k, "name-%d", i);
+        t = ck_cache_fill_begin(c, 1, 0, H, "d7", 2, k, strlen(k), 0);
+        CHECK_EQ_INT(ck_cache_fill_complete(c, t, 1, 0, H, "d7", 2, k, strlen(k), "e", 1, 0, 0), 1);
+    }
+    ck_cache_flush(c);
+    CHECK(s->reclaiming == 301);
+    ck_cache_free(c);
 }
 
 static void test_flush_makes_pending_fills_fail(void) {
@@ -837,9 +938,12 @@ static void test_accounting_is_exact(void) {
     CHECK_EQ_INT(st(c)->pending, 0);
     CHECK_EQ_INT(st(c)->used_bytes, base);
 
-    /* flush */
+    /* flush: counted until reclaimed */
     insert_mix(c, 5000, 0);
+    size_t filled = st(c)->used_bytes;
     cache_flush(c);
+    CHECK(st(c)->used_bytes < filled && st(c)->used_bytes > base);
+    CHECK_EQ_INT(cache_reclaim(c, SIZE_MAX), 0);
     CHECK_EQ_INT(st(c)->used_bytes, base);
 
     /* eviction */
@@ -1294,6 +1398,8 @@ static void random_ops(const cache_api *api, uint64_t seed, int nops, unsigned o
     CHECK(s->evictions > 0 || cache_purge_now_max < 256);
     CHECK(s->fills_too_big > 0);
     api->flush(c);
+    if (api->check != NULL) CHECK_EQ_INT(api->check(c), 0);
+    CHECK_EQ_INT(api->reclaim(c, SIZE_MAX), 0);
     CHECK_EQ_INT(api->stats(c)->used_bytes, 0);
     if (api->check != NULL) CHECK_EQ_INT(api->check(c), 0);
     api->free_(c);
@@ -1556,6 +1662,7 @@ static void test_overhead_per_entry(void) {
     fprintf(stderr, "cache overhead: %.1f bytes per entry above key+value (%d GET entries, 8-byte keys, "
                     "72-byte values; used_bytes %zu)\n", over, n, st(c)->used_bytes);
     cache_flush(c);
+    CHECK_EQ_INT(cache_reclaim(c, SIZE_MAX), 0);
     CHECK_EQ_INT(st(c)->used_bytes, 0);
     cache_free(c);
 }
@@ -1575,6 +1682,7 @@ int main(void) {
     RUN(test_group_purge);
     RUN(test_group_purge_large);
     RUN(test_group_purge_lazy);
+    RUN(test_flush_lazy);
     RUN(test_invalidate_many);
     RUN(test_fill_after_invalidation_is_refused);
     RUN(test_fill_aba);
