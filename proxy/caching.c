@@ -141,12 +141,11 @@ struct px_caching {
  * Each slice is an event of the loop's idle priority (server.h) that the
  * loop takes up only after it has polled for I/O and found no client,
  * reply or invalidation ready: what arrives during a slice waits that
- * slice at most. That frees as fast as
- * slices of 2,048 a millisecond did at the clients' priority, which held
- * every client up for ~0.3-0.6 ms at a time (a write that purges a
- * directory of 100,000 cached names: 49 times). Under a load that never
- * leaves the loop idle, eviction frees the purged entries first (cache.h):
- * the memory bound holds either way. */
+ * slice at most. That frees as fast as slices of 2,048 a millisecond did
+ * at the clients' priority, which held every client up for ~0.3-0.6 ms at
+ * a time (a write that purges a directory of 100,000 cached names: 49
+ * times). Under a load that never leaves the loop idle, eviction frees
+ * the purged entries first (cache.h): the memory bound holds either way. */
 #define RECLAIM_SLICE 512
 #define RECLAIM_SLICES_PER_MS 4
 
