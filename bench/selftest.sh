@@ -138,7 +138,8 @@ rcli "$rlport" -x SET big <"$work/big" >/dev/null
 rcli "$rlport" GET big | cmp -s - <(cat "$work/big"; echo) || die "a 4 MB value did not come back whole through the relay"
 if [ "$host_cores" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
   log "pin_hosts: PIN=1 splits the cores"
-  # cores NAME: the cores (one per line) of "pid N's current affinity list: L"
+  # cores: the cores, one per line, of the "pid N's current affinity list: L"
+  # that taskset -p prints (on stdin)
   cores() { sed 's/.*: //' | tr ',' '\n' | awk -F- '{ for (c = $1; c <= ($2 == "" ? $1 : $2); c++) print c }' | sort -n; }
   # shellcheck disable=SC2016 # $$ is the inner shell's
   placed=$(PIN=1; pin_hosts; taskset -pc "$BASHPID" | cores | paste -sd,
