@@ -519,14 +519,6 @@ cache *cache_new(const cache_config *cfg) {
     return c;
 }
 
-void cache_free(cache *c) {
-    if (c == NULL) return;
-    clear_lazily(c);
-    while (reclaim_one(c)) {
-    }
-    CACHE_FREE(c);
-}
-
 void cache_set_config(cache *c, const cache_config *cfg) {
     c->cfg = *cfg;
     evict_to_fit(c, NULL);
@@ -907,6 +899,13 @@ void cache_flush(cache *c) {
     clear_lazily(c);
     /* a small cache is freed at once, as a small group's purge is */
     if (n <= PURGE_NOW_MAX) cache_reclaim(c, SIZE_MAX);
+}
+
+void cache_free(cache *c) {
+    if (c == NULL) return;
+    clear_lazily(c);
+    cache_reclaim(c, SIZE_MAX);
+    CACHE_FREE(c);
 }
 
 /* ------------------------------------------------------------------------ */

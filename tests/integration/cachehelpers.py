@@ -50,7 +50,7 @@ import time
 
 import pytest
 
-from helpers import HOST, Endpoint, Err, Incomplete, Push, RawClient, free_port, parse_frame
+from helpers import HOST, Endpoint, Err, Incomplete, Push, RawClient, free_port, parse_frame, wait_until
 
 # ---------------------------------------------------------------------------
 # INFO # sidecache
@@ -218,6 +218,13 @@ def wait_stat(st, field, minimum, timeout=3.0, what=None):
             raise AssertionError("%s: %s stayed at %s (< %s) for %.1fs; section %r"
                                  % (what or "wait_stat", field, d.get(field), minimum, timeout, d))
         time.sleep(0.01)
+
+
+def wait_reclaimed(st, timeout, what):
+    """Polls until cache_reclaiming is 0 (what large purges and flushes
+    left is all freed); returns the section."""
+    return wait_until(lambda: (lambda s: s if s["cache_reclaiming"] == 0 else None)(st.get()),
+                      timeout=timeout, interval=0.01, what=what)
 
 
 def value_of(frame):

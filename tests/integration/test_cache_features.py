@@ -10,7 +10,7 @@ import time
 import pytest
 
 from cachehelpers import (MODES, SIDECACHE_FIELDS, Stats, make_tracked, parse_sidecache_section,
-                          start_cached, wait_stat, wait_tracking_active, warm)
+                          start_cached, wait_reclaimed, wait_stat, wait_tracking_active, warm)
 from faulthelpers import Metrics, toxiproxy, toxiproxy_bin  # noqa: F401 (fixtures)
 from helpers import HOST, acl_without, encode, free_port, wait_until
 
@@ -429,8 +429,7 @@ def test_large_directory_purge(writer, proxy_factory, upstream):
     assert dd["cache_hits"] == 0, dict(dd)
     assert [f.value for f in replies] == [b"new" if i == 7 else b"v%d" % i for i in range(n)]
     # the purged entries' memory is freed in slices, soon
-    freed = wait_until(lambda: (lambda s: s if s["cache_reclaiming"] == 0 else None)(st.get()),
-                       timeout=2.0, interval=0.01, what="cache_reclaiming back to 0")
+    freed = wait_reclaimed(st, timeout=2.0, what="cache_reclaiming back to 0")
     assert freed["cache_used_bytes"] < full["cache_used_bytes"] + 64 * 1024, (full, freed)
 
 
@@ -469,8 +468,7 @@ def test_a_large_flush_empties_the_cache_at_once_and_frees_it_in_slices(proxy_fa
     warm(c, st, ("GET", "i7"))
     assert [f.value for f in c.pipeline([("GET", "i%d" % j) for j in range(100)])] == \
         [b"new%d" % j for j in range(100)]
-    freed = wait_until(lambda: (lambda s: s if s["cache_reclaiming"] == 0 else None)(st.get()),
-                       timeout=5.0, interval=0.01, what="cache_reclaiming back to 0")
+    freed = wait_reclaimed(st, timeout=5.0, what="cache_reclaiming back to 0")
     assert freed["cache_used_bytes"] < full["cache_used_bytes"] // 10, (full, freed)
 
 
@@ -517,8 +515,7 @@ def test_a_large_purge_is_freed_while_clients_keep_the_proxy_busy(proxy_factory,
         before = list(rounds)
         d.cmd("HSET", key, "f7", "new")  # the invalidation purges all 20,000 names
         wait_stat(st, "cache_keys_purged", full["cache_keys_purged"] + n, timeout=2.0, what="the directory's purge")
-        freed = wait_until(lambda: (lambda s: s if s["cache_reclaiming"] == 0 else None)(st.get()),
-                           timeout=5.0, interval=0.01, what="cache_reclaiming back to 0 under traffic")
+        freed = wait_reclaimed(st, timeout=5.0, what="cache_reclaiming back to 0 under traffic")
         during = [b - a for a, b in zip(before, rounds)]
     finally:
         stop.set()
